@@ -1,0 +1,66 @@
+// Baseline: capacity capping with Megatron-Core's semantics. Each sending rank lets at most
+// capacity = ceil(tokens * topk / experts * capacity_factor) of its assignments reach an expert;
+// the rest are dropped (drop_policy "probs": lowest router probability first; "position": latest
+// tokens first). With pad: true every expert's input is padded to the most it can receive.
+#include <cmath>
+
+#include "core/capacity.h"
+#include "core/strategy.h"
+
+namespace memfine {
+namespace {
+
+class Capacity : public Strategy {
+ public:
+  explicit Capacity(StrategySpec spec) : Strategy(std::move(spec)) {
+    factor_ = spec_.get_double("capacity_factor", 1.0);
+    policy_ = spec_.get_string("drop_policy", "probs");
+    pad_ = spec_.get_bool("pad", false);
+    recompute_ = spec_.get_string("recompute", "none");
+    if (!(factor_ > 0)) throw std::invalid_argument("capacity_factor must be positive");
+    if (policy_ != "probs" && policy_ != "position")
+      throw std::invalid_argument("drop_policy must be 'probs' or 'position', got '" + policy_ + "'");
+    if (recompute_ != "none" && recompute_ != "full")
+      throw std::invalid_argument("recompute must be 'none' or 'full', got '" + recompute_ + "'");
+  }
+  bool dropless() const override { return false; }
+
+  void cap_routing(MoeRouting& r, const at::Tensor& probs) override {
+    const RankRouting& rr = *r.rank;
+    const int64_t T = r.expert_ids.size(0), k = r.expert_ids.size(1);
+    const int64_t experts = rr.local_experts * rr.ep;
+    const int64_t cap = capacity_per_expert(T, k, experts, factor_);
+    // This rank's own tokens, grouped by destination expert.
+    at::Tensor own_priority = policy_ == "probs"
+                                  ? probs.to(at::kDouble).reshape(-1)
+                                  : -at::arange(T, at::kDouble).unsqueeze(1).expand({T, k}).reshape(-1);
+    r.own_keep = keep_within_capacity(r.expert_ids.reshape(-1), own_priority, cap).view({T, k});
+    // Each peer caps its own tokens the same way before sending.
+    at::Tensor group = rr.peer_rank * rr.local_experts + rr.peer_expert;
+    at::Tensor peer_priority = policy_ == "probs" ? rr.peer_score : -rr.peer_pos.to(at::kDouble);
+    r.peer_keep = keep_within_capacity(group, peer_priority, cap);
+    if (pad_) r.pad_rows = cap * rr.ep;
+    stats_.assignments += T * k + rr.peer_pos.numel();
+    stats_.dropped += (T * k - r.own_keep.sum().item<int64_t>()) + (rr.peer_pos.numel() - r.peer_keep.sum().item<int64_t>());
+  }
+
+  LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
+    return recompute_ == "full" ? layer_recomputed(x, in, *this, moe_stored) : layer_forward(x, in, *this, moe_stored);
+  }
+
+ private:
+  double factor_;
+  std::string policy_, recompute_;
+  bool pad_;
+};
+
+MEMFINE_REGISTER_STRATEGY(StrategyInfo{
+    "capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
+    {{"capacity_factor", "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank (default 1.0)"},
+     {"drop_policy", "'probs' drops the lowest-probability assignments, 'position' the latest tokens (default probs)"},
+     {"pad", "pad each expert's input to capacity (default false)"},
+     {"recompute", "'none' stores activations, 'full' recomputes each layer (default none)"}},
+    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new Capacity(s)); }});
+
+}  // namespace
+}  // namespace memfine

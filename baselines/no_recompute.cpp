@@ -1,0 +1,20 @@
+// Baseline: store every activation; the fastest step and the largest memory.
+#include "core/strategy.h"
+
+namespace memfine {
+namespace {
+
+class NoRecompute : public Strategy {
+ public:
+  using Strategy::Strategy;
+  LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
+    return layer_forward(x, in, *this, moe_stored);
+  }
+};
+
+MEMFINE_REGISTER_STRATEGY(StrategyInfo{
+    "no_recompute", "store all activations (no recomputation)", {},
+    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new NoRecompute(s)); }});
+
+}  // namespace
+}  // namespace memfine

@@ -1,0 +1,133 @@
+// memfine: the command line. One harness, one flag set, one table for every strategy.
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/memory_meter.h"
+#include "core/runner.h"
+#include "core/strategy.h"
+
+namespace {
+
+const char* kUsage = R"(memfine - memory-aware MoE training benchmarks (MemFine, arXiv 2511.21431)
+
+usage: memfine <command> [options]
+
+commands:
+  run FILE.yaml [--out DIR] [--resume] [--threads N]
+                        run an experiment sweep; one JSON line per point and strategy in
+                        DIR/results.jsonl (default results/<device class>/<experiment name>/)
+  validate FILE.yaml    check an experiment file without running it (exit 2 on problems)
+  predict FILE.yaml     print the memory model's predictions, one JSON line per point and strategy
+  strategies            list the registered strategies and their parameters
+
+Run 'memfine <command> --help' for a command's options. Experiment keys: experiments/README.md.
+)";
+
+const char* kRunHelp = R"(usage: memfine run FILE.yaml [--out DIR] [--resume] [--threads N] [--no-progress]
+
+Runs every sweep point of FILE.yaml. For each point the strategies run interleaved, step by step
+(warmup steps, then `repeats` timed steps), so their ratios are fair on a noisy machine.
+A point that exceeds memory.budget is recorded with status "oom"; the sweep goes on.
+
+  --out DIR      results folder (default results/<device class>/<experiment name>)
+  --resume       continue DIR/results.jsonl: skip recorded points, repair a torn last line
+  --threads N    LibTorch intra-op threads (0 = all cores); overrides the YAML's `threads`
+  --no-progress  no progress bar on stderr
+
+exit status: 0 all points measured (oom is a result), 1 a point failed, 2 bad input
+)";
+
+const char* kValidateHelp = R"(usage: memfine validate FILE.yaml
+
+Checks FILE.yaml and every point of its sweep without running anything. Prints one line per
+problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 when valid.
+)";
+
+const char* kPredictHelp = R"(usage: memfine predict FILE.yaml
+
+Prints, without running anything, one JSON line per point and strategy with the memory model's
+predictions (static bytes, activation bytes, whether it fits the budget).
+)";
+
+const char* kStrategiesHelp = R"(usage: memfine strategies
+
+Lists the registered strategies, each with a one-line description and its parameters.
+)";
+
+bool wants_help(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+int usage_error(const std::string& msg, const char* help) {
+  std::cerr << "memfine: " << msg << "\n\n" << help;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  // Count every CPU byte from the start: installed before any tensor exists.
+  memfine::MemoryMeter::get("cpu");
+  try {
+    if (cmd == "run") {
+      if (wants_help(args)) return std::cout << kRunHelp, 0;
+      memfine::RunOptions opt;
+      std::string file;
+      for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--out" && i + 1 < args.size()) opt.out_dir = args[++i];
+        else if (a == "--resume") opt.resume = true;
+        else if (a == "--no-progress") opt.progress = false;
+        else if (a == "--threads" && i + 1 < args.size()) {
+          try {
+            opt.threads = std::stoll(args[++i]);
+          } catch (const std::exception&) {
+            return usage_error("--threads needs a number, got '" + args[i] + "'", kRunHelp);
+          }
+          if (opt.threads < 0) return usage_error("--threads must be 0 (all cores) or more", kRunHelp);
+        } else if (!a.empty() && a[0] == '-') return usage_error("unknown option '" + a + "'", kRunHelp);
+        else if (file.empty()) file = a;
+        else return usage_error("one experiment file at a time", kRunHelp);
+      }
+      if (file.empty()) return usage_error("run needs an experiment file", kRunHelp);
+      return memfine::run_experiment(file, opt);
+    }
+    if (cmd == "validate" || cmd == "predict") {
+      const char* help = cmd == "validate" ? kValidateHelp : kPredictHelp;
+      if (wants_help(args)) return std::cout << help, 0;
+      if (args.size() != 1) return usage_error(cmd + " needs exactly one experiment file", help);
+      if (cmd == "predict") return memfine::predict_experiment(args[0]);
+      std::vector<std::string> errors;
+      auto points = memfine::load_experiment(args[0], errors);
+      for (const auto& e : errors) std::cerr << e << "\n";
+      if (!errors.empty()) return 2;
+      std::cout << args[0] << ": valid, " << points.size() << " point(s) x " << points[0].config.strategies.size()
+                << " strategies\n";
+      return 0;
+    }
+    if (cmd == "strategies") {
+      if (wants_help(args)) return std::cout << kStrategiesHelp, 0;
+      for (const auto& [name, info] : memfine::strategy_registry()) {
+        std::cout << name << "\n    " << info.description << "\n";
+        for (const auto& p : info.params) std::cout << "    " << p.name << ": " << p.help << "\n";
+      }
+      return 0;
+    }
+    return usage_error("unknown command '" + cmd + "'", kUsage);
+  } catch (const std::exception& e) {
+    std::cerr << "memfine " << cmd << ": " << e.what() << "\n";
+    return 1;
+  }
+}

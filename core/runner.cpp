@@ -1,0 +1,351 @@
+#include "core/runner.h"
+
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "core/flops.h"
+#include "core/memory_meter.h"
+#include "core/strategy.h"
+#include "core/timer.h"
+#include "core/train_step.h"
+
+namespace memfine {
+
+int64_t apply_threads(int64_t threads) {
+  const int64_t n = threads > 0 ? threads : int64_t(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(int(n));
+  return at::get_num_threads();
+}
+
+namespace {
+
+struct Contender {
+  StrategySpec spec;
+  std::unique_ptr<Strategy> strategy;
+  std::unique_ptr<TrainState> state;
+  std::string status = "ok", error;
+  int64_t static_bytes = 0;
+  std::vector<double> ms, peaks;
+  double loss = NAN;
+  StepStats stats;
+  double grad_err = NAN;
+};
+
+// Largest relative gradient difference over parameters (and the input when it has one).
+double max_rel_err(TrainState& a, TrainState& b) {
+  auto pa = a.model.parameters(), pb = b.model.parameters();
+  if (a.input.requires_grad()) pa.push_back(a.input), pb.push_back(b.input);
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const double scale = pb[i].grad().abs().max().item<double>();
+    const double diff = (pa[i].grad() - pb[i].grad()).abs().max().item<double>();
+    worst = std::max(worst, diff / std::max(scale, 1e-30));
+  }
+  return worst;
+}
+
+std::string fmt_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+class Progress {
+ public:
+  Progress(int64_t total, bool on) : total_(total), on_(on && total > 0), tty_(isatty(2)) {}
+  void tick(const std::string& what) {
+    ++done_;
+    if (!on_) return;
+    const double el = timer_.elapsed_ms() / 1e3;
+    const double left = done_ > 0 ? el / double(done_) * double(total_ - done_) : 0;
+    const int width = 30, fill = int(double(width) * double(done_) / double(total_));
+    char line[256];
+    std::snprintf(line, sizeof line, "[%s%s] %lld/%lld steps  elapsed %s  left ~%s  %s",
+                  std::string(size_t(fill), '#').c_str(), std::string(size_t(width - fill), '.').c_str(),
+                  (long long)done_, (long long)total_, clock(el).c_str(), clock(left).c_str(), what.c_str());
+    if (tty_) {
+      std::fprintf(stderr, "\r%-120s", line);
+      if (done_ == total_) std::fprintf(stderr, "\n");
+    } else if (done_ == total_ || timer_.elapsed_ms() - last_ > 5000) {
+      std::fprintf(stderr, "%s\n", line);
+      last_ = timer_.elapsed_ms();
+    }
+  }
+
+ private:
+  static std::string clock(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%02d:%02d", int(s) / 60, int(s) % 60);
+    return b;
+  }
+  int64_t total_, done_ = 0;
+  bool on_, tty_;
+  double last_ = -1e9;
+  Timer timer_;
+};
+
+}  // namespace
+
+std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::string>& skip,
+                                const std::function<void()>& tick) {
+  const ExperimentConfig& c = pt.config;
+  MemoryMeter& meter = MemoryMeter::get(c.device);
+  std::vector<Contender> cs;
+  for (const auto& spec : c.strategies) {
+    if (std::find(skip.begin(), skip.end(), spec.label()) != skip.end()) continue;
+    Contender k;
+    k.spec = spec;
+    k.strategy = make_strategy(spec);
+    cs.push_back(std::move(k));
+  }
+  if (cs.empty()) return {};
+
+  // Correctness: loss and gradients of each dropless strategy against no_recompute, one step
+  // on fresh states with the input's gradient included.
+  if (c.verify) {
+    auto reference = make_train_state(c, true);
+    auto ref_strategy = make_strategy(StrategySpec{"no_recompute", {}});
+    train_step(*reference, *ref_strategy, 0, false);
+    for (auto& k : cs) {
+      if (!k.strategy->dropless()) continue;
+      auto st = make_train_state(c, true);
+      auto s = make_strategy(k.spec);
+      train_step(*st, *s, 0, false);
+      k.grad_err = max_rel_err(*st, *reference);
+    }
+  }
+
+  for (auto& k : cs) {
+    const int64_t before = meter.current_bytes();
+    k.state = make_train_state(c);
+    k.static_bytes = k.state->static_bytes();
+    const int64_t counted = meter.current_bytes() - before;
+    if (c.device == "cpu" && counted < k.static_bytes)
+      throw std::logic_error("static accounting: " + std::to_string(k.static_bytes) + " bytes claimed, " +
+                             std::to_string(counted) + " allocated");
+    if (c.budget >= 0 && k.static_bytes > c.budget) {
+      k.status = "oom";
+      k.error = "static memory " + fmt_bytes(double(k.static_bytes)) + " exceeds the budget " + fmt_bytes(double(c.budget));
+      k.state.reset();
+    }
+  }
+
+  const int64_t steps = c.warmup + c.repeats;
+  for (int64_t it = 0; it < steps; ++it) {
+    for (auto& k : cs) {
+      if (k.status != "ok") {
+        tick();
+        continue;
+      }
+      meter.reset_peak();
+      const int64_t start = meter.current_bytes();
+      const int64_t limit = c.budget >= 0 ? start - k.static_bytes + c.budget : -1;
+      Timer t;
+      try {
+        MemoryLimitGuard guard(meter, limit);
+        k.loss = train_step(*k.state, *k.strategy, it);
+      } catch (const std::exception& e) {
+        k.status = is_out_of_memory(e) ? "oom" : "error";
+        std::string msg = e.what();
+        k.error = msg.substr(0, msg.find('\n'));
+        if (k.status == "oom")
+          k.error = "step " + std::to_string(it) + ": activation peak exceeds the budget " + fmt_bytes(double(c.budget)) +
+                    " - static " + fmt_bytes(double(k.static_bytes)) + " (" + k.error + ")";
+        k.state.reset();
+      }
+      const double ms = t.elapsed_ms();
+      if (k.status == "ok" && it >= c.warmup) {
+        k.ms.push_back(ms);
+        k.peaks.push_back(double(meter.peak_bytes() - start));
+        k.stats = k.strategy->stats();
+      }
+      tick();
+    }
+  }
+
+  json env = environment(c);
+  json cfg = config_to_json(c);
+  const EmulatedRank er = make_emulated_rank(c, c.rank);  // routing only: cheap next to a step
+  int64_t recv_max = 0, recv_sum = 0;
+  double overload = 0;
+  json per_layer = json::array();
+  for (const auto& l : er.layers) {
+    recv_max = std::max(recv_max, l.tokens_received);
+    recv_sum += l.tokens_received;
+    overload = std::max(overload, l.overload_factor);
+    per_layer.push_back(l.tokens_received);
+  }
+  std::vector<json> records;
+  for (auto& k : cs) {
+    json r;
+    r["experiment"] = c.name;
+    r["point"] = pt.id;
+    r["strategy"] = k.spec.label();
+    r["status"] = k.status;
+    r["error"] = k.error.empty() ? json(nullptr) : json(k.error);
+    r["seed"] = c.seed;
+    r["rank"] = er.rank;
+    r["world_size"] = 1;
+    r["ep"] = c.ep;
+    if (k.stats.chunks.empty()) {
+      r["chunks"] = nullptr;
+    } else if (std::all_of(k.stats.chunks.begin(), k.stats.chunks.end(), [&](int64_t v) { return v == k.stats.chunks[0]; })) {
+      r["chunks"] = k.stats.chunks[0];
+    } else {
+      r["chunks"] = k.stats.chunks;
+    }
+    r["tokens_received"] = recv_max;
+    r["tokens_received_per_layer"] = per_layer;
+    r["overload_factor"] = overload;
+    r["static_bytes"] = k.static_bytes;
+    const bool measured = !k.ms.empty();
+    r["peak_activation_bytes"] = measured ? json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))) : json(nullptr);
+    r["predicted_activation_bytes"] = nullptr;
+    r["budget_bytes"] = c.budget < 0 ? json(nullptr) : json(c.budget);
+    if (measured) {
+      const Spread s = spread(k.ms);
+      r["step_ms"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
+      r["step_ms_all"] = k.ms;
+      r["tokens_per_s"] = double(c.model.tokens()) / (s.median / 1e3);
+      r["tflops"] = step_flops(c.model, recv_sum).total() / (s.median / 1e3) / 1e12;
+      r["loss"] = k.loss;
+    } else {
+      r["step_ms"] = nullptr;
+      r["tokens_per_s"] = nullptr;
+      r["tflops"] = nullptr;
+      r["loss"] = nullptr;
+    }
+    r["dropped_fraction"] = k.stats.assignments > 0 ? double(k.stats.dropped) / double(k.stats.assignments) : 0.0;
+    r["grad_max_rel_err"] = std::isnan(k.grad_err) ? json(nullptr) : json(k.grad_err);
+    r["config"] = cfg;
+    r["env"] = env;
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
+std::string summary_table(const std::vector<json>& records) {
+  std::ostringstream out;
+  char line[400];
+  std::snprintf(line, sizeof line, "%-28s %-34s %-6s %9s %7s %11s %11s %10s %8s %8s\n", "point", "strategy", "status",
+                "s'", "chunks", "static", "act peak", "step ms", "act/full", "time/full");
+  out << line << std::string(140, '-') << "\n";
+  for (const auto& r : records) {
+    const json* full = nullptr;
+    for (const auto& o : records)
+      if (o["point"] == r["point"] && o["strategy"] == "full_recompute" && o["status"] == "ok") full = &o;
+    auto num = [](const json& j) { return j.is_null() ? NAN : j.get<double>(); };
+    const double act = num(r["peak_activation_bytes"]);
+    const double ms = r["step_ms"].is_null() ? NAN : r["step_ms"]["median"].get<double>();
+    std::string act_ratio = "-", time_ratio = "-";
+    if (full && !std::isnan(act)) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.3f", act / num((*full)["peak_activation_bytes"]));
+      act_ratio = b;
+      std::snprintf(b, sizeof b, "%.3f", ms / (*full)["step_ms"]["median"].get<double>());
+      time_ratio = b;
+    }
+    const std::string chunks = r["chunks"].is_null() ? "-" : r["chunks"].is_array() ? "tuned" : r["chunks"].dump();
+    std::string point = r["point"].get<std::string>();
+    if (point.size() > 28) point = point.substr(0, 25) + "...";
+    std::snprintf(line, sizeof line, "%-28s %-34s %-6s %9lld %7s %11s %11s %10s %8s %8s\n", point.c_str(),
+                  r["strategy"].get<std::string>().c_str(), r["status"].get<std::string>().c_str(),
+                  (long long)r["tokens_received"].get<int64_t>(), chunks.c_str(),
+                  fmt_bytes(num(r["static_bytes"])).c_str(), std::isnan(act) ? "-" : fmt_bytes(act).c_str(),
+                  std::isnan(ms) ? "-" : (std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2)).c_str(),
+                  act_ratio.c_str(), time_ratio.c_str());
+    out << line;
+  }
+  return out.str();
+}
+
+int run_experiment(const std::string& yaml, const RunOptions& opt) {
+  std::vector<std::string> errors;
+  std::vector<SweepPoint> points = load_experiment(yaml, errors);
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << e << "\n";
+    return 2;
+  }
+  const ExperimentConfig& base = points.front().config;
+  const std::string dir = opt.out_dir.empty()
+                              ? (std::filesystem::path("results") / device_class(base.device) / base.name).string()
+                              : opt.out_dir;
+  std::unique_ptr<ResultsFile> results;
+  try {
+    results = std::make_unique<ResultsFile>(dir, opt.resume);
+  } catch (const std::exception& e) {
+    std::cerr << "memfine run: " << e.what() << "\n";
+    return 2;
+  }
+  if (!results->repaired_note().empty()) std::cerr << "memfine run: " << results->repaired_note() << "\n";
+  int64_t total = 0;
+  for (const auto& p : points) {
+    int64_t todo = 0;
+    for (const auto& s : p.config.strategies) todo += !results->has(p.id, s.label());
+    total += todo * (p.config.warmup + p.config.repeats);
+  }
+  Progress progress(total, opt.progress);
+  bool failed = false;
+  std::vector<json> fresh;
+  for (auto& p : points) {
+    if (opt.threads >= 0) p.config.threads = opt.threads;
+    p.config.threads = apply_threads(p.config.threads);
+    std::vector<std::string> skip;
+    for (const auto& s : p.config.strategies)
+      if (results->has(p.id, s.label())) skip.push_back(s.label());
+    std::vector<json> recs;
+    try {
+      recs = measure_point(p, skip, [&] { progress.tick(p.id); });
+    } catch (const std::exception& e) {
+      // A failure outside any one strategy's step: every strategy of the point records it.
+      for (const auto& s : p.config.strategies) {
+        if (results->has(p.id, s.label())) continue;
+        json r = {{"experiment", p.config.name}, {"point", p.id}, {"strategy", s.label()}, {"status", "error"},
+                  {"error", e.what()}, {"seed", p.config.seed}, {"tokens_received", 0}, {"static_bytes", nullptr},
+                  {"peak_activation_bytes", nullptr}, {"step_ms", nullptr}, {"chunks", nullptr},
+                  {"config", config_to_json(p.config)}, {"env", environment(p.config)}};
+        recs.push_back(r);
+      }
+    }
+    for (auto& r : recs) {
+      if (r["status"] == "error") failed = true;
+      results->append(r);
+      fresh.push_back(r);
+    }
+  }
+  std::cout << summary_table(results->records());
+  std::cout << "\nresults: " << results->path() << " (" << fresh.size() << " new records, "
+            << results->records().size() << " in all)\n";
+  if (failed) std::cerr << "memfine run: some points failed; see 'error' in the records\n";
+  return failed ? 1 : 0;
+}
+
+int predict_experiment(const std::string& yaml) {
+  std::vector<std::string> errors;
+  std::vector<SweepPoint> points = load_experiment(yaml, errors);
+  if (!errors.empty()) {
+    for (const auto& e : errors) std::cerr << e << "\n";
+    return 2;
+  }
+  for (const auto& p : points) {
+    for (const auto& s : p.config.strategies) {
+      json r = {{"experiment", p.config.name}, {"point", p.id}, {"strategy", s.label()},
+                {"predicted_static_bytes", nullptr}, {"predicted_activation_bytes", nullptr}, {"fits", nullptr}};
+      std::cout << r.dump() << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace memfine

@@ -1,0 +1,226 @@
+// The command-line contract, end to end through the built `memfine` binary.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/results.h"
+
+namespace fs = std::filesystem;
+using memfine::json;
+
+namespace {
+
+// Per-test file names: ctest runs the tests in parallel processes.
+std::string scratch(const std::string& name) {
+  return ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
+}
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  const std::string out = scratch("stdout.txt"), err = scratch("stderr.txt");
+  const std::string cmd = std::string(MEMFINE_BIN) + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  return {WEXITSTATUS(status), slurp(out), slurp(err)};
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string path = scratch(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kTiny = R"(name: tiny
+seed: 2
+threads: 1
+warmup: 0
+repeats: 1
+verify: true
+model: {layers: 1, hidden: 16, heads: 2, kv_heads: 1, head_dim: 8, ffn_hidden: 16, experts: 4, topk: 2, seq: 16}
+parallel: {ep: 2}
+workload: {kind: zipf, alpha: 2.0}
+strategies:
+  - no_recompute
+  - full_recompute
+  - {name: memfine, chunks: 2}
+sweep:
+  model.seq: [16, 32]
+)";
+
+std::string fresh_dir(const std::string& name) {
+  const std::string d = scratch(name);
+  fs::remove_all(d);
+  return d;
+}
+
+}  // namespace
+
+TEST(Cli, HelpOnEveryCommand) {
+  for (const char* c : {"--help", "run --help", "validate --help", "predict --help", "strategies --help"}) {
+    Result r = run(c);
+    EXPECT_EQ(r.code, 0) << c;
+    EXPECT_NE(r.out.find("usage"), std::string::npos) << c;
+  }
+  Result s = run("strategies");
+  for (const char* n : {"no_recompute", "full_recompute", "moe_recompute", "memfine", "capacity"})
+    EXPECT_NE(s.out.find(n), std::string::npos);
+  EXPECT_EQ(run("frobnicate").code, 2);
+}
+
+TEST(Cli, ValidateNamesFileLineAndKey) {
+  const std::string bad = write("bad.yaml", R"(name: bad
+seed: 1
+modle: {layers: 2}
+model:
+  hidden: -4
+  experts: 6
+  topk: 8
+  heads: 6
+  kv_heads: 4
+parallel: {ep: 4}
+workload: {kind: zipff}
+memory: {budget: 12 parsecs}
+strategies:
+  - no_recompute
+  - {name: memfin, chunks: 2}
+  - {name: memfine, chunkz: 2}
+)");
+  Result r = run("validate " + bad);
+  EXPECT_EQ(r.code, 2);
+  for (const char* want : {":3: modle: unknown key (did you mean 'model'?)", ":5: model.hidden: must be positive",
+                           ":7: model.topk: topk (8) exceeds experts (6)",
+                           ":9: model.kv_heads: heads (6) is not divisible by kv_heads (4)",
+                           ":10: parallel.ep: experts (6) is not divisible by ep (4)",
+                           ":11: workload.kind: 'zipff' is not one of", "did you mean 'zipf'?",
+                           ":12: memory.budget:", ":15: strategies[1].name: unknown strategy 'memfin'",
+                           ":16: strategies[2].chunkz: unknown parameter"})
+    EXPECT_NE(r.err.find(want), std::string::npos) << "missing: " << want << "\nstderr:\n" << r.err;
+  EXPECT_EQ(r.err.find(bad + ":"), 0u);
+  Result missing = run("validate /nonexistent/x.yaml");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("cannot read"), std::string::npos);
+  const std::string trace = write("badtrace.yaml", std::string(kTiny).replace(std::string(kTiny).find("{kind: zipf, alpha: 2.0}"), 24,
+                                                                               "{kind: trace, trace: nowhere.csv}"));
+  Result t = run("validate " + trace);
+  EXPECT_EQ(t.code, 2);
+  EXPECT_NE(t.err.find("cannot read trace file"), std::string::npos) << t.err;
+  EXPECT_EQ(run("validate " + write("ok.yaml", kTiny)).code, 0);
+}
+
+TEST(Cli, BudgetBelowStaticIsRejected) {
+  std::string text = kTiny;
+  text += "memory: {budget: 1KiB}\n";
+  Result r = run("validate " + write("small_budget.yaml", text));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("memory.budget"), std::string::npos) << r.err;
+}
+
+TEST(Cli, SweepWritesWellFormedRecords) {
+  const std::string dir = fresh_dir("sweep");
+  Result r = run("run " + write("tiny.yaml", kTiny) + " --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto recs = memfine::read_results(dir + "/results.jsonl");
+  ASSERT_EQ(recs.size(), 6u);  // 2 points x 3 strategies
+  for (const auto& rec : recs) {
+    for (const char* key : {"experiment", "point", "strategy", "status", "error", "seed", "chunks", "tokens_received",
+                            "overload_factor", "static_bytes", "peak_activation_bytes", "predicted_activation_bytes",
+                            "step_ms", "tokens_per_s", "tflops", "dropped_fraction", "grad_max_rel_err", "config", "env"})
+      EXPECT_TRUE(rec.contains(key)) << key;
+    EXPECT_EQ(rec["status"], "ok");
+    EXPECT_GT(rec["peak_activation_bytes"].get<int64_t>(), 0);
+    EXPECT_LT(rec["grad_max_rel_err"].get<double>(), 1e-4);
+    for (const char* key : {"median", "min", "max"}) EXPECT_TRUE(rec["step_ms"].contains(key));
+    for (const char* key : {"git_commit", "libtorch", "device_name", "threads", "blas", "date"})
+      EXPECT_TRUE(rec["env"].contains(key)) << key;
+  }
+  EXPECT_EQ(recs[0]["point"], "model.seq=16");
+  EXPECT_EQ(recs[5]["strategy"], "memfine(chunks=2)");
+  EXPECT_NE(r.out.find("memfine(chunks=2)"), std::string::npos);  // the summary table
+  // Results are never overwritten by a second run without --resume.
+  Result again = run("run " + write("tiny.yaml", kTiny) + " --out " + dir);
+  EXPECT_EQ(again.code, 2);
+  EXPECT_NE(again.err.find("--resume"), std::string::npos);
+  EXPECT_EQ(memfine::read_results(dir + "/results.jsonl").size(), 6u);
+}
+
+TEST(Cli, OutOfMemoryIsARecordedResult) {
+  // A budget between memfine's need and full recomputation's, taken from an unconstrained run.
+  const std::string free_dir = fresh_dir("oom_free");
+  ASSERT_EQ(run("run " + write("tiny.yaml", kTiny) + " --out " + free_dir).code, 0);
+  int64_t static_b = 0, full = 0, chunked = 0;
+  for (const auto& rec : memfine::read_results(free_dir + "/results.jsonl")) {
+    if (rec["point"] != "model.seq=16") continue;
+    static_b = rec["static_bytes"].get<int64_t>();
+    if (rec["strategy"] == "full_recompute") full = rec["peak_activation_bytes"].get<int64_t>();
+    if (rec["strategy"] == "memfine(chunks=2)") chunked = rec["peak_activation_bytes"].get<int64_t>();
+  }
+  ASSERT_LT(chunked, full);
+  std::string text = kTiny;
+  text += "memory: {budget: " + std::to_string(static_b + (full + chunked) / 2) + "}\n";
+  const std::string dir = fresh_dir("oom");
+  Result r = run("run " + write("oom.yaml", text) + " --out " + dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto recs = memfine::read_results(dir + "/results.jsonl");
+  ASSERT_EQ(recs.size(), 6u);
+  int ooms = 0, oks = 0;
+  for (const auto& rec : recs) {
+    if (rec["status"] == "oom") {
+      ++ooms;
+      EXPECT_TRUE(rec["peak_activation_bytes"].is_null());
+      EXPECT_NE(rec["error"].get<std::string>().find("budget"), std::string::npos);
+    }
+    oks += rec["status"] == "ok";
+  }
+  EXPECT_GE(ooms, 2);
+  EXPECT_EQ(recs[2]["status"], "ok");  // memfine fits where full recomputation does not
+  EXPECT_EQ(recs[1]["status"], "oom");
+  EXPECT_GE(oks, 1);
+}
+
+TEST(Cli, ResumeAfterAKillLosesAndDuplicatesNothing) {
+  const std::string dir = fresh_dir("resume");
+  const std::string yaml = write("tiny.yaml", kTiny);
+  ASSERT_EQ(run("run " + yaml + " --out " + dir).code, 0);
+  const std::string path = dir + "/results.jsonl";
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  // Simulate a kill: four whole records, then half of the fifth with no newline.
+  {
+    std::ofstream out(path, std::ios::trunc);
+    for (int i = 0; i < 4; ++i) out << lines[size_t(i)] << "\n";
+    out << lines[4].substr(0, lines[4].size() / 2);
+  }
+  Result r = run("run " + yaml + " --out " + dir + " --resume");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("torn last record"), std::string::npos) << r.err;
+  auto recs = memfine::read_results(path);
+  ASSERT_EQ(recs.size(), 6u);
+  std::set<std::pair<std::string, std::string>> keys;
+  for (const auto& rec : recs) keys.insert({rec["point"].get<std::string>(), rec["strategy"].get<std::string>()});
+  EXPECT_EQ(keys.size(), 6u);
+  // A corrupt line in the middle is an error naming the line, and the file is left alone.
+  {
+    std::ofstream out(path, std::ios::app);
+    out << "{not json\n";
+  }
+  const auto size = fs::file_size(path);
+  Result bad = run("run " + yaml + " --out " + dir + " --resume");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("results.jsonl:7: corrupt record"), std::string::npos) << bad.err;
+  EXPECT_EQ(fs::file_size(path), size);
+}

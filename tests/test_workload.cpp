@@ -1,0 +1,121 @@
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "core/ep_rank.h"
+#include "core/workload.h"
+#include "testing.h"
+
+using namespace memfine;
+using memfine::test_util::tiny_config;
+
+namespace {
+void expect_realises(const at::Tensor& ids, const std::vector<int64_t>& counts) {
+  at::Tensor bc = at::bincount(ids.flatten(), {}, int64_t(counts.size()));
+  for (size_t e = 0; e < counts.size(); ++e) EXPECT_EQ(bc[int64_t(e)].item<int64_t>(), counts[e]) << "expert " << e;
+  // No token picks an expert twice.
+  at::Tensor sorted = std::get<0>(ids.sort(1));
+  EXPECT_FALSE(sorted.narrow(1, 1, ids.size(1) - 1).eq(sorted.narrow(1, 0, ids.size(1) - 1)).any().item<bool>());
+}
+}  // namespace
+
+TEST(Workload, BalancedIsEven) {
+  ModelConfig m;
+  m.experts = 16, m.topk = 4, m.seq = 64, m.micro_batch = 1;
+  auto c = expert_counts(WorkloadConfig{}, m, 4, 0, 1);
+  for (auto n : c) EXPECT_EQ(n, 4 * 64 * 4 / 16);
+  expect_realises(assign_experts(c, 4 * 64, 4, 1), c);
+}
+
+TEST(Workload, ZipfFollowsItsLaw) {
+  ModelConfig m;
+  m.experts = 32, m.topk = 2, m.seq = 4096, m.micro_batch = 1;
+  WorkloadConfig w;
+  w.kind = "zipf", w.alpha = 1.0;
+  auto c = expert_counts(w, m, 8, 0, 1);
+  std::vector<int64_t> s = c;
+  std::sort(s.rbegin(), s.rend());
+  EXPECT_EQ(std::accumulate(c.begin(), c.end(), int64_t(0)), 8 * 4096 * 2);
+  EXPECT_NEAR(double(s[0]) / double(s[1]), 2.0, 0.01);
+  EXPECT_NEAR(double(s[0]) / double(s[9]), 10.0, 0.05);
+  expect_realises(assign_experts(c, 8 * 4096, 2, 1), c);
+}
+
+TEST(Workload, ZipfNeverGivesATokenTheSameExpertTwice) {
+  ModelConfig m;
+  m.experts = 8, m.topk = 4, m.seq = 100, m.micro_batch = 1;
+  WorkloadConfig w;
+  w.kind = "zipf", w.alpha = 4.0;  // the top expert wants more than every token: capped at one per token
+  auto c = expert_counts(w, m, 2, 0, 1);
+  for (auto n : c) EXPECT_LE(n, 200);
+  expect_realises(assign_experts(c, 200, 4, 1), c);
+}
+
+TEST(Workload, LognormalSpreadMatchesSigma) {
+  ModelConfig m;
+  m.experts = 512, m.topk = 8, m.seq = 8192, m.micro_batch = 1;
+  WorkloadConfig w;
+  w.kind = "lognormal", w.sigma = 0.5;
+  auto c = expert_counts(w, m, 8, 0, 1);
+  std::vector<double> logs;
+  for (auto n : c) logs.push_back(std::log(double(n)));
+  const double mean = std::accumulate(logs.begin(), logs.end(), 0.0) / double(logs.size());
+  double var = 0;
+  for (double v : logs) var += (v - mean) * (v - mean);
+  EXPECT_NEAR(std::sqrt(var / double(logs.size() - 1)), 0.5, 0.05);
+}
+
+TEST(Workload, HotExpertsGetTheirShare) {
+  ModelConfig m;
+  m.experts = 16, m.topk = 2, m.seq = 1000, m.micro_batch = 1;
+  WorkloadConfig w;
+  w.kind = "hot", w.hot_fraction = 0.3, w.hot_experts = 2;
+  auto c = expert_counts(w, m, 4, 0, 1);
+  std::vector<int64_t> s = c;
+  std::sort(s.rbegin(), s.rend());
+  EXPECT_EQ(s[0] + s[1], 2400);  // 30% of 4 * 1000 * 2
+}
+
+TEST(Workload, TraceReplaysExactly) {
+  const std::string path = ::testing::TempDir() + "/trace.csv";
+  const std::vector<int64_t> layer0 = {50, 10, 0, 2, 8, 20, 10, 0};  // 100 = 2 ranks * 25 tokens * top-2
+  const std::vector<int64_t> layer1 = {60, 40, 0, 0, 0, 0, 0, 0};    // 60 > 50 tokens: cannot replay
+  {
+    std::ofstream out(path);
+    out << "layer,expert,tokens\n";
+    for (int e = 0; e < 8; ++e) out << "0," << e << "," << layer0[size_t(e)] << "\n";
+    for (int e = 0; e < 8; ++e) out << "1," << e << "," << layer1[size_t(e)] << "\n";
+  }
+  ModelConfig m;
+  m.experts = 8, m.topk = 2, m.seq = 25, m.micro_batch = 1;
+  WorkloadConfig w;
+  w.kind = "trace", w.trace = path;
+  const auto c0 = expert_counts(w, m, 2, 0, 1);
+  EXPECT_EQ(c0, layer0);
+  expect_realises(assign_experts(c0, 50, 2, 1), c0);
+  const auto c1 = expert_counts(w, m, 2, 1, 1);
+  EXPECT_EQ(std::accumulate(c1.begin(), c1.end(), int64_t(0)), 100);
+  EXPECT_EQ(*std::max_element(c1.begin(), c1.end()), 50);
+  EXPECT_EQ(expert_counts(w, m, 2, 2, 1), layer0);  // layers beyond the trace cycle through it
+  EXPECT_THROW(read_trace(path + ".missing", 0, 8), std::invalid_argument);
+}
+
+TEST(EmulatedRank, ReceivesWhatTheWorkloadRoutesToIt) {
+  ExperimentConfig c = tiny_config("float32", "zipf", 4);
+  at::Tensor ids = global_routing(c, 0);
+  const int64_t El = c.model.experts / c.ep;
+  int64_t best = -1, best_rank = -1;
+  for (int64_t r = 0; r < c.ep; ++r) {
+    RankRouting rr = rank_routing(ids, c, r, 0);
+    const int64_t expected = ids.div(El, "floor").eq(r).sum().item<int64_t>();
+    EXPECT_EQ(rr.tokens_received, expected);
+    EXPECT_DOUBLE_EQ(rr.overload_factor, double(expected) / (double(c.model.tokens() * c.model.topk) / double(c.ep)));
+    EXPECT_FALSE(rr.peer_rank.eq(r).any().item<bool>());
+    if (expected > best) best = expected, best_rank = r;
+  }
+  c.model.layers = 1;
+  EXPECT_EQ(hottest_rank(c), best_rank);
+}

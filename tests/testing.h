@@ -1,0 +1,66 @@
+// Small configurations and comparisons shared by the tests.
+#pragma once
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/train_step.h"
+
+namespace memfine::test_util {
+
+inline ExperimentConfig tiny_config(const std::string& dtype = "float64", const std::string& workload = "zipf",
+                                    int64_t ep = 4) {
+  ExperimentConfig c;
+  c.name = "test";
+  c.seed = 3;
+  c.dtype = dtype;
+  c.model.layers = 2;
+  c.model.hidden = 16;
+  c.model.heads = 4;
+  c.model.kv_heads = 2;
+  c.model.head_dim = 4;
+  c.model.ffn_hidden = 24;
+  c.model.experts = 8;
+  c.model.topk = 2;
+  c.model.seq = 24;
+  c.model.micro_batch = 2;
+  c.model.shared_experts = 1;
+  c.ep = ep;
+  c.workload.kind = workload;
+  c.workload.alpha = 2.0;
+  return c;
+}
+
+inline StrategySpec spec(const std::string& name, std::map<std::string, std::string> params = {}) {
+  StrategySpec s;
+  s.name = name;
+  for (auto& [k, v] : params) s.params[k] = YAML::Load(v);
+  return s;
+}
+
+// Loss and gradients (parameters, then the input) after one step without the update.
+struct Grads {
+  double loss;
+  std::vector<at::Tensor> grads;
+};
+
+inline Grads loss_and_grads(const ExperimentConfig& c, const StrategySpec& sp) {
+  auto st = make_train_state(c, true);
+  auto s = make_strategy(sp);
+  Grads g;
+  g.loss = train_step(*st, *s, 0, false);
+  for (const auto& p : st->model.parameters()) g.grads.push_back(p.grad().clone());
+  g.grads.push_back(st->input.grad().clone());
+  return g;
+}
+
+inline double max_rel_diff(const Grads& a, const Grads& b) {
+  double worst = std::abs(a.loss - b.loss) / std::max(std::abs(b.loss), 1e-300);
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    const double scale = b.grads[i].abs().max().item<double>();
+    worst = std::max(worst, (a.grads[i] - b.grads[i]).abs().max().item<double>() / std::max(scale, 1e-300));
+  }
+  return worst;
+}
+
+}  // namespace memfine::test_util
