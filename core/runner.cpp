@@ -13,6 +13,7 @@
 
 #include "core/flops.h"
 #include "core/memory_meter.h"
+#include "core/memory_model.h"
 #include "core/strategy.h"
 #include "core/timer.h"
 #include "core/train_step.h"
@@ -211,7 +212,11 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
     r["static_bytes"] = k.static_bytes;
     const bool measured = !k.ms.empty();
     r["peak_activation_bytes"] = measured ? json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))) : json(nullptr);
-    r["predicted_activation_bytes"] = nullptr;
+    try {
+      r["predicted_activation_bytes"] = predict_step(c, er, strategy_shape(k.spec)).activation_bytes;
+    } catch (const std::invalid_argument&) {
+      r["predicted_activation_bytes"] = nullptr;
+    }
     r["budget_bytes"] = c.budget < 0 ? json(nullptr) : json(c.budget);
     if (measured) {
       const Spread s = spread(k.ms);
@@ -339,9 +344,19 @@ int predict_experiment(const std::string& yaml) {
     return 2;
   }
   for (const auto& p : points) {
+    const EmulatedRank er = make_emulated_rank(p.config, p.config.rank);
     for (const auto& s : p.config.strategies) {
       json r = {{"experiment", p.config.name}, {"point", p.id}, {"strategy", s.label()},
                 {"predicted_static_bytes", nullptr}, {"predicted_activation_bytes", nullptr}, {"fits", nullptr}};
+      try {
+        const Prediction pr = predict_step(p.config, er, strategy_shape(s));
+        r["predicted_static_bytes"] = pr.static_bytes;
+        r["predicted_activation_bytes"] = pr.activation_bytes;
+        r["peak_phase"] = pr.phase;
+        r["fits"] = p.config.budget < 0 ? json(nullptr) : json(pr.static_bytes + pr.activation_bytes <= p.config.budget);
+      } catch (const std::invalid_argument& e) {
+        r["note"] = e.what();
+      }
       std::cout << r.dump() << "\n";
     }
   }
