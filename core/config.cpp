@@ -139,7 +139,11 @@ void parse_workload(const YAML::Node& node, const std::string& yaml_dir, Workloa
   r.read("hot_fraction", w.hot_fraction, "a number");
   r.read("hot_experts", w.hot_experts, "an integer");
   r.read("trace", w.trace, "a path");
+  r.read_choice("schedule", w.schedule, {"none", "figure5"});
+  r.read("peak_step", w.peak_step, "a number");
+  r.read("width", w.width, "a number");
   r.check_unknown();
+  if (w.width <= 0) p.add(r.child("width"), "workload.width", "must be positive");
   if (w.alpha < 0) p.add(r.child("alpha"), "workload.alpha", "must be 0 or more");
   if (w.sigma < 0) p.add(r.child("sigma"), "workload.sigma", "must be 0 or more");
   if (w.hot_fraction < 0 || w.hot_fraction > 1) p.add(r.child("hot_fraction"), "workload.hot_fraction", "must be in [0, 1]");
@@ -258,6 +262,50 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
     }
     mr.check_unknown();
   }
+  {
+    YAML::Node pn = r.child("paper");
+    if (pn.IsDefined() && !pn.IsNull()) {
+      PaperScaleConfig& ps = c.paper;
+      ps.enabled = true;
+      MapReader pr(pn, "paper", p);
+      YAML::Node dm = pr.child("device_memory");
+      if (dm.IsDefined() && !dm.IsNull()) {
+        try {
+          ps.device_memory = parse_bytes(dm.as<std::string>());
+        } catch (const std::exception& e) {
+          p.add(dm, "paper.device_memory", e.what());
+        }
+      }
+      pr.read("alpha", ps.alpha, "a number");
+      pr.read_positive("pipeline", ps.pipeline);
+      pr.read("layers_per_stage", ps.layers_per_stage, "an integer");
+      pr.read("dense_layers", ps.dense_layers, "an integer");
+      pr.read_positive("dense_ffn", ps.dense_ffn);
+      pr.read_positive("vocab", ps.vocab);
+      pr.read_positive("q_lora_rank", ps.q_lora_rank);
+      pr.read_positive("kv_lora_rank", ps.kv_lora_rank);
+      pr.read_positive("qk_nope_dim", ps.qk_nope_dim);
+      pr.read_positive("qk_rope_dim", ps.qk_rope_dim);
+      pr.read_positive("v_head_dim", ps.v_head_dim);
+      pr.read("bytes_param", ps.bytes_param, "a number");
+      pr.read("bytes_grad", ps.bytes_grad, "a number");
+      pr.read("bytes_optimizer", ps.bytes_optimizer, "a number");
+      pr.read("received", ps.received, "'figure2' or a number");
+      pr.read("figure2", ps.figure2, "a path");
+      pr.read("m_g", ps.m_g, "a number");
+      pr.check_unknown();
+      if (ps.alpha <= 0 || ps.alpha > 1) p.add(pr.child("alpha"), "paper.alpha", "must be in (0, 1]");
+      if (!ps.figure2.empty()) {
+        std::filesystem::path fp(ps.figure2);
+        const std::string dir = std::filesystem::path(file).parent_path().string();
+        if (fp.is_relative()) fp = std::filesystem::path(dir.empty() ? "." : dir) / fp;
+        ps.figure2 = fp.string();
+        if (!std::filesystem::exists(fp)) p.add(pr.child("figure2"), "paper.figure2", "cannot read '" + ps.figure2 + "'");
+      } else if (ps.received == "figure2") {
+        p.add(pn, "paper.figure2", "received: figure2 needs the Figure 2 CSV");
+      }
+    }
+  }
   parse_strategies(r.child("strategies"), c.strategies, p);
   r.child("sweep");  // expanded by the caller
   r.check_unknown();
@@ -281,6 +329,13 @@ YAML::Node node_at(YAML::Node root, const std::string& dotted) {
 }
 
 }  // namespace
+
+double WorkloadConfig::intensity(int64_t step, int64_t layer, int64_t layers) const {
+  if (schedule == "none") return 1.0;
+  const double depth = double(layer + 1) / double(layers);
+  const double t = (double(step) - peak_step) / width;
+  return depth * (0.15 + 0.85 * std::exp(-t * t));
+}
 
 std::string StrategySpec::label() const {
   if (params.empty()) return name;

@@ -32,6 +32,13 @@ struct WorkloadConfig {
   double hot_fraction = 0.5;      // hot: share of all assignments forced onto the hot experts
   int64_t hot_experts = 1;        // hot: how many experts are hot
   std::string trace;              // trace: CSV path (resolved against the YAML's folder)
+  // How imbalance changes over training steps and depth. "none": the same routing every step.
+  // "figure5": the shape of the paper's Figures 2 and 5 - calm first steps, a hot middle around
+  // `peak_step` (spread `width` steps), deeper layers more imbalanced; routing redrawn each step.
+  std::string schedule = "none";
+  double peak_step = 8, width = 4;
+  // Imbalance strength in [0, 1] at a step and layer (1 when there is no schedule).
+  double intensity(int64_t step, int64_t layer, int64_t layers) const;
 };
 
 // A strategy as the YAML names it: `memfine` or `{name: memfine, chunks: 4}`.
@@ -44,6 +51,22 @@ struct StrategySpec {
   bool get_bool(const std::string& key, bool fallback) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
   std::vector<int64_t> get_int_list(const std::string& key, std::vector<int64_t> fallback) const;
+};
+
+// Paper-scale projection (memfine predict only): the DeepSeek-V3 shapes the model config does not
+// carry, the device, and where s' comes from. Defaults are DeepSeek-V3's published architecture.
+struct PaperScaleConfig {
+  bool enabled = false;
+  int64_t device_memory = 64000000000;  // bytes ("64 GB per GPU")
+  double alpha = 1.0;                   // Eq. 3: share of device memory available; not given in the paper
+  int64_t pipeline = 4;                 // p
+  int64_t layers_per_stage = 0;         // 0: layers / pipeline
+  int64_t dense_layers = 3, dense_ffn = 18432, vocab = 129280;
+  int64_t q_lora_rank = 1536, kv_lora_rank = 512, qk_nope_dim = 128, qk_rope_dim = 64, v_head_dim = 128;
+  double bytes_param = 2, bytes_grad = 4, bytes_optimizer = 12;  // bf16 weights; fp32 grads, master and 2 moments
+  std::string received = "figure2";  // s': "figure2" (hottest layer's p99 x local experts) or a number
+  std::string figure2;               // CSV of the paper's Figure 2 statistics (layer,p99,...)
+  double m_g = 1;                    // stored layers' worth of activations (1 under full recomputation)
 };
 
 struct ExperimentConfig {
@@ -62,6 +85,7 @@ struct ExperimentConfig {
   WorkloadConfig workload;
   int64_t budget = -1;            // bytes; -1 = no budget
   std::vector<StrategySpec> strategies;
+  PaperScaleConfig paper;
 };
 
 struct SweepPoint {

@@ -21,9 +21,9 @@ int64_t EmulatedRank::input_bytes() const {
   return n;
 }
 
-at::Tensor global_routing(const ExperimentConfig& c, int64_t layer) {
-  const uint64_t seed = mix_seed(c.seed, 5000 + uint64_t(layer));
-  const auto counts = expert_counts(c.workload, c.model, c.ep, layer, c.seed);
+at::Tensor global_routing(const ExperimentConfig& c, int64_t layer, int64_t step) {
+  const uint64_t seed = mix_seed(c.seed, 5000 + uint64_t(layer) + (c.workload.schedule == "none" ? 0 : 100003 * uint64_t(step)));
+  const auto counts = expert_counts(c.workload, c.model, c.ep, layer, c.seed, step);
   return assign_experts(counts, c.ep * c.model.tokens(), c.model.topk, seed);
 }
 
@@ -75,14 +75,21 @@ RankRouting rank_routing(const at::Tensor& ids, const ExperimentConfig& c, int64
 int64_t hottest_rank(const ExperimentConfig& c) {
   std::vector<int64_t> recv(size_t(c.ep), 0);
   const int64_t El = c.model.experts / c.ep;
+  // With a schedule: the hottest at its peak step.
+  const int64_t step = c.workload.schedule == "none" ? 0 : int64_t(c.workload.peak_step);
   for (int64_t l = 0; l < c.model.layers; ++l) {
-    at::Tensor per_rank = at::bincount(global_routing(c, l).flatten().div(El, "floor"), {}, c.ep);
+    at::Tensor per_rank = at::bincount(global_routing(c, l, step).flatten().div(El, "floor"), {}, c.ep);
     for (int64_t r = 0; r < c.ep; ++r) recv[r] += per_rank[r].item<int64_t>();
   }
   return int64_t(std::max_element(recv.begin(), recv.end()) - recv.begin());
 }
 
-EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank) {
+void route_step(EmulatedRank& er, const ExperimentConfig& c, int64_t step) {
+  if (c.workload.schedule == "none" || c.workload.kind == "router") return;
+  for (int64_t l = 0; l < c.model.layers; ++l) er.layers[size_t(l)] = rank_routing(global_routing(c, l, step), c, er.rank, l);
+}
+
+EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step) {
   EmulatedRank er;
   if (c.workload.kind == "router") {
     // The router decides at run time; one rank receives all of its own rows.
@@ -98,7 +105,7 @@ EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank) {
     }
   } else {
     er.rank = rank < 0 ? hottest_rank(c) : rank;
-    for (int64_t l = 0; l < c.model.layers; ++l) er.layers.push_back(rank_routing(global_routing(c, l), c, er.rank, l));
+    for (int64_t l = 0; l < c.model.layers; ++l) er.layers.push_back(rank_routing(global_routing(c, l, step), c, er.rank, l));
   }
   const auto opt = options_of(c);
   auto table = [&](uint64_t what, double scale) {

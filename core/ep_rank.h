@@ -37,13 +37,15 @@ struct EmulatedRank {
 };
 
 // The workload's routing of all ranks' tokens for one layer: [ep * tokens, topk] expert ids.
-at::Tensor global_routing(const ExperimentConfig& c, int64_t layer);
+at::Tensor global_routing(const ExperimentConfig& c, int64_t layer, int64_t step = 0);
 
 // The rank receiving the most rows over all layers (ties: the lowest rank).
 int64_t hottest_rank(const ExperimentConfig& c);
 
-// Routing of `rank` (rank -1 means the hottest), plus its seeded tables.
-EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank);
+// Routing of `rank` (rank -1 means the hottest) at `step`, plus its seeded tables.
+EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step = 0);
+// Replaces the routing of `er` by that of `step` (a workload with a schedule changes per step).
+void route_step(EmulatedRank& er, const ExperimentConfig& c, int64_t step);
 
 RankRouting rank_routing(const at::Tensor& global_ids, const ExperimentConfig& c, int64_t rank, int64_t layer);
 

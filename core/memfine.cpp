@@ -3,8 +3,15 @@
 // inputs; backward recomputes and backpropagates one chunk at a time (Eq. 7). The MoE's peak is
 // then the largest chunk's, not the whole layer's. The rest of the layer is recomputed as in
 // full_recompute, so memfine never stores more than full_recompute does.
+//
+// MACT (memory-aware chunk tuning, `chunks: auto`): before each step, for every layer, read the
+// rows it will receive (the paper's "notify") and take the smallest bin whose predicted peak fits
+// the budget, from the implementation model (default) or the paper's Eq. 8-9 (`model: paper`).
+// With `store_when_fits: true` the step stores everything when the model says that fits.
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/memory_meter.h"
+#include "core/memory_model.h"
 #include "core/recompute.h"
 #include "core/strategy.h"
 
@@ -90,13 +97,30 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
 class MemFine : public Strategy {
  public:
   explicit MemFine(StrategySpec spec) : Strategy(std::move(spec)) {
-    chunks_ = spec_.get_int("chunks", 1);
-    if (chunks_ < 1) throw std::invalid_argument("chunks must be 1 or more, got " + std::to_string(chunks_));
+    auto it = spec_.params.find("chunks");
+    if (it != spec_.params.end() && it->second.IsScalar() && it->second.as<std::string>() == "auto") {
+      chunks_ = 0;
+    } else {
+      chunks_ = spec_.get_int("chunks", 1);
+      if (chunks_ < 1) throw std::invalid_argument("chunks must be 1 or more, or 'auto', got " + std::to_string(chunks_));
+    }
+    bins_ = spec_.get_int_list("bins", {1, 2, 4, 8});
+    model_ = spec_.get_string("model", "implementation");
+    store_when_fits_ = spec_.get_bool("store_when_fits", false);
+    if (bins_.empty() || !std::is_sorted(bins_.begin(), bins_.end()) || bins_.front() < 1)
+      throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
+    if (model_ != "implementation" && model_ != "paper")
+      throw std::invalid_argument("model must be 'implementation' or 'paper', got '" + model_ + "'");
+    if (chunks_ > 0 && (spec_.params.count("bins") || spec_.params.count("model") || spec_.params.count("store_when_fits")))
+      throw std::invalid_argument("bins, model and store_when_fits apply to chunks: auto");
   }
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
-    const int64_t chunks = chunks_;
+    if (chunks_ == 0 && in.layer == 0) plan(in);
+    const int64_t chunks = chunks_ > 0 ? chunks_ : plan_[size_t(in.layer)];
     stats_.chunks.push_back(chunks);
+    stats_.tuned = chunks_ == 0;
+    if (chunks == 0) return layer_forward(x, in, *this, moe_stored);
     MoeFn chunked = [chunks](const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& routing,
                              const LayerWeights& w) {
       ChunkedCall call{routing, &w, chunks};
@@ -107,15 +131,77 @@ class MemFine : public Strategy {
   }
 
  private:
-  int64_t chunks_ = 1;
+  // Chooses this step's chunk count per layer (0 = store without recomputation).
+  void plan(const LayerInput& in) {
+    const ExperimentConfig& c = *in.config;
+    const int64_t L = c.model.layers;
+    plan_.assign(size_t(L), bins_.front());
+    if (c.budget < 0) return;  // no budget: the smallest bin
+    StrategyShape chunked;
+    chunked.recompute_layer = true;
+    chunked.moe = MoeMode::Chunked;
+    const Prediction stored = predict_step(c, *in.rank, StrategyShape{});
+    const int64_t room = c.budget - stored.static_bytes;
+    if (store_when_fits_ && stored.activation_bytes <= room) {
+      plan_.assign(size_t(L), 0);
+      return;
+    }
+    if (model_ == "paper") {
+      PaperModel pm;
+      const ModelConfig& m = c.model;
+      pm.D_t = double(c10::elementSize(dtype_of(c.dtype)));
+      pm.b = double(m.micro_batch), pm.s = double(m.seq), pm.h = double(m.hidden), pm.a = double(m.heads);
+      pm.h_d = double(m.head_dim), pm.k_a = double(m.kv_heads), pm.e_n = double(m.experts), pm.g_e = double(m.ffn_hidden);
+      pm.static_bytes = double(stored.static_bytes), pm.device_bytes = double(c.budget);
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t need = in.rank->layers[size_t(l)].tokens_received;  // notify: rows to receive
+        const int64_t b = chunks_for(double(need), pm.s_recv_max(), bins_);
+        if (b < 0)
+          throw OutOfMemory(int64_t(pm.activation(double(need), double(bins_.back()))), stored.static_bytes, c.budget);
+        plan_[size_t(l)] = b;
+      }
+      return;
+    }
+    for (int64_t l = 0; l < L; ++l) {
+      bool found = false;
+      int64_t need = 0;
+      for (int64_t b : bins_) {
+        std::vector<int64_t> trial = plan_;
+        trial[size_t(l)] = b;
+        const Prediction p = predict_step(c, *in.rank, chunked, trial);
+        need = p.layer_peak[size_t(l)];
+        if (need <= room) {
+          plan_[size_t(l)] = b;
+          found = true;
+          break;
+        }
+      }
+      if (!found)
+        throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) + " needs " +
+                                 std::to_string(need) + " activation bytes even with " + std::to_string(bins_.back()) +
+                                 " chunks; the budget leaves " + std::to_string(room) + " (short by " +
+                                 std::to_string(need - room) + ")");
+    }
+  }
+
+  int64_t chunks_ = 1;  // 0: auto
+  std::vector<int64_t> bins_;
+  std::string model_;
+  bool store_when_fits_ = false;
+  std::vector<int64_t> plan_;
 };
 
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     "memfine",
     "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer recomputed",
-    {{"chunks", "number of token chunks (integer >= 1)"}},
+    {{"chunks", "number of token chunks (integer >= 1), or 'auto' (MACT: per layer and step, from the budget)"},
+     {"bins", "auto: the chunk counts MACT may choose (default [1, 2, 4, 8])"},
+     {"model", "auto: 'implementation' (this code's byte-level model, default) or 'paper' (Eq. 8-9)"},
+     {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"}},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
     [](const StrategySpec& s, const ExperimentConfig& c) {
+      auto it = s.params.find("chunks");
+      if (it != s.params.end() && it->second.IsScalar() && it->second.as<std::string>() == "auto") return;
       if (s.get_int("chunks", 1) > c.model.tokens())
         throw std::invalid_argument("chunks (" + std::to_string(s.get_int("chunks", 1)) + ") exceeds the tokens per rank (" +
                                     std::to_string(c.model.tokens()) + ")");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "core/model.h"
@@ -181,8 +183,12 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   const double final_stored = 3 * act + z.E * z.T, final_backward = 4 * act;
   const double layer_params = z.E * double(parameter_count(m, c.ep) - m.hidden) / double(L);
   double peak = 0;
+  int64_t current = -1;  // the layer whose backward is being considered; -1: the loss
+  p.layer_peak.assign(size_t(L), 0);
   auto consider = [&](double bytes, const std::string& where) {
     if (bytes > peak) peak = bytes, p.phase = where;
+    int64_t& slot = current < 0 ? p.loss_peak : p.layer_peak[size_t(current)];
+    slot = std::max(slot, int64_t(bytes));
   };
 
   // Bytes each layer keeps from its forward until its backward, under the strategy.
@@ -198,6 +204,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   for (int64_t l = 0; l < L; ++l) below += resident[size_t(l)];
   consider(below + final_stored + final_backward, "backward of the loss");
   for (int64_t l = L - 1; l >= 0; --l) {
+    current = l;
     below -= resident[size_t(l)];
     const Outside& o = out[size_t(l)];
     const std::string at = "backward of layer " + std::to_string(l);
@@ -246,6 +253,78 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   }
   p.activation_bytes = int64_t(peak);
   return p;
+}
+
+}  // namespace memfine
+
+namespace memfine {
+
+namespace {
+double figure2_received(const PaperScaleConfig& ps, int64_t local_experts, std::string& note) {
+  std::ifstream in(ps.figure2);
+  std::string line;
+  std::getline(in, line);  // header
+  double best = 0;
+  int64_t best_layer = -1;
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string layer, p99;
+    std::getline(ss, layer, ',');
+    std::getline(ss, p99, ',');
+    if (std::stod(p99) > best) best = std::stod(p99), best_layer = std::stoll(layer);
+  }
+  note = "s' = " + std::to_string(local_experts) + " local experts x Figure 2's largest p99 (layer " +
+         std::to_string(best_layer) + ", " + std::to_string(int64_t(best)) + " tokens): the hottest device's experts all near p99";
+  return best * double(local_experts);
+}
+}  // namespace
+
+PaperProjection project_paper(const ExperimentConfig& c, const StrategySpec& spec) {
+  const ModelConfig& m = c.model;
+  const PaperScaleConfig& ps = c.paper;
+  PaperProjection pr;
+  std::ostringstream notes;
+  const double h = double(m.hidden), g = double(m.ffn_hidden), H = double(m.heads);
+  // DeepSeek-V3 MLA: q down/up with q_lora_rank, kv down (+ rope key) and up, output projection.
+  const double qk = double(ps.qk_nope_dim + ps.qk_rope_dim);
+  const double attention = h * double(ps.q_lora_rank) + double(ps.q_lora_rank) * H * qk +
+                           h * double(ps.kv_lora_rank + ps.qk_rope_dim) +
+                           double(ps.kv_lora_rank) * H * double(ps.qk_nope_dim + ps.v_head_dim) +
+                           H * double(ps.v_head_dim) * h + double(ps.q_lora_rank + ps.kv_lora_rank) + 2 * h;
+  const double local_experts = double(m.experts / c.ep);
+  const double moe_layer = attention + h * double(m.experts) + local_experts * 3 * h * g +
+                           double(m.shared_experts) * 3 * h * g;
+  const int64_t per_stage = ps.layers_per_stage > 0 ? ps.layers_per_stage : m.layers / ps.pipeline;
+  // The most loaded stage of MoE layers (the middle stages hold neither embedding nor head).
+  pr.parameters = double(per_stage) * moe_layer;
+  notes << "stage: " << per_stage << " MoE layers of " << moe_layer / 1e6 << "M parameters (MLA attention "
+        << attention / 1e6 << "M, " << local_experts << " local experts, " << m.shared_experts
+        << " shared), no embedding or head; ";
+  const double bytes_per_param = ps.bytes_param + ps.bytes_grad + ps.bytes_optimizer;
+  pr.static_bytes = pr.parameters * bytes_per_param;
+  notes << bytes_per_param << " bytes per parameter (Eq. 1); ";
+  PaperModel pm;
+  pm.D_t = ps.bytes_param, pm.b = double(m.micro_batch), pm.s = double(m.seq), pm.h = h, pm.a = H;
+  pm.h_d = double(m.head_dim), pm.k_a = double(m.kv_heads), pm.e_n = double(m.experts), pm.g_e = g;
+  pm.m_g = ps.m_g, pm.static_bytes = pr.static_bytes, pm.alpha = ps.alpha, pm.device_bytes = double(ps.device_memory);
+  notes << "h_d = " << m.head_dim << ", k_a = " << m.kv_heads << ", m_g = " << ps.m_g << ", alpha = " << ps.alpha << "; ";
+  std::string rnote;
+  if (ps.received == "figure2") pr.received = figure2_received(ps, int64_t(local_experts), rnote);
+  else pr.received = std::stod(ps.received), rnote = "s' given";
+  notes << rnote;
+  pr.s_recv_max = pm.s_recv_max();
+  auto it = spec.params.find("chunks");
+  const bool automatic = spec.name == "memfine" && it != spec.params.end() && it->second.IsScalar() &&
+                         it->second.as<std::string>() == "auto";
+  if (spec.name == "full_recompute") pr.chunks = 1;
+  else if (automatic) pr.chunks = chunks_for(pr.received, pr.s_recv_max, spec.get_int_list("bins", {1, 2, 4, 8}));
+  else if (spec.name == "memfine") pr.chunks = spec.get_int("chunks", 1);
+  else throw std::invalid_argument("the paper model covers full_recompute and memfine");
+  const double c_used = pr.chunks > 0 ? double(pr.chunks) : double(spec.get_int_list("bins", {1, 2, 4, 8}).back());
+  pr.activation_bytes = pm.activation(pr.received, c_used);
+  pr.fits = pr.chunks > 0 && pm.fits(pr.received, c_used);
+  pr.assumptions = notes.str();
+  return pr;
 }
 
 }  // namespace memfine

@@ -60,12 +60,33 @@ StrategyShape strategy_shape(const StrategySpec& spec);
 struct Prediction {
   int64_t static_bytes = 0;
   int64_t activation_bytes = 0;
-  std::string phase;  // where the peak happens, e.g. "backward of layer 1, MoE chunk 0"
+  std::string phase;                // where the peak happens, e.g. "backward of layer 1, MoE chunk 0"
+  std::vector<int64_t> layer_peak;  // the peak while each layer's backward runs
+  int64_t loss_peak = 0;            // the peak of the loss's backward (no chunking changes it)
 };
 
 // Predicts static bytes and the activation peak of one training step of the emulated rank.
 // `chunks_per_layer` overrides the chunk count per layer (MACT); empty = the shape's.
 Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategyShape& s,
                         const std::vector<int64_t>& chunks_per_layer = {});
+
+}  // namespace memfine
+
+namespace memfine {
+
+// The paper's Table 4 at paper scale, from Eq. 1-3 and 8-9 with DeepSeek-V3 parameter counts.
+struct PaperProjection {
+  double parameters = 0;      // on the most loaded pipeline stage
+  double static_bytes = 0;    // Eq. 1
+  double activation_bytes = 0;
+  double received = 0;        // s'
+  double s_recv_max = 0;      // Eq. 8
+  int64_t chunks = 1;         // the method's chunk count (MACT: Eq. 9 and the bins); -1: none fits
+  bool fits = false;          // Eq. 3
+  std::string assumptions;    // one line per assumption
+};
+
+// For a strategy: full_recompute (c = 1), memfine with fixed chunks, memfine chunks: auto.
+PaperProjection project_paper(const ExperimentConfig& c, const StrategySpec& s);
 
 }  // namespace memfine

@@ -37,6 +37,7 @@ struct Contender {
   std::vector<double> ms, peaks;
   double loss = NAN;
   StepStats stats;
+  std::vector<std::vector<int64_t>> chunk_history;  // per timed step, per layer (tuned strategies)
   double grad_err = NAN;
 };
 
@@ -149,6 +150,8 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
         tick();
         continue;
       }
+      route_step(k.state->rank, c, it);  // a scheduled workload routes differently each step
+      k.static_bytes = k.state->static_bytes();
       meter.reset_peak();
       const int64_t start = meter.current_bytes();
       const int64_t limit = c.budget >= 0 ? start - k.static_bytes + c.budget : -1;
@@ -170,6 +173,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
         k.ms.push_back(ms);
         k.peaks.push_back(double(meter.peak_bytes() - start));
         k.stats = k.strategy->stats();
+        k.chunk_history.push_back(k.stats.chunks);
       }
       tick();
     }
@@ -181,6 +185,16 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
   int64_t recv_max = 0, recv_sum = 0;
   double overload = 0;
   json per_layer = json::array();
+  json per_step = json::array();  // scheduled workloads: s' per timed step and layer
+  if (c.workload.schedule != "none") {
+    EmulatedRank stepped = er;
+    for (int64_t it = c.warmup; it < steps; ++it) {
+      route_step(stepped, c, it);
+      json row = json::array();
+      for (const auto& l : stepped.layers) row.push_back(l.tokens_received);
+      per_step.push_back(row);
+    }
+  }
   for (const auto& l : er.layers) {
     recv_max = std::max(recv_max, l.tokens_received);
     recv_sum += l.tokens_received;
@@ -201,6 +215,10 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
     r["ep"] = c.ep;
     if (k.stats.chunks.empty()) {
       r["chunks"] = nullptr;
+    } else if (k.stats.tuned) {
+      r["chunks"] = k.chunk_history;  // [timed step][layer]; 0 = stored without recomputation
+      r["chunk_steps"] = json::array();
+      for (int64_t i = 0; i < int64_t(k.chunk_history.size()); ++i) r["chunk_steps"].push_back(c.warmup + i);
     } else if (std::all_of(k.stats.chunks.begin(), k.stats.chunks.end(), [&](int64_t v) { return v == k.stats.chunks[0]; })) {
       r["chunks"] = k.stats.chunks[0];
     } else {
@@ -208,12 +226,25 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
     }
     r["tokens_received"] = recv_max;
     r["tokens_received_per_layer"] = per_layer;
+    if (!per_step.empty()) r["tokens_received_per_step"] = per_step;
     r["overload_factor"] = overload;
     r["static_bytes"] = k.static_bytes;
     const bool measured = !k.ms.empty();
     r["peak_activation_bytes"] = measured ? json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))) : json(nullptr);
     try {
-      r["predicted_activation_bytes"] = predict_step(c, er, strategy_shape(k.spec)).activation_bytes;
+      StrategyShape shape = strategy_shape(k.spec);
+      std::vector<int64_t> plan;
+      if (k.stats.tuned && !k.chunk_history.empty()) {
+        // MACT: the model's view of the last timed step's choice (all stored, or all chunked).
+        plan = k.chunk_history.back();
+        if (std::all_of(plan.begin(), plan.end(), [](int64_t v) { return v == 0; })) shape = StrategyShape{}, plan.clear();
+        else std::replace(plan.begin(), plan.end(), int64_t(0), int64_t(1));
+      }
+      EmulatedRank last = er;
+      if (k.stats.tuned) route_step(last, c, steps - 1);
+      r["predicted_activation_bytes"] = shape.chunks == 0 && plan.empty() && shape.moe == MoeMode::Chunked
+                                            ? json(nullptr)
+                                            : json(predict_step(c, last, shape, plan).activation_bytes);
     } catch (const std::invalid_argument&) {
       r["predicted_activation_bytes"] = nullptr;
     }
@@ -283,6 +314,10 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     return 2;
   }
   const ExperimentConfig& base = points.front().config;
+  if (base.paper.enabled) {
+    std::cerr << "memfine run: " << yaml << " is a paper-scale projection (it has a 'paper' section): use memfine predict\n";
+    return 2;
+  }
   const std::string dir = opt.out_dir.empty()
                               ? (std::filesystem::path("results") / device_class(base.device) / base.name).string()
                               : opt.out_dir;
@@ -344,6 +379,29 @@ int predict_experiment(const std::string& yaml) {
     return 2;
   }
   for (const auto& p : points) {
+    if (p.config.paper.enabled) {
+      // Paper scale: the paper's equations only (building this model for real is not the point).
+      for (const auto& s : p.config.strategies) {
+        json r = {{"experiment", p.config.name}, {"point", p.id}, {"strategy", s.label()}, {"model", "paper"}};
+        try {
+          const PaperProjection pr = project_paper(p.config, s);
+          r["parameters"] = pr.parameters;
+          r["static_gb"] = pr.static_bytes / 1e9;
+          r["activation_gb"] = pr.activation_bytes / 1e9;
+          r["total_gb"] = (pr.static_bytes + pr.activation_bytes) / 1e9;
+          r["tokens_received"] = pr.received;
+          r["s_recv_max"] = pr.s_recv_max;
+          r["chunks"] = pr.chunks;
+          r["fits"] = pr.fits;
+          r["device_gb"] = double(p.config.paper.device_memory) / 1e9;
+          r["assumptions"] = pr.assumptions;
+        } catch (const std::exception& e) {
+          r["note"] = e.what();
+        }
+        std::cout << r.dump() << "\n";
+      }
+      continue;
+    }
     const EmulatedRank er = make_emulated_rank(p.config, p.config.rank);
     for (const auto& s : p.config.strategies) {
       json r = {{"experiment", p.config.name}, {"point", p.id}, {"strategy", s.label()},

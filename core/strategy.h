@@ -18,6 +18,7 @@
 namespace memfine {
 
 struct LayerInput {
+  const ExperimentConfig* config = nullptr;
   const Model* model = nullptr;
   const LayerWeights* weights = nullptr;
   const EmulatedRank* rank = nullptr;
@@ -33,7 +34,8 @@ struct LayerOutput {
 // What a strategy reports about a step, beyond memory and time.
 struct StepStats {
   int64_t assignments = 0, dropped = 0;     // capacity capping
-  std::vector<int64_t> chunks;               // chunk count per layer this step (MemFine)
+  std::vector<int64_t> chunks;               // chunk count per layer this step (MemFine; 0 = stored)
+  bool tuned = false;                        // chunks chosen per step (MACT)
 };
 
 // How the MoE part of a layer runs, given the normed hidden states and router probabilities.

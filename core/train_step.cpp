@@ -32,7 +32,7 @@ at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step) {
   at::Tensor h = st.input;
   at::Tensor aux = at::zeros({}, st.input.options());
   for (int64_t l = 0; l < st.model.cfg.layers; ++l) {
-    LayerInput in{&st.model, &st.model.layers[size_t(l)], &st.rank, l, step};
+    LayerInput in{&st.cfg, &st.model, &st.model.layers[size_t(l)], &st.rank, l, step};
     LayerOutput out = s.run_layer(h, in);
     h = out.hidden;
     aux = aux + out.aux_loss;

@@ -129,23 +129,26 @@ void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep
 }
 
 std::vector<int64_t> expert_counts(const WorkloadConfig& w, const ModelConfig& m, int64_t ep, int64_t layer,
-                                   uint64_t seed) {
+                                   uint64_t seed, int64_t step) {
   const int64_t E = m.experts;
   const int64_t total_tokens = ep * m.tokens();
   const int64_t total = total_tokens * m.topk;
-  std::mt19937_64 rng(mix_seed(seed, 1000 + layer));
+  const bool scheduled = w.schedule != "none";
+  std::mt19937_64 rng(mix_seed(scheduled ? mix_seed(seed, 77777 + uint64_t(step)) : seed, 1000 + layer));
+  const double strength = w.intensity(step, layer, m.layers);
   std::vector<double> weight(E, 1.0);
   // Which experts are popular is random (seeded); how popular follows the workload's law.
   const std::vector<int64_t> order = shuffled_ids(E, rng);
   if (w.kind == "zipf") {
-    for (int64_t r = 0; r < E; ++r) weight[order[r]] = std::pow(double(r + 1), -w.alpha);
+    for (int64_t r = 0; r < E; ++r) weight[order[r]] = std::pow(double(r + 1), -w.alpha * strength);
   } else if (w.kind == "lognormal") {
-    for (int64_t e = 0; e < E; ++e) weight[e] = std::exp(w.sigma * normal(rng));
+    for (int64_t e = 0; e < E; ++e) weight[e] = std::exp(w.sigma * strength * normal(rng));
   } else if (w.kind == "hot") {
     const int64_t hot = std::min(w.hot_experts, E);
+    // With a schedule the hot share moves between balanced (hot/E) and hot_fraction.
+    const double frac = double(hot) / double(E) + strength * (w.hot_fraction - double(hot) / double(E));
     for (int64_t r = 0; r < E; ++r)
-      weight[order[r]] = r < hot ? w.hot_fraction / double(hot)
-                                 : (hot == E ? 0.0 : (1.0 - w.hot_fraction) / double(E - hot));
+      weight[order[r]] = r < hot ? frac / double(hot) : (hot == E ? 0.0 : (1.0 - frac) / double(E - hot));
   } else if (w.kind == "trace") {
     const auto trace = read_trace(w.trace, layer, E);
     for (int64_t e = 0; e < E; ++e) weight[e] = double(trace[e]);

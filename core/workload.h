@@ -19,8 +19,9 @@ void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep
 
 // Assignments each expert receives in one layer, summed over all `ep` ranks' tokens; the counts
 // add up to ep * tokens * topk and none exceeds ep * tokens (a token picks an expert once).
+// With a schedule, `step` selects the step's routing and its imbalance strength.
 std::vector<int64_t> expert_counts(const WorkloadConfig& w, const ModelConfig& m, int64_t ep, int64_t layer,
-                                   uint64_t seed);
+                                   uint64_t seed, int64_t step = 0);
 
 // Expert ids [ep * tokens, topk] (int64) realising `counts` exactly, distinct within each row, with
 // tokens shuffled under `seed` so the hot assignments are spread over positions and ranks.

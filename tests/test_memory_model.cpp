@@ -70,3 +70,66 @@ TEST(MemoryModel, PaperEquations) {
   EXPECT_EQ(chunks_for(100, 10, {1, 2, 4, 8}), -1);
   EXPECT_EQ(chunks_for(100, -5, {1, 2, 4, 8}), -1);
 }
+
+// MACT under a real budget that full recomputation exceeds: it runs, and per layer it picks the
+// smallest bin whose predicted peak fits.
+TEST(Mact, PicksTheSmallestBinThatFitsWhereFullRecomputeRunsOutOfMemory) {
+  MemoryMeter& meter = MemoryMeter::get("cpu");
+  ExperimentConfig c = test_util::tiny_config("float32", "zipf", 4);
+  c.model.hidden = 64, c.model.ffn_hidden = 128, c.model.seq = 64, c.model.layers = 3;
+  c.workload.alpha = 1.5;
+  const EmulatedRank rank = make_emulated_rank(c, -1);
+  StrategyShape chunked;
+  chunked.recompute_layer = true;
+  chunked.moe = MoeMode::Chunked;
+  const Prediction full = predict_step(c, rank, strategy_shape(spec("full_recompute")));
+  const Prediction two = predict_step(c, rank, chunked, std::vector<int64_t>(3, 2));
+  ASSERT_LT(two.activation_bytes, full.activation_bytes);
+  c.budget = full.static_bytes + (full.activation_bytes + two.activation_bytes) / 2;
+  const int64_t room = c.budget - full.static_bytes;
+
+  auto run = [&](const StrategySpec& sp, std::unique_ptr<Strategy>& s) {
+    auto st = make_train_state(c);
+    s = make_strategy(sp);
+    meter.reset_peak();
+    const int64_t start = meter.current_bytes();
+    MemoryLimitGuard guard(meter, start + c.budget - st->static_bytes());
+    train_step(*st, *s, 0);
+    return meter.peak_bytes() - start;
+  };
+  std::unique_ptr<Strategy> s;
+  try {
+    run(spec("full_recompute"), s);
+    FAIL() << "full_recompute should exceed the budget";
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(is_out_of_memory(e)) << e.what();
+  }
+  const int64_t peak = run(spec("memfine", {{"chunks", "auto"}}), s);
+  EXPECT_LE(peak, room);
+  const std::vector<int64_t> chosen = s->stats().chunks;
+  ASSERT_EQ(chosen.size(), 3u);
+  EXPECT_GT(*std::max_element(chosen.begin(), chosen.end()), 1);
+  for (int64_t l = 0; l < 3; ++l) {
+    std::vector<int64_t> plan = chosen;
+    EXPECT_LE(predict_step(c, rank, chunked, plan).layer_peak[size_t(l)], room) << "layer " << l;
+    if (chosen[size_t(l)] > 1) {
+      plan[size_t(l)] = chosen[size_t(l)] / 2;  // the next smaller bin does not fit
+      EXPECT_GT(predict_step(c, rank, chunked, plan).layer_peak[size_t(l)], room) << "layer " << l;
+    }
+  }
+  // With a budget where storing fits, store_when_fits stores.
+  c.budget = -1;
+  const Prediction stored = predict_step(c, rank, StrategyShape{});
+  c.budget = stored.static_bytes + stored.activation_bytes + (1 << 20);
+  run(spec("memfine", {{"chunks", "auto"}, {"store_when_fits", "true"}}), s);
+  EXPECT_EQ(s->stats().chunks, std::vector<int64_t>(3, 0));
+  // With a budget nothing fits, MACT says so before allocating.
+  c.budget = full.static_bytes + two.activation_bytes / 10;
+  try {
+    run(spec("memfine", {{"chunks", "auto"}, {"bins", "[1, 2]"}}), s);
+    FAIL() << "expected out of memory";
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(is_out_of_memory(e));
+    EXPECT_NE(std::string(e.what()).find("MACT"), std::string::npos) << e.what();
+  }
+}
