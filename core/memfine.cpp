@@ -38,8 +38,15 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& probs,
                                at::TensorList params, const ChunkedCall* call) {
     const int64_t n = x.size(0);
-    at::Tensor y = at::empty_like(x);
     at::Tensor peer_loss = at::zeros({}, x.options());
+    if (recomputing_for_backward()) {
+      // The enclosing layer is being recomputed for its backward: this output's value is never
+      // read, and backward below recomputes every chunk anyway. Skip a third MoE forward.
+      ctx->save_for_backward({x, probs});
+      ctx->saved_data["call"] = keep(*call);
+      return {at::zeros_like(x), peer_loss};
+    }
+    at::Tensor y = at::empty_like(x);
     {
       at::NoGradGuard no_grad;
       for (int64_t c = 0; c < call->chunks; ++c) {

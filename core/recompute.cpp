@@ -28,6 +28,13 @@ TensorList backprop(const TensorList& outputs, const TensorList& grad_outputs, c
 
 namespace {
 
+thread_local int g_recompute_depth = 0;
+
+struct RecomputeScope {
+  RecomputeScope() { ++g_recompute_depth; }
+  ~RecomputeScope() { --g_recompute_depth; }
+};
+
 struct Recompute : torch::autograd::Function<Recompute> {
   static variable_list forward(AutogradContext* ctx, at::TensorList activations, at::TensorList params,
                                const RecomputeFn* fn) {
@@ -56,6 +63,7 @@ struct Recompute : torch::autograd::Function<Recompute> {
     TensorList outs;
     {
       at::AutoGradMode grad_on(true);
+      RecomputeScope scope;
       outs = fn(acts);
     }
     TensorList g = backprop(outs, grad_outputs, inputs);
@@ -66,6 +74,8 @@ struct Recompute : torch::autograd::Function<Recompute> {
 };
 
 }  // namespace
+
+bool recomputing_for_backward() { return g_recompute_depth > 0; }
 
 TensorList recompute(const RecomputeFn& fn, const TensorList& activations, const TensorList& params) {
   return Recompute::apply(at::TensorList(activations), at::TensorList(params), &fn);

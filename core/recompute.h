@@ -36,6 +36,11 @@ T& kept(const c10::IValue& v) {
   return static_cast<Kept<T>*>(v.toCapsule().get())->value;
 }
 
+// True while a recomputed region runs its forward again inside backward. There the region's
+// output values are never read (only its graph is), so a part that recomputes itself later
+// anyway (MemFine's chunked MoE) may skip computing them.
+bool recomputing_for_backward();
+
 // Runs autograd::grad for the outputs that need it; gradients of `inputs` (undefined where unused).
 TensorList backprop(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs);
 

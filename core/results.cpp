@@ -172,6 +172,7 @@ json environment(const ExperimentConfig& c) {
 #endif
   env["threads"] = at::get_num_threads();
   env["blas"] = blas_name();
+  env["omp_wait_policy"] = std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default";
   env["hostname"] = run_command("hostname 2>/dev/null");
   std::time_t now = std::time(nullptr);
   char buf[32];

@@ -17,6 +17,7 @@
 #include "core/strategy.h"
 #include "core/timer.h"
 #include "core/train_step.h"
+#include "core/workload.h"
 
 namespace memfine {
 
@@ -185,6 +186,13 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
   int64_t recv_max = 0, recv_sum = 0;
   double overload = 0;
   json per_layer = json::array();
+  // Tokens each expert receives per layer (all ranks), for Figure 2-style plots; with a schedule,
+  // at its peak step.
+  json expert_tokens = json::array();
+  const int64_t expert_tokens_step = c.workload.schedule == "none" ? 0 : int64_t(c.workload.peak_step);
+  if (c.workload.kind != "router" && c.model.experts * c.model.layers <= 8192)
+    for (int64_t l = 0; l < c.model.layers; ++l)
+      expert_tokens.push_back(expert_counts(c.workload, c.model, c.ep, l, c.seed, expert_tokens_step));
   json per_step = json::array();  // scheduled workloads: s' per timed step and layer
   if (c.workload.schedule != "none") {
     EmulatedRank stepped = er;
@@ -226,6 +234,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
     }
     r["tokens_received"] = recv_max;
     r["tokens_received_per_layer"] = per_layer;
+    if (!expert_tokens.empty()) r["expert_tokens"] = expert_tokens, r["expert_tokens_step"] = expert_tokens_step;
     if (!per_step.empty()) r["tokens_received_per_step"] = per_step;
     r["overload_factor"] = overload;
     r["static_bytes"] = k.static_bytes;
