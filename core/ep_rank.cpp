@@ -68,7 +68,8 @@ RankRouting rank_routing(const at::Tensor& ids, const ExperimentConfig& c, int64
   r.peer_pos = to_long(pos), r.peer_rank = to_long(rk), r.peer_expert = to_long(ex), r.peer_key = to_long(key);
   r.peer_score = at::tensor(score, at::kDouble);
   r.tokens_received = own_local + int64_t(pos.size());
-  r.overload_factor = double(r.tokens_received) / (double(T * k) / double(c.ep));
+  // Balanced: every rank sends T*k rows spread evenly over the ep ranks, so each receives T*k.
+  r.overload_factor = double(r.tokens_received) / double(T * k);
   return r;
 }
 

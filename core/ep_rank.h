@@ -22,7 +22,7 @@ struct RankRouting {
   at::Tensor peer_key;     // [P] row of `peer_inputs` / `peer_grads`
   at::Tensor peer_score;   // [P] the sender's router probability of the assignment (seeded)
   int64_t tokens_received = 0;  // s' = own rows to local experts + peer rows
-  double overload_factor = 1;   // s' / (tokens * topk / ep)
+  double overload_factor = 1;   // s' / balanced s' (tokens * topk: each rank sends that many rows)
 };
 
 struct EmulatedRank {

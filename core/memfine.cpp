@@ -114,12 +114,14 @@ class MemFine : public Strategy {
     bins_ = spec_.get_int_list("bins", {1, 2, 4, 8});
     model_ = spec_.get_string("model", "implementation");
     store_when_fits_ = spec_.get_bool("store_when_fits", false);
+    headroom_ = spec_.get_double("headroom", 0.05);
+    if (headroom_ < 0 || headroom_ >= 1) throw std::invalid_argument("headroom must be in [0, 1)");
     if (bins_.empty() || !std::is_sorted(bins_.begin(), bins_.end()) || bins_.front() < 1)
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
     if (model_ != "implementation" && model_ != "paper")
       throw std::invalid_argument("model must be 'implementation' or 'paper', got '" + model_ + "'");
-    if (chunks_ > 0 && (spec_.params.count("bins") || spec_.params.count("model") || spec_.params.count("store_when_fits")))
-      throw std::invalid_argument("bins, model and store_when_fits apply to chunks: auto");
+    for (const char* k : {"bins", "model", "store_when_fits", "headroom"})
+      if (chunks_ > 0 && spec_.params.count(k)) throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
@@ -143,12 +145,17 @@ class MemFine : public Strategy {
     const ExperimentConfig& c = *in.config;
     const int64_t L = c.model.layers;
     plan_.assign(size_t(L), bins_.front());
-    if (c.budget < 0) return;  // no budget: the smallest bin
+    if (c.budget < 0) {  // no budget: everything fits
+      if (store_when_fits_) plan_.assign(size_t(L), 0);
+      return;
+    }
     StrategyShape chunked;
     chunked.recompute_layer = true;
     chunked.moe = MoeMode::Chunked;
     const Prediction stored = predict_step(c, *in.rank, StrategyShape{});
-    const int64_t room = c.budget - stored.static_bytes;
+    // The implementation model is within a few percent of the meter, so MACT keeps `headroom` of
+    // the activation room free rather than planning to the last byte.
+    const int64_t room = int64_t(double(c.budget - stored.static_bytes) * (1.0 - headroom_));
     if (store_when_fits_ && stored.activation_bytes <= room) {
       plan_.assign(size_t(L), 0);
       return;
@@ -195,6 +202,7 @@ class MemFine : public Strategy {
   std::vector<int64_t> bins_;
   std::string model_;
   bool store_when_fits_ = false;
+  double headroom_ = 0.05;
   std::vector<int64_t> plan_;
 };
 
@@ -204,7 +212,8 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     {{"chunks", "number of token chunks (integer >= 1), or 'auto' (MACT: per layer and step, from the budget)"},
      {"bins", "auto: the chunk counts MACT may choose (default [1, 2, 4, 8])"},
      {"model", "auto: 'implementation' (this code's byte-level model, default) or 'paper' (Eq. 8-9)"},
-     {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"}},
+     {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"},
+     {"headroom", "auto: share of the budget's activation room kept free for the model's error (default 0.05)"}},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
     [](const StrategySpec& s, const ExperimentConfig& c) {
       auto it = s.params.find("chunks");

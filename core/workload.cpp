@@ -133,8 +133,8 @@ std::vector<int64_t> expert_counts(const WorkloadConfig& w, const ModelConfig& m
   const int64_t E = m.experts;
   const int64_t total_tokens = ep * m.tokens();
   const int64_t total = total_tokens * m.topk;
-  const bool scheduled = w.schedule != "none";
-  std::mt19937_64 rng(mix_seed(scheduled ? mix_seed(seed, 77777 + uint64_t(step)) : seed, 1000 + layer));
+  // Which experts are popular stays fixed over steps; a schedule only changes how strongly.
+  std::mt19937_64 rng(mix_seed(seed, 1000 + layer));
   const double strength = w.intensity(step, layer, m.layers);
   std::vector<double> weight(E, 1.0);
   // Which experts are popular is random (seeded); how popular follows the workload's law.

@@ -1,0 +1,533 @@
+#!/usr/bin/env python3
+"""Turns memfine results into the paper's tables and figures (paper_figures/).
+
+Every table and figure names the results file it came from and the environment it was measured
+in. Run through scripts/python (an interpreter with matplotlib), e.g.
+
+    scripts/python scripts/figures.py --results results/cpu --out paper_figures \
+        --predictions results/model/paper_table4.jsonl
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PAPER_DATA = os.path.join(HERE, "..", "experiments", "data")
+MIB = 2.0 ** 20
+
+# The paper's methods, and how they are named here.
+METHOD_NAMES = {
+    "full_recompute": "1: full recomputation",
+    "memfine(chunks=8)": "2: MemFine, 8 chunks",
+    "memfine(bins=[1, 2, 4, 8],chunks=auto)": "3: MemFine + MACT",
+    "memfine(chunks=auto,store_when_fits=true)": "MACT + store when it fits (ours)",
+}
+
+
+COLORS = {"full_recompute": "tab:blue", "memfine(chunks=8)": "tab:orange",
+          "memfine(bins=[1, 2, 4, 8],chunks=auto)": "tab:green", "memfine(chunks=auto,store_when_fits=true)": "tab:red"}
+
+
+class ResultsError(Exception):
+    pass
+
+
+def load(path, required=("experiment", "point", "strategy", "status")):
+    """Reads a results file; a bad line is an error naming file and line."""
+    records = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise ResultsError(f"{path}:{n}: not a JSON record ({e})")
+            for key in required:
+                if key not in rec:
+                    raise ResultsError(f"{path}:{n}: record has no '{key}'")
+            records.append(rec)
+    if not records:
+        raise ResultsError(f"{path}: no records")
+    return records
+
+
+def read_csv(name):
+    with open(os.path.join(PAPER_DATA, name)) as f:
+        return list(csv.DictReader(f))
+
+
+def source_line(path, records):
+    env = next((r.get("env") for r in records if r.get("env")), {}) or {}
+    return (f"Source: {os.path.relpath(path)} (git {env.get('git_commit', '?')}, LibTorch {env.get('libtorch', '?')}, "
+            f"{env.get('device_name', '?')}, {env.get('threads', '?')} threads, {env.get('date', '?')})")
+
+
+def device_label(records):
+    env = next((r.get("env") for r in records if r.get("env")), {}) or {}
+    return f"{env.get('device', '?')}: {env.get('device_name', '?')}"
+
+
+def config_line(rec):
+    c = rec.get("config", {})
+    m = c.get("model", {})
+    w = c.get("workload", {})
+    return (f"layers {m.get('layers')}, hidden {m.get('hidden')}, ffn {m.get('ffn_hidden')}, experts {m.get('experts')}, "
+            f"top-{m.get('topk')}, seq {m.get('seq')}, ep {c.get('parallel', {}).get('ep')}, "
+            f"workload {w.get('kind')}" + (f" ({w.get('schedule')})" if w.get("schedule", "none") != "none" else ""))
+
+
+def save(fig, out_dir, stem, caption, tight=True):
+    """Writes PNG and PDF with the caption (source and config) along the bottom."""
+    fig.text(0.01, 0.005, caption, fontsize=6, color="0.35", ha="left", va="bottom", wrap=True)
+    if tight:  # figures with a colorbar lay themselves out
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fig.tight_layout(rect=(0, 0.06, 1, 1))
+    paths = []
+    for ext in ("png", "pdf"):
+        p = os.path.join(out_dir, f"{stem}.{ext}")
+        fig.savefig(p, dpi=150)
+        paths.append(p)
+    plt.close(fig)
+    return paths
+
+
+def write_table(out_dir, stem, title, header, rows, notes):
+    md = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    md += [""] + notes
+    with open(os.path.join(out_dir, stem + ".md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    esc = lambda s: str(s).replace("%", "\\%").replace("_", "\\_").replace("&", "\\&").replace("#", "\\#")
+    tex = ["% " + title, "\\begin{tabular}{" + "l" * len(header) + "}", "\\hline",
+           " & ".join(esc(h) for h in header) + " \\\\", "\\hline"]
+    tex += [" & ".join(esc(c) for c in row) + " \\\\" for row in rows]
+    tex += ["\\hline", "\\end{tabular}"] + ["% " + n for n in notes]
+    with open(os.path.join(out_dir, stem + ".tex"), "w") as f:
+        f.write("\n".join(tex) + "\n")
+    return [os.path.join(out_dir, stem + ext) for ext in (".md", ".tex")]
+
+
+def pct(a, b):
+    return f"{100.0 * (a - b) / b:+.1f}%"
+
+
+# ---- Table 4 (a): paper scale, from the paper's equations ----
+def table4_modeled(pred_path, out_dir):
+    preds = load(pred_path, required=("experiment", "point", "strategy", "static_gb"))
+    paper = read_csv("table4_memory_gb.csv")
+    method_of = {"full_recompute": "1_full_recompute", "memfine(chunks=8)": "2_fixed_chunks_8",
+                 "memfine(bins=[1, 2, 4, 8],chunks=auto)": "3_mact_bins_1_2_4_8"}
+    model_of = {"model.layers=16": "I", "model.layers=8": "II"}
+    rows = []
+    for p in preds:
+        if p["strategy"] not in method_of or p["point"] not in model_of:
+            continue
+        ref = next(r for r in paper if r["model"] == model_of[p["point"]] and r["method"] == method_of[p["strategy"]])
+        cells = []
+        for ours, theirs in ((p["static_gb"], ref["static_gb"]), (p["activation_gb"], ref["activation_gb"]),
+                             (p["total_gb"], ref["total_gb"])):
+            cells += [f"{ours:.1f}", theirs, pct(ours, float(theirs))]
+        rows.append([f"Model {model_of[p['point']]}", METHOD_NAMES[p["strategy"]], *cells, p["chunks"],
+                     "yes" if p["fits"] else "no (OOM)", "no (OOM)" if ref["trains"] == "no_oom" else "yes"])
+    header = ["model", "method", "static (ours)", "static (paper)", "err", "activation (ours)", "activation (paper)",
+              "err", "total (ours)", "total (paper)", "err", "chunks", "fits (ours)", "trains (paper)"]
+    notes = [f"GB per device. Ours: `memfine predict experiments/paper_table4.yaml` ({os.path.relpath(pred_path)}).",
+             "Assumptions (printed by predict, none tuned to the paper): " + preds[0].get("assumptions", ""),
+             "The paper's Model II static (39.5 GB) cannot come from p = 4 with 8 layers (2 MoE layers per stage, half of "
+             "Model I's 4); the paper's parallel sizes (t p d c = 4 on 32 GPUs) do not multiply out either.",
+             "The paper reports MACT choosing 2 chunks for Model II although full recomputation fits there (62.4 < 64 GB); "
+             "Eq. 9 gives 1 in that case, which is what we print."]
+    return write_table(out_dir, "table4_modeled", "Table 4 at paper scale: the paper's memory model beside its numbers",
+                       header, rows, notes)
+
+
+def by_point(records):
+    points = {}
+    for r in records:
+        points.setdefault(r["point"], []).append(r)
+    return points
+
+
+def activation(r):
+    return r.get("peak_activation_bytes")
+
+
+# ---- Table 4 (b): measured at our scale ----
+def table4_measured(path, out_dir):
+    recs = load(path)
+    rows = []
+    claims = {"memfine(chunks=8)": "-83.84% (Model I)", "memfine(bins=[1, 2, 4, 8],chunks=auto)": "-48.03% act. (Model I); +4.42% TGS (Model II)"}
+    # Full recomputation's need: measured where it fits (a budget only decides whether it fits).
+    full_ok = [r for r in recs if r["strategy"] == "full_recompute" and r["status"] == "ok"]
+    ref_act = max(activation(r) for r in full_ok) if full_ok else None
+    for point, group in sorted(by_point(recs).items()):
+        full = next((r for r in group if r["strategy"] == "full_recompute"), None)
+        ref_ms = full["step_ms"]["median"] if full and full["status"] == "ok" else None
+        budget = group[0].get("budget_bytes")
+        for r in group:
+            act = activation(r)
+            static = r.get("static_bytes") or 0
+            fits = "yes" if r["status"] == "ok" else ("OOM" if r["status"] == "oom" else "error")
+            act_s = f"{act / MIB:.1f}" + (" (before OOM)" if r["status"] == "oom" and act else "") if act else "-"
+            red = pct(act, ref_act) if act and ref_act and r["status"] == "ok" else "-"
+            ratio = f"{ref_ms / r['step_ms']['median']:.3f}" if ref_ms and r["status"] == "ok" and r.get("step_ms") else "-"
+            rows.append([point.replace("memory.budget=", "budget "), METHOD_NAMES.get(r["strategy"], r["strategy"]),
+                         f"{static / MIB:.1f}", act_s, f"{(static + (act or 0)) / MIB:.1f}" if act else "-",
+                         f"{budget / MIB:.0f}" if budget else "none", fits, red, ratio,
+                         claims.get(r["strategy"], "")])
+    header = ["point", "method", "static MiB", "activation MiB", "total MiB", "budget MiB", "fits", "activation vs full",
+              "throughput vs full", "paper's claim"]
+    notes = ["Measured: activation = step peak - bytes in use at the step's start, max over timed steps; throughput = "
+             "median step time of full recomputation / the method's, strategies interleaved in one run.",
+             "Activation against full recomputation's need, measured at the budget where it fits (the workload is the same). "
+             "Where full recomputation runs out of memory (the paper's Model I) there is no throughput ratio at that budget; "
+             "the larger budget (Model II) gives it.",
+             source_line(path, recs), "Config: " + config_line(recs[0])]
+    return write_table(out_dir, "table4_measured", "Table 4 at our scale, measured", header, rows, notes)
+
+
+# ---- Figure 2: tokens received per expert ----
+def figure2(path, out_dir):
+    recs = load(path)
+    rec = next(r for r in recs if r.get("expert_tokens"))
+    counts = rec["expert_tokens"]
+    layers = len(counts)
+    cols = 4
+    rows_n = math.ceil(layers / cols)
+    fig, axes = plt.subplots(rows_n + 1, cols, figsize=(12, 2.2 * (rows_n + 1)), squeeze=False)
+    for l, c in enumerate(counts):
+        ax = axes[l // cols][l % cols]
+        ax.bar(range(len(c)), c, width=1.0, color="tab:blue")
+        p99 = sorted(c)[min(len(c) - 1, int(math.ceil(0.99 * len(c))) - 1)]
+        ax.axhline(p99, color="tab:red", lw=1, ls="--", label=f"p99 {p99}")
+        ax.set_title(f"layer {l}", fontsize=8)
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=6, loc="upper right")
+        if l % cols == 0:
+            ax.set_ylabel("tokens received", fontsize=7)
+        ax.set_xlabel("expert id", fontsize=7)
+    for k in range(layers, rows_n * cols):
+        axes[k // cols][k % cols].axis("off")
+    paper = read_csv("figure2_received_tokens.csv")
+    gs = axes[rows_n][0].get_gridspec()
+    for ax in axes[rows_n]:
+        ax.remove()
+    ax = fig.add_subplot(gs[rows_n, :])
+    ours_p99 = [sorted(c)[min(len(c) - 1, int(math.ceil(0.99 * len(c))) - 1)] / (sum(c) / len(c)) for c in counts]
+    ours_max = [max(c) / (sum(c) / len(c)) for c in counts]
+    balanced_paper = 4096.0
+    ax.plot(range(len(ours_p99)), ours_p99, "o-", label="ours: p99 / mean")
+    ax.plot(range(len(ours_max)), ours_max, "s-", label="ours: max / mean")
+    ax.plot(range(len(paper)), [float(r["p99_tokens_per_expert"]) / balanced_paper for r in paper], "o--",
+            label="paper (layers 4-15): p99 / balanced")
+    ax.plot(range(len(paper)), [float(r["max_tokens_per_expert"]) / balanced_paper for r in paper], "s--",
+            label="paper: max / balanced")
+    ax.set_xlabel("MoE layer (ours 0.., paper 4..); ours is capped at ep = 8x (an expert gets each token once), the paper's at 32x")
+    ax.set_ylabel("x balanced share")
+    ax.legend(fontsize=7, ncol=2)
+    fig.suptitle(f"Figure 2: tokens received per expert per layer (step {rec.get('expert_tokens_step', 0)}), {device_label(recs)}")
+    return save(fig, out_dir, "figure2_received_tokens", source_line(path, recs) + " | " + config_line(rec))
+
+
+# ---- Figure 4: throughput over steps ----
+def figure4(path, out_dir):
+    recs = load(path)
+    groups = by_point(recs)
+    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4), squeeze=False)
+    paper = read_csv("figure4_tgs.csv")
+    for ax, (point, group) in zip(axes[0], sorted(groups.items())):
+        ooms = []
+        for r in group:
+            name = METHOD_NAMES.get(r["strategy"], r["strategy"])
+            tokens = r["config"]["model"]["seq"] * r["config"]["model"]["micro_batch"]
+            times = r.get("step_ms_all") or []
+            warm = r["config"]["warmup"]
+            if r["status"] == "ok":
+                ax.plot(range(warm, warm + len(times)), [tokens / (t / 1e3) for t in times], "o-", ms=3,
+                        color=COLORS.get(r["strategy"]), label=f"{name}: median {tokens / (r['step_ms']['median'] / 1e3):.0f}")
+            else:
+                ooms.append((warm + len(times), name, COLORS.get(r["strategy"], "tab:red")))
+        for step, name, color in ooms:  # out of memory: marked where it happened, not drawn as zero
+            ax.axvline(step, color=color, ls=":", lw=1.5, label=f"{name}: out of memory at step {step}")
+        ax.set_title(point.replace("memory.budget=", "budget "))
+        ax.set_xlabel("step")
+        ax.set_ylabel("tokens per device per second")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize=7)
+    claims = "; ".join(f"Model {r['model']} method {r['method'][0]}: {r['avg_tokens_per_gpu_per_s'] or 'OOM'}" for r in paper)
+    fig.suptitle(f"Figure 4: throughput per step, {device_label(recs)}", fontsize=10)
+    return save(fig, out_dir, "figure4_throughput", source_line(path, recs) + " | paper (TGS, 32 GPUs): " + claims)
+
+
+# ---- Figure 5: MACT's chunk choices ----
+def figure5(path, out_dir):
+    recs = load(path)
+    rec = next((r for r in recs if isinstance(r.get("chunks"), list) and r["strategy"].startswith("memfine(bins")
+                and r["status"] == "ok"), None)
+    if rec is None:
+        raise ResultsError(f"{path}: no MACT record with per-step chunks")
+    grid = list(map(list, zip(*rec["chunks"])))  # [layer][step]
+    paper = read_csv("figure5_mact_chunks.csv")
+    pgrid = [[int(r[f"it{i}"]) for i in range(1, 21)] for r in paper]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    cmap = plt.get_cmap("viridis", 4)
+    for ax, g, title, y0, steps in ((axes[0], grid, f"ours ({rec['point'].replace('memory.budget=', 'budget ')})", 0, rec.get("chunk_steps")),
+                                    (axes[1], pgrid, "paper (Model I, layers 4-15)", 4, list(range(1, 21)))):
+        im = ax.imshow([[math.log2(max(v, 1)) for v in row] for row in g], aspect="auto", cmap=cmap, vmin=-0.5, vmax=3.5,
+                       origin="upper")
+        for i, row in enumerate(g):
+            for j, v in enumerate(row):
+                ax.text(j, i, str(v), ha="center", va="center", fontsize=6, color="white" if v < 4 else "black")
+        ax.set_yticks(range(len(g)))
+        ax.set_yticklabels([str(y0 + i) for i in range(len(g))], fontsize=7)
+        ax.set_xticks(range(len(g[0])))
+        ax.set_xticklabels([str(s) for s in (steps or range(len(g[0])))], fontsize=7)
+        ax.set_xlabel("step (iteration)")
+        ax.set_ylabel("layer")
+        ax.set_title(title)
+    cb = fig.colorbar(im, ax=axes, ticks=[0, 1, 2, 3])
+    cb.ax.set_yticklabels(["1", "2", "4", "8"])
+    cb.set_label("chunks")
+    fig.suptitle(f"Figure 5: chunk count MACT chose per layer and step, {device_label(recs)}", fontsize=10)
+    return save(fig, out_dir, "figure5_mact_chunks", source_line(path, recs) + " | " + config_line(rec), tight=False)
+
+
+def mark_oom(ax, x, y_top, label="OOM"):
+    ax.plot([x], [y_top], marker="x", color="tab:red", ms=8, ls="none")
+    ax.annotate(label, (x, y_top), textcoords="offset points", xytext=(3, 3), fontsize=7, color="tab:red")
+
+
+# ---- Memory and time against imbalance ----
+def imbalance(path, out_dir):
+    recs = load(path)
+    strategies = list(dict.fromkeys(r["strategy"] for r in recs))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    top = max((activation(r) or 0) for r in recs) / MIB * 1.1
+    for s in strategies:
+        pts = sorted((r["overload_factor"], r) for r in recs if r["strategy"] == s)
+        xs = [x for x, r in pts if r["status"] == "ok"]
+        a1.plot(xs, [activation(r) / MIB for x, r in pts if r["status"] == "ok"], "o-", label=s)
+        a2.plot(xs, [r["step_ms"]["median"] for x, r in pts if r["status"] == "ok"], "o-", label=s)
+        for x, r in pts:
+            if r["status"] != "ok":
+                mark_oom(a1, x, top)
+    a1.set_xlabel("overload factor (s' / balanced share)")
+    a1.set_ylabel("activation peak (MiB)")
+    a1.set_title("activation memory against imbalance")
+    a2.set_xlabel("overload factor (s' / balanced share)")
+    a2.set_ylabel("median step time (ms)")
+    a2.set_title("step time against imbalance")
+    a1.legend(fontsize=7)
+    fig.suptitle(f"Memory and time as routing imbalance grows, {device_label(recs)}", fontsize=10)
+    return save(fig, out_dir, "imbalance_memory", source_line(path, recs) + " | " + config_line(recs[0]))
+
+
+def chunks(path, out_dir):
+    recs = load(path)
+    mem = sorted((r["chunks"], r) for r in recs if r["strategy"].startswith("memfine(chunks=") and r["status"] == "ok")
+    refs = {r["strategy"]: r for r in recs if not r["strategy"].startswith("memfine")}
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    a1.plot([c for c, _ in mem], [r["step_ms"]["median"] for _, r in mem], "o-", label="memfine")
+    a1.fill_between([c for c, _ in mem], [r["step_ms"]["min"] for _, r in mem], [r["step_ms"]["max"] for _, r in mem],
+                    alpha=0.2)
+    a2.plot([c for c, _ in mem], [activation(r) / MIB for _, r in mem], "o-", label="memfine")
+    for name, r in refs.items():
+        if r["status"] == "ok":
+            a1.axhline(r["step_ms"]["median"], ls="--", lw=1, color="C1" if name == "full_recompute" else "C2", label=name)
+            a2.axhline(activation(r) / MIB, ls="--", lw=1, color="C1" if name == "full_recompute" else "C2", label=name)
+    for ax, yl, t in ((a1, "median step time (ms), band: min-max", "step time against chunk count"),
+                      (a2, "activation peak (MiB)", "activation peak against chunk count")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([c for c, _ in mem])
+        ax.set_xticklabels([str(c) for c, _ in mem])
+        ax.set_xlabel("chunks")
+        ax.set_ylabel(yl)
+        ax.set_title(t)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"MemFine's chunk count, {device_label(recs)}", fontsize=10)
+    return save(fig, out_dir, "chunks_step_time", source_line(path, recs) + " | " + config_line(recs[0]))
+
+
+def capacity(path, out_dir):
+    recs = load(path)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    dropless = next((r for r in recs if r["strategy"] == "no_recompute" and r["status"] == "ok"), None)
+    for policy in ("probs", "position"):
+        pts = []
+        for r in recs:
+            s = r["strategy"]
+            if s.startswith("capacity(") and f"drop_policy={policy}" in s:
+                pts.append((r["config"] and float(s.split("capacity_factor=")[1].split(",")[0].rstrip(")")), r))
+        pts.sort(key=lambda t: t[0])
+        ok = [(f, r) for f, r in pts if r["status"] == "ok"]
+        style = {"probs": dict(marker="o", ls="-", ms=8), "position": dict(marker="x", ls="--", ms=8)}[policy]
+        a1.plot([f for f, _ in ok], [100 * r["dropped_fraction"] for _, r in ok], label=f"drop policy {policy}", **style)
+        a2.plot([f for f, _ in ok], [activation(r) / MIB for _, r in ok], label=f"drop policy {policy}", **style)
+    if dropless:
+        a2.axhline(activation(dropless) / MIB, ls="--", color="0.4", label="dropless (no_recompute)")
+    a1.set_xlabel("capacity factor")
+    a1.set_ylabel("assignments dropped (%)")
+    a1.set_title("dropped share (the policy picks which, not how many)")
+    a2.set_xlabel("capacity factor")
+    a2.set_ylabel("activation peak (MiB)")
+    a2.set_title("memory against capacity factor")
+    a1.legend(fontsize=7)
+    a2.legend(fontsize=7)
+    fig.suptitle(f"Capacity capping: what it drops and what it saves, {device_label(recs)}", fontsize=10)
+    return save(fig, out_dir, "capacity_dropped", source_line(path, recs) + " | " + config_line(recs[0]))
+
+
+def model_error(path, out_dir):
+    recs = [r for r in load(path) if r["status"] == "ok" and r.get("predicted_activation_bytes")]
+    by_strategy = {}
+    for r in recs:
+        err = (r["predicted_activation_bytes"] - activation(r)) / activation(r)
+        by_strategy.setdefault(r["strategy"], []).append((err, r["point"]))
+    rows = []
+    for s, errs in by_strategy.items():
+        worst = max(errs, key=lambda e: abs(e[0]))
+        mean_abs = sum(abs(e) for e, _ in errs) / len(errs)
+        rows.append([s, len(errs), f"{100 * mean_abs:.2f}%", f"{100 * min(e for e, _ in errs):+.2f}%",
+                     f"{100 * max(e for e, _ in errs):+.2f}%", f"{100 * worst[0]:+.2f}% at {worst[1]}"])
+    all_errs = [e for errs in by_strategy.values() for e, _ in errs]
+    within = sum(abs(e) <= 0.05 for e in all_errs)
+    notes = [f"{within} of {len(all_errs)} points within 5%; worst {100 * max(all_errs, key=abs):+.2f}%.",
+             "error = (predicted - measured) / measured activation peak; the model is core/memory_model.cpp.",
+             source_line(path, recs)]
+    return write_table(out_dir, "model_error_table", "Implementation memory model: predicted against measured activation peak",
+                       ["strategy", "points", "mean |error|", "min", "max", "worst"], rows, notes)
+
+
+def report(results_dir, predictions, out_dir):
+    """paper_figures/REPORT.md: the paper's claims and ours, side by side."""
+    f5 = os.path.join(results_dir, "paper_figure5", "results.jsonl")
+    recs = load(f5)
+    preds = load(predictions, required=("experiment", "point", "strategy", "static_gb"))
+    mact, fixed8, full = "memfine(bins=[1, 2, 4, 8],chunks=auto)", "memfine(chunks=8)", "full_recompute"
+    points = by_point(recs)
+    tight = min(points, key=lambda p: points[p][0].get("budget_bytes") or 1e30)
+    loose = max(points, key=lambda p: points[p][0].get("budget_bytes") or 1e30)
+    get = lambda point, s: next((r for r in points[point] if r["strategy"] == s), None)
+    full_need = max(activation(r) for r in recs if r["strategy"] == full and r["status"] == "ok")
+    red = lambda r: f"{100 * (activation(r) - full_need) / full_need:+.1f}%" if r and r["status"] == "ok" else "n/a"
+    ms = lambda r: r["step_ms"]["median"] if r and r["status"] == "ok" else None
+    def gain(ref, r):  # throughput of r against ref
+        return ms(ref) / ms(r) - 1 if ms(ref) and ms(r) else None
+
+    def speed(ref, r):
+        g = gain(ref, r)
+        return f"{100 * g:+.1f}%" if g is not None else "n/a"
+    mact_vs_8 = gain(get(tight, fixed8), get(tight, mact))
+    mact_vs_full = gain(get(loose, full), get(loose, mact))
+    p_model = {p["strategy"]: p for p in preds if p["point"] == "model.layers=16"}
+    full_tight = get(tight, full)
+    lines = [
+        "# MemFine: the paper's claims and ours", "",
+        "Generated by `scripts/figures.py` from the results named under each table; regenerate with `scripts/reproduce`.",
+        f"Ours: {device_label(recs)}, {recs[0]['env'].get('threads')} threads, LibTorch {recs[0]['env'].get('libtorch')}; "
+        "the paper: 32 GPUs with 64 GB, Megatron-LM, DeepSeek-V3-shaped layers.", "",
+        "| claim | paper | ours (measured, this machine) | ours (paper's equations at paper scale) |",
+        "|---|---|---|---|",
+        f"| full recomputation runs out of memory (Model I) | yes, 65.9 GB > 64 GB | "
+        f"{'yes' if full_tight and full_tight['status'] == 'oom' else 'no'} at {tight.replace('memory.budget=', 'budget ')} | "
+        f"{'yes' if not p_model[full]['fits'] else 'no'}, {p_model[full]['total_gb']:.1f} GB |",
+        f"| activation memory, fixed 8 chunks vs full recomputation | -83.84% | {red(get(tight, fixed8))} | "
+        f"{100 * (p_model[fixed8]['activation_gb'] / p_model[full]['activation_gb'] - 1):+.1f}% |",
+        f"| activation memory, MACT vs full recomputation | -48.03% (2 chunks) | {red(get(tight, mact))} | "
+        f"{100 * (p_model[mact]['activation_gb'] / p_model[full]['activation_gb'] - 1):+.1f}% ({p_model[mact]['chunks']} chunks) |",
+        f"| throughput, MACT vs fixed 8 chunks (Model I) | +18.26% | {speed(get(tight, fixed8), get(tight, mact))} | - |",
+        f"| throughput, MACT vs full recomputation (Model II) | +4.42% | {speed(get(loose, full), get(loose, mact))} | - |",
+        f"| throughput, fixed 8 chunks vs full recomputation (Model II) | -5.40% | {speed(get(loose, full), get(loose, fixed8))} | - |",
+        f"| throughput, MACT + store when it fits vs full recomputation (ours) | - | "
+        f"{speed(get(loose, full), get(loose, 'memfine(chunks=auto,store_when_fits=true)'))} | - |",
+        "",
+        "Activation reductions are against full recomputation's need on the same workload (measured where it fits); "
+        "throughput is tokens per second from median step times of strategies interleaved in one run.",
+        "",
+        "## Where we agree",
+        "- Chunking the MoE's dispatch -> experts -> combine and recomputing chunk by chunk removes the s'-proportional "
+        "part of the activation peak: the peak falls with the chunk count until the rest of the layer (attention, "
+        "router, the loss) dominates (`chunks_step_time.png`), and MemFine with MACT trains where full recomputation "
+        "runs out of memory (`table4_measured.md`, `figure4_throughput.png`).",
+        "- MACT's choices follow the imbalance: one chunk in calm steps and shallow layers, more in the hot middle "
+        "steps and deeper layers (`figure5_mact_chunks.png`, the paper's grid beside ours).",
+        ("- MACT is faster than a fixed 8 chunks at the same budget, because it chunks only where memory requires "
+         f"({100 * mact_vs_8:+.1f}% here, +18.26% in the paper)." if mact_vs_8 is not None and mact_vs_8 > 0 else
+         "- (not reproduced here: MACT was not faster than a fixed 8 chunks at the tight budget.)"),
+        "- At paper scale the paper's own equations reproduce Model I's static memory within a few percent, predict "
+        "that full recomputation does not fit and that MACT needs 2 chunks (`table4_modeled.md`).",
+        "",
+        "## Where we do not, and why",
+        f"- Throughput against full recomputation (+4.42% in the paper, {speed(get(loose, full), get(loose, mact))} here, "
+        "within this machine's step-to-step noise of several percent): chunking adds work (every chunk "
+        "recomputes its dispatch, and smaller matrix products run slower), and with a budget where full "
+        "recomputation fits, MACT by Eq. 9 picks 1 chunk, i.e. full recomputation plus bookkeeping. The paper does not "
+        "say where its gain comes from; it reports MACT using 2 chunks on Model II although full recomputation fits "
+        "there, which Eq. 9 does not give. Storing when the model says it fits (ours) is how a tuner can beat full "
+        "recomputation; how much depends on the budget.",
+        "- The size of the reductions depends on how large the s' part is against the rest of the layer: the paper's "
+        "DeepSeek-V3 layers receive ~20x the balanced share on the hot device, our CPU-sized layers (ep 8) at most 8x.",
+        "- The paper's Table 4 is not self-consistent: Model II (8 layers) has 39.5 GB of static memory with p = 4, "
+        "which 2 MoE layers per stage cannot give (we get 21.1 GB); its parallel sizes do not multiply to 32 GPUs.",
+        "- The paper's activation numbers are ~10% below Eq. 2 with s' from its own Figure 2 (8 local experts at the "
+        "largest p99); the exact s' behind Table 4 is not given.",
+        "",
+        "## Sources",
+        f"- measured: `{os.path.relpath(f5)}` (experiments/paper_figure5.yaml)",
+        f"- paper scale: `{os.path.relpath(predictions)}` (`memfine predict experiments/paper_table4.yaml`)",
+        "- the paper's numbers: `experiments/data/*.csv` (read off its tables and figures)",
+    ]
+    path = os.path.join(out_dir, "REPORT.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return [path]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default="results/cpu", help="folder with <experiment>/results.jsonl (default results/cpu)")
+    ap.add_argument("--out", default="paper_figures", help="output folder (default paper_figures)")
+    ap.add_argument("--predictions", default="results/model/paper_table4.jsonl",
+                    help="`memfine predict experiments/paper_table4.yaml` output")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    jobs = [
+        ("table4_modeled", table4_modeled, args.predictions),
+        ("table4_measured", table4_measured, os.path.join(args.results, "paper_figure5", "results.jsonl")),
+        ("figure2", figure2, os.path.join(args.results, "paper_figure5", "results.jsonl")),
+        ("figure4", figure4, os.path.join(args.results, "paper_figure5", "results.jsonl")),
+        ("figure5", figure5, os.path.join(args.results, "paper_figure5", "results.jsonl")),
+        ("imbalance", imbalance, os.path.join(args.results, "imbalance_sweep", "results.jsonl")),
+        ("chunks", chunks, os.path.join(args.results, "chunk_sweep", "results.jsonl")),
+        ("capacity", capacity, os.path.join(args.results, "capacity_sweep", "results.jsonl")),
+        ("model_error", model_error, os.path.join(args.results, "model_accuracy", "results.jsonl")),
+    ]
+    jobs.append(("report", lambda src, out: report(args.results, args.predictions, out),
+                 os.path.join(args.results, "paper_figure5", "results.jsonl")))
+    failed = 0
+    for name, fn, src in jobs:
+        if not os.path.exists(src):
+            print(f"figures: skip {name}: {src} does not exist", file=sys.stderr)
+            continue
+        try:
+            for p in fn(src, args.out):
+                print(f"figures: wrote {p}")
+        except (ResultsError, KeyError, ValueError, StopIteration) as e:
+            print(f"figures: {name}: {e}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Tests of the plotting and table scripts on small fixture results files."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import figures  # noqa: E402
+
+ENV = {"git_commit": "abc", "libtorch": "1.13.0", "device": "cpu", "device_name": "Test CPU", "threads": 2, "date": "today"}
+CONFIG = {"model": {"layers": 2, "hidden": 16, "ffn_hidden": 32, "experts": 4, "topk": 2, "seq": 8, "micro_batch": 1},
+          "parallel": {"ep": 2}, "workload": {"kind": "zipf", "schedule": "figure5"}, "warmup": 0}
+
+
+MIB = 2 ** 20
+
+
+def record(point, strategy, status="ok", act=10, ms=10.0, **extra):
+    """A fixture record; `act` in MiB."""
+    act = act * MIB
+    r = {"experiment": "fx", "point": point, "strategy": strategy, "status": status, "error": None if status == "ok" else "x",
+         "static_bytes": 50 * MIB, "peak_activation_bytes": act if status == "ok" else None, "budget_bytes": 100 * MIB,
+         "step_ms": {"median": ms, "min": ms, "max": ms} if status == "ok" else None,
+         "step_ms_all": [ms, ms, ms] if status == "ok" else [ms], "overload_factor": 2.0, "chunks": None,
+         "dropped_fraction": 0.0, "config": CONFIG, "env": ENV, "predicted_activation_bytes": act * 1.02}
+    r.update(extra)
+    return r
+
+
+def write(folder, name, records):
+    os.makedirs(os.path.join(folder, name), exist_ok=True)
+    path = os.path.join(folder, name, "results.jsonl")
+    with open(path, "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    return path
+
+
+class Figures(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.out = os.path.join(self.tmp, "out")
+        os.makedirs(self.out)
+        mact = "memfine(bins=[1, 2, 4, 8],chunks=auto)"
+        self.f5 = write(self.tmp, "paper_figure5", [
+            record("memory.budget=100", "full_recompute", act=30, ms=10),
+            record("memory.budget=100", "memfine(chunks=8)", act=10, ms=12.5),
+            record("memory.budget=100", mact, act=15, ms=8, chunks=[[1, 2], [2, 4], [1, 1]], chunk_steps=[0, 1, 2],
+                   expert_tokens=[[10, 2, 2, 2], [12, 1, 2, 1]], expert_tokens_step=1),
+            record("memory.budget=50", "full_recompute", status="oom"),
+            record("memory.budget=50", "memfine(chunks=8)", act=10, ms=12.0),
+            record("memory.budget=50", mact, act=15, ms=9, chunks=[[2, 2], [2, 4], [1, 2]], chunk_steps=[0, 1, 2]),
+        ])
+
+    def test_measured_table4_rows_and_values(self):
+        figures.table4_measured(self.f5, self.out)
+        with open(os.path.join(self.out, "table4_measured.md")) as f:
+            text = f.read()
+        rows = [l for l in text.splitlines() if l.startswith("| budget")]
+        self.assertEqual(len(rows), 6)
+        mact_100 = next(l for l in rows if "budget 100" in l and "MACT" in l)
+        self.assertIn("-50.0%", mact_100)      # 1500 vs full's 3000
+        self.assertIn("1.250", mact_100)       # 10 ms / 8 ms
+        full_50 = next(l for l in rows if "budget 50" in l and "full recomputation" in l)
+        self.assertIn("OOM", full_50)
+        self.assertIn("| 50.0 | - | - |", full_50)  # out of memory: no activation, not a zero
+        self.assertTrue(os.path.getsize(os.path.join(self.out, "table4_measured.tex")) > 0)
+
+    def test_each_figure_writes_a_file(self):
+        for fn in (figures.figure2, figures.figure4, figures.figure5):
+            for p in fn(self.f5, self.out):
+                self.assertGreater(os.path.getsize(p), 1000, p)
+
+    def test_oom_is_drawn_as_out_of_memory(self):
+        import matplotlib.pyplot as plt
+        captured = {}
+        orig = figures.save
+
+        def keep(fig, out_dir, stem, caption):
+            captured["fig"] = fig
+            labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()] if fig.axes else []
+            captured["labels"] = labels
+            captured["lines"] = [(ax.get_title(), l.get_label(), list(l.get_ydata())) for ax in fig.axes for l in ax.lines]
+            return orig(fig, out_dir, stem, caption)
+
+        figures.save = keep
+        try:
+            figures.figure4(self.f5, self.out)
+        finally:
+            figures.save = orig
+        self.assertTrue(any("out of memory at step 1" in t for t in captured["labels"]), captured["labels"])
+        for title, label, ys in captured["lines"]:
+            if title == "budget 50" and "full recomputation" in label and "out of memory" not in label:
+                self.fail("the OOM strategy was drawn as a throughput line")
+            if "out of memory" not in label:
+                self.assertTrue(all(y > 0 for y in ys), label)
+
+    def test_sweep_figures_and_model_table(self):
+        imb = write(self.tmp, "imbalance_sweep", [
+            record("a=0", "no_recompute", act=20), record("a=1", "no_recompute", status="oom", overload_factor=5.0),
+            record("a=0", "full_recompute", act=10), record("a=1", "full_recompute", act=12, overload_factor=5.0)])
+        self.assertTrue(all(os.path.getsize(p) > 1000 for p in figures.imbalance(imb, self.out)))
+        cs = write(self.tmp, "chunk_sweep", [record("base", "full_recompute"), record("base", "no_recompute"),
+                                              record("base", "memfine(chunks=2)", chunks=2),
+                                              record("base", "memfine(chunks=4)", chunks=4)])
+        self.assertTrue(all(os.path.getsize(p) > 1000 for p in figures.chunks(cs, self.out)))
+        cap = write(self.tmp, "capacity_sweep", [record("base", "no_recompute")] + [
+            record("base", f"capacity(capacity_factor={f},drop_policy={p})", dropped_fraction=0.1 / f)
+            for f in (0.5, 1.0) for p in ("probs", "position")])
+        self.assertTrue(all(os.path.getsize(p) > 1000 for p in figures.capacity(cap, self.out)))
+        figures.model_error(cs, self.out)
+        with open(os.path.join(self.out, "model_error_table.md")) as f:
+            text = f.read()
+        self.assertIn("4 of 4 points within 5%", text)
+        self.assertIn("+2.00%", text)
+
+    def test_corrupt_results_name_the_line(self):
+        bad = os.path.join(self.tmp, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write(json.dumps(record("p", "s")) + "\n{oops\n")
+        with self.assertRaises(figures.ResultsError) as ctx:
+            figures.load(bad)
+        self.assertIn("bad.jsonl:2", str(ctx.exception))
+
+    def test_modeled_table4_against_the_paper(self):
+        preds = os.path.join(self.tmp, "pred.jsonl")
+        with open(preds, "w") as f:
+            for point in ("model.layers=16", "model.layers=8"):
+                for s, act, c in (("full_recompute", 22.9, 1), ("memfine(chunks=8)", 3.7, 8),
+                                  ("memfine(bins=[1, 2, 4, 8],chunks=auto)", 11.9, 2)):
+                    f.write(json.dumps({"experiment": "t", "point": point, "strategy": s, "static_gb": 43.0,
+                                        "activation_gb": act, "total_gb": 43.0 + act, "chunks": c, "fits": True,
+                                        "assumptions": "fixture"}) + "\n")
+        figures.table4_modeled(preds, self.out)
+        with open(os.path.join(self.out, "table4_modeled.md")) as f:
+            text = f.read()
+        rows = [l for l in text.splitlines() if l.startswith("| Model")]
+        self.assertEqual(len(rows), 6)
+        self.assertIn("| 43.0 | 43.0 | +0.0% | 22.9 | 22.9 | +0.0% |", rows[0])
+        self.assertIn("| 43.0 | 39.5 | +8.9% |", rows[3])  # error of ours against the paper's Model II static
+
+    def test_cli_runs(self):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "figures.py"), "--help"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("--results", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
