@@ -1,7 +1,4 @@
 // memfine: the command line. One harness, one flag set, one table for every strategy.
-#include <unistd.h>
-
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -9,6 +6,7 @@
 
 #include "core/config.h"
 #include "core/memory_meter.h"
+#include "core/process.h"
 #include "core/runner.h"
 #include "core/strategy.h"
 
@@ -74,13 +72,7 @@ int usage_error(const std::string& msg, const char* help) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // LibTorch's OpenMP threads spin after each parallel region and starve OpenBLAS's own threads
-  // (measured here: steps twice as slow, mostly system time). OpenMP reads its settings when it
-  // loads, before main, so set a passive wait policy and start again. The user's value wins.
-  if (!std::getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: then go on as we are
-  }
+  memfine::use_passive_openmp_waits(argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage;
