@@ -10,6 +10,7 @@
 // With `store_when_fits: true` the step stores everything when the model says that fits.
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/cost_model.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "core/recompute.h"
@@ -115,12 +116,16 @@ class MemFine : public Strategy {
     model_ = spec_.get_string("model", "implementation");
     store_when_fits_ = spec_.get_bool("store_when_fits", false);
     headroom_ = spec_.get_double("headroom", 0.05);
+    objective_ = spec_.get_string("objective", "memory");
+    if (objective_ != "memory" && objective_ != "time")
+      throw std::invalid_argument("objective must be 'memory' (smallest bin that fits) or 'time' (fastest that fits)");
+    if (objective_ == "time") cost_ = CostModel::load(spec_.get_string("cost_model", "results/cpu/cost_model.json"));
     if (headroom_ < 0 || headroom_ >= 1) throw std::invalid_argument("headroom must be in [0, 1)");
     if (bins_.empty() || !std::is_sorted(bins_.begin(), bins_.end()) || bins_.front() < 1)
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
     if (model_ != "implementation" && model_ != "paper")
       throw std::invalid_argument("model must be 'implementation' or 'paper', got '" + model_ + "'");
-    for (const char* k : {"bins", "model", "store_when_fits", "headroom"})
+    for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective", "cost_model"})
       if (chunks_ > 0 && spec_.params.count(k)) throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
 
@@ -145,6 +150,7 @@ class MemFine : public Strategy {
     const ExperimentConfig& c = *in.config;
     const int64_t L = c.model.layers;
     plan_.assign(size_t(L), bins_.front());
+    if (objective_ == "time") return plan_for_time(c, *in.rank, predict_step(c, *in.rank, StrategyShape{}));
     if (c.budget < 0) {  // no budget: everything fits
       if (store_when_fits_) plan_.assign(size_t(L), 0);
       return;
@@ -198,7 +204,43 @@ class MemFine : public Strategy {
     }
   }
 
+  // objective: time: per layer, the fastest bin that fits by the cost model; the whole step
+  // stored when that fits and is predicted faster.
+  void plan_for_time(const ExperimentConfig& c, const EmulatedRank& rank, const Prediction& stored) {
+    const int64_t L = c.model.layers, El = c.model.experts / c.ep;
+    const int64_t room = c.budget < 0 ? INT64_MAX
+                                      : int64_t(double(c.budget - stored.static_bytes) * (1.0 - headroom_));
+    StrategyShape chunked;
+    chunked.recompute_layer = true;
+    chunked.moe = MoeMode::Chunked;
+    double total = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t rows = rank.layers[size_t(l)].tokens_received;
+      double best = -1;
+      for (int64_t b : bins_) {
+        std::vector<int64_t> trial = plan_;
+        trial[size_t(l)] = b;
+        if (room != INT64_MAX && predict_step(c, rank, chunked, trial).layer_peak[size_t(l)] > room) continue;
+        const double t = cost_.layer_ms(c.model, El, rows, b);
+        if (best < 0 || t < best) best = t, plan_[size_t(l)] = b;
+      }
+      if (best < 0)
+        throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) +
+                                 " fits the budget with none of the bins");
+      total += best;
+    }
+    double stored_total = 0;
+    for (int64_t l = 0; l < L; ++l) stored_total += cost_.layer_ms(c.model, El, rank.layers[size_t(l)].tokens_received, 0);
+    if (stored.activation_bytes <= room && stored_total < total) {
+      plan_.assign(size_t(L), 0);
+      total = stored_total;
+    }
+    stats_.predicted_ms = total;
+  }
+
   int64_t chunks_ = 1;  // 0: auto
+  std::string objective_ = "memory";
+  CostModel cost_;
   std::vector<int64_t> bins_;
   std::string model_;
   bool store_when_fits_ = false;
@@ -213,7 +255,9 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
      {"bins", "auto: the chunk counts MACT may choose (default [1, 2, 4, 8])"},
      {"model", "auto: 'implementation' (this code's byte-level model, default) or 'paper' (Eq. 8-9)"},
      {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"},
-     {"headroom", "auto: share of the budget's activation room kept free for the model's error (default 0.05)"}},
+     {"headroom", "auto: share of the budget's activation room kept free for the model's error (default 0.05)"},
+     {"objective", "auto: 'memory' (smallest bin that fits, the paper's MACT; default) or 'time' (fastest that fits)"},
+     {"cost_model", "objective time: the fitted cost model (default results/cpu/cost_model.json)"}},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
     [](const StrategySpec& s, const ExperimentConfig& c) {
       auto it = s.params.find("chunks");

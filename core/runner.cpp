@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -182,6 +183,19 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
 
   json env = environment(c);
   json cfg = config_to_json(c);
+  // The machine's dense matmul rate (same BLAS and threads), when scripts/fit-cost-model measured it.
+  double ceiling = 0;
+  {
+    std::ifstream cm("results/" + device_class(c.device) + "/cost_model.json");
+    if (cm) {
+      try {
+        const json j = json::parse(cm);
+        if (j.contains("matmul_ceiling_flops") && j["matmul_ceiling_flops"].is_number())
+          ceiling = j["matmul_ceiling_flops"].get<double>(), env["matmul_ceiling_tflops"] = ceiling / 1e12;
+      } catch (const std::exception&) {
+      }
+    }
+  }
   const EmulatedRank er = make_emulated_rank(c, c.rank);  // routing only: cheap next to a step
   int64_t recv_max = 0, recv_sum = 0;
   double overload = 0;
@@ -264,6 +278,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
       r["step_ms_all"] = k.ms;
       r["tokens_per_s"] = double(c.model.tokens()) / (s.median / 1e3);
       r["tflops"] = step_flops(c.model, recv_sum).total() / (s.median / 1e3) / 1e12;
+      if (ceiling > 0) r["ceiling_fraction"] = r["tflops"].get<double>() * 1e12 / ceiling;
       r["loss"] = k.loss;
     } else {
       r["step_ms"] = nullptr;
@@ -271,6 +286,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
       r["tflops"] = nullptr;
       r["loss"] = nullptr;
     }
+    if (k.stats.predicted_ms >= 0) r["predicted_step_ms"] = k.stats.predicted_ms;
     r["dropped_fraction"] = k.stats.assignments > 0 ? double(k.stats.dropped) / double(k.stats.assignments) : 0.0;
     r["grad_max_rel_err"] = std::isnan(k.grad_err) ? json(nullptr) : json(k.grad_err);
     r["config"] = cfg;

@@ -36,6 +36,7 @@ struct StepStats {
   int64_t assignments = 0, dropped = 0;     // capacity capping
   std::vector<int64_t> chunks;               // chunk count per layer this step (MemFine; 0 = stored)
   bool tuned = false;                        // chunks chosen per step (MACT)
+  double predicted_ms = -1;                  // objective: time: the cost model's step time (-1: none)
 };
 
 // How the MoE part of a layer runs, given the normed hidden states and router probabilities.

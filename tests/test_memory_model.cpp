@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "core/strategy.h"
@@ -132,4 +134,53 @@ TEST(Mact, PicksTheSmallestBinThatFitsWhereFullRecomputeRunsOutOfMemory) {
     EXPECT_TRUE(is_out_of_memory(e));
     EXPECT_NE(std::string(e.what()).find("MACT"), std::string::npos) << e.what();
   }
+}
+
+// objective: time with a cost model: stores when that fits and is predicted faster; otherwise the
+// fastest bin that fits.
+TEST(Mact, ObjectiveTimeStoresWhenItFitsElseTakesTheFastestFeasibleBin) {
+  const std::string path = ::testing::TempDir() + "/cost_model.json";
+  {
+    std::ofstream out(path);
+    // Synthetic: storing 100 ms, one chunk 150 ms, 10 ms per extra chunk; experts cost nothing.
+    out << R"({"layer_ms": {"no_recompute": 100, "full_recompute": 160, "memfine_1_chunk": 150},
+              "per_chunk_ms": 10, "rows": 1000, "expert_fwd_bwd_ms": [[16, 0.0001], [65536, 0.0001]],
+              "context": {"model_hidden": "64", "model_heads": "4", "model_kv_heads": "2", "model_head_dim": "4",
+                          "model_ffn_hidden": "128", "model_experts": "8", "model_topk": "2", "model_seq": "64",
+                          "model_micro_batch": "2", "model_ep": "4"}})";
+  }
+  MemoryMeter& meter = MemoryMeter::get("cpu");
+  ExperimentConfig c = test_util::tiny_config("float32", "zipf", 4);
+  c.model.hidden = 64, c.model.ffn_hidden = 128, c.model.seq = 64, c.model.layers = 3;
+  c.workload.alpha = 1.5;
+  const EmulatedRank rank = make_emulated_rank(c, -1);
+  auto time_spec = spec("memfine", {{"chunks", "auto"}, {"objective", "time"}, {"cost_model", path}});
+  auto run = [&](std::unique_ptr<Strategy>& s) {
+    auto st = make_train_state(c);
+    s = make_strategy(time_spec);
+    meter.reset_peak();
+    MemoryLimitGuard guard(meter, c.budget < 0 ? -1 : meter.current_bytes() + c.budget - st->static_bytes());
+    train_step(*st, *s, 0);
+  };
+  std::unique_ptr<Strategy> s;
+  c.budget = -1;  // everything fits: store
+  run(s);
+  EXPECT_EQ(s->stats().chunks, std::vector<int64_t>(3, 0));
+  EXPECT_GT(s->stats().predicted_ms, 0);
+  // A budget that full recomputation exceeds: per layer the fastest bin that fits is the smallest.
+  StrategyShape chunked;
+  chunked.recompute_layer = true;
+  chunked.moe = MoeMode::Chunked;
+  const Prediction one = predict_step(c, rank, chunked, std::vector<int64_t>(3, 1));
+  const Prediction two = predict_step(c, rank, chunked, std::vector<int64_t>(3, 2));
+  c.budget = one.static_bytes + (one.activation_bytes + two.activation_bytes) / 2;
+  run(s);
+  auto memory = make_strategy(spec("memfine", {{"chunks", "auto"}}));
+  {
+    auto st = make_train_state(c);
+    train_step(*st, *memory, 0);
+  }
+  EXPECT_EQ(s->stats().chunks, memory->stats().chunks);  // with a per-chunk cost the two agree
+  EXPECT_THROW(make_strategy(spec("memfine", {{"chunks", "auto"}, {"objective", "time"}, {"cost_model", "/nonexistent.json"}})),
+               std::runtime_error);
 }

@@ -1,0 +1,142 @@
+// Micro-benchmarks of the kernels a chunked MoE step is made of, at the shapes of
+// experiments/chunk_sweep.yaml: router top-k, dispatch + combine, one expert's SwiGLU forward and
+// forward + backward from 16 to 65536 rows, one decoder layer's training step per strategy and
+// chunk count, and a dense matmul as the machine's ceiling. scripts/cost_model.py fits the step-
+// time model from the JSON this writes:
+//   build/memfine_bench --benchmark_repetitions=5 --benchmark_out=FILE --benchmark_out_format=json
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+
+#include "core/process.h"
+#include "core/strategy.h"
+#include "core/train_step.h"
+
+namespace {
+
+using namespace memfine;
+
+// The shapes of chunk_sweep.yaml, one layer.
+ExperimentConfig bench_config() {
+  ExperimentConfig c;
+  c.name = "bench";
+  c.seed = 12;
+  c.model.layers = 1, c.model.hidden = 128, c.model.heads = 4, c.model.kv_heads = 2, c.model.head_dim = 32;
+  c.model.ffn_hidden = 256, c.model.experts = 32, c.model.topk = 4, c.model.seq = 512;
+  c.ep = 8;
+  c.workload.kind = "zipf", c.workload.alpha = 1.5;
+  return c;
+}
+
+void flops_counter(benchmark::State& state, double flops) {
+  state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_RouterTopk(benchmark::State& state) {
+  const ExperimentConfig c = bench_config();
+  const int64_t T = state.range(0);
+  at::NoGradGuard ng;
+  Model m = make_model(c, 0);
+  at::Tensor x = at::randn({T, c.model.hidden});
+  for (auto _ : state) benchmark::DoNotOptimize(route(x, m.layers[0], at::Tensor(), c.model.topk).probs);
+  flops_counter(state, 2.0 * double(T) * c.model.hidden * c.model.experts);
+  state.counters["rows"] = double(T);
+}
+
+// dispatch + combine (no expert work: the dispatched rows stand in for the outputs).
+void BM_DispatchCombine(benchmark::State& state) {
+  ExperimentConfig c = bench_config();
+  c.model.seq = state.range(0);
+  at::NoGradGuard ng;
+  auto st = make_train_state(c);
+  const RankRouting& rr = st->rank.layers[0];
+  MoeRouting mr;
+  mr.rank = &rr, mr.tables = &st->rank, mr.expert_ids = rr.own_experts, mr.loss_norm = 1;
+  at::Tensor probs = at::rand({c.model.tokens(), c.model.topk});
+  for (auto _ : state) {
+    Dispatched d = dispatch(st->input, mr, 0, c.model.tokens());
+    benchmark::DoNotOptimize(combine(d.inputs, d, probs, mr).y);
+  }
+  state.counters["rows"] = double(rr.tokens_received);
+}
+
+void BM_ExpertForward(benchmark::State& state) {
+  const ExperimentConfig c = bench_config();
+  const int64_t rows = state.range(0), h = c.model.hidden, g = c.model.ffn_hidden;
+  at::NoGradGuard ng;
+  at::Tensor x = at::randn({rows, h}), wi = at::randn({h, 2 * g}), wo = at::randn({g, h});
+  for (auto _ : state) benchmark::DoNotOptimize(swiglu(x, wi, wo));
+  flops_counter(state, 6.0 * double(rows) * h * g);
+  state.counters["rows"] = double(rows);
+}
+
+void BM_ExpertForwardBackward(benchmark::State& state) {
+  const ExperimentConfig c = bench_config();
+  const int64_t rows = state.range(0), h = c.model.hidden, g = c.model.ffn_hidden;
+  at::Tensor x = at::randn({rows, h}).requires_grad_(true);
+  at::Tensor wi = at::randn({h, 2 * g}).requires_grad_(true), wo = at::randn({g, h}).requires_grad_(true);
+  at::Tensor gy = at::randn({rows, h});
+  for (auto _ : state) {
+    at::Tensor y = swiglu(x, wi, wo);
+    y.backward(gy);
+  }
+  flops_counter(state, 18.0 * double(rows) * h * g);
+  state.counters["rows"] = double(rows);
+}
+
+// One decoder layer's training step. Arguments: strategy (0 no_recompute, 1 full_recompute,
+// 2 memfine) and chunk count.
+void BM_LayerStep(benchmark::State& state) {
+  const ExperimentConfig c = bench_config();
+  StrategySpec spec;
+  spec.name = state.range(0) == 0 ? "no_recompute" : state.range(0) == 1 ? "full_recompute" : "memfine";
+  if (state.range(0) == 2) spec.params["chunks"] = YAML::Load(std::to_string(state.range(1)));
+  auto st = make_train_state(c);
+  auto s = make_strategy(spec);
+  int64_t step = 0;
+  for (auto _ : state) train_step(*st, *s, step++);
+  state.SetLabel(spec.label());
+  state.counters["rows"] = double(st->rank.layers[0].tokens_received);
+  state.counters["chunks"] = double(state.range(0) == 2 ? state.range(1) : 0);
+}
+
+// The machine's ceiling: a dense matmul with the same BLAS and threads.
+void BM_Matmul(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  for (auto _ : state) benchmark::DoNotOptimize(at::matmul(a, b));
+  flops_counter(state, 2.0 * double(n) * n * n);
+}
+
+BENCHMARK(BM_RouterTopk)->RangeMultiplier(4)->Range(256, 16384)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_DispatchCombine)->Arg(128)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ExpertForward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ExpertForwardBackward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LayerStep)
+    ->Args({0, 0})->Args({1, 0})
+    ->Args({2, 1})->Args({2, 2})->Args({2, 4})->Args({2, 8})->Args({2, 16})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Matmul)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  memfine::use_passive_openmp_waits(argv);
+  const char* threads = std::getenv("MEMFINE_THREADS");
+  at::set_num_threads(threads ? std::atoi(threads) : 2);
+  benchmark::AddCustomContext("libtorch_threads", std::to_string(at::get_num_threads()));
+  const ModelConfig m = bench_config().model;  // the layer steps' shapes, for scaling the cost model
+  for (auto [k, v] : std::vector<std::pair<const char*, int64_t>>{
+           {"hidden", m.hidden}, {"heads", m.heads}, {"kv_heads", m.kv_heads}, {"head_dim", m.head_dim},
+           {"ffn_hidden", m.ffn_hidden}, {"experts", m.experts}, {"topk", m.topk}, {"seq", m.seq},
+           {"micro_batch", m.micro_batch}, {"ep", bench_config().ep}})
+    benchmark::AddCustomContext(std::string("model_") + k, std::to_string(v));
+  benchmark::AddCustomContext("omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
