@@ -42,8 +42,11 @@ std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_limit{-1};
 
-void counting_delete(void* base) {
-  if (!base) return;
+// The context is the data pointer itself (ATen's raw_allocate requires that); the size sits in
+// the header just before it.
+void counting_delete(void* data) {
+  if (!data) return;
+  void* base = static_cast<char*>(data) - kHeader;
   int64_t n;
   std::memcpy(&n, base, sizeof(n));
   g_current.fetch_sub(n);
@@ -65,8 +68,9 @@ struct CountingCpuAllocator final : c10::Allocator {
     void* base = c10::alloc_cpu(n + kHeader);
     std::memcpy(base, &bytes, sizeof(bytes));
     void* data = static_cast<char*>(base) + kHeader;
-    return {data, base, &counting_delete, c10::Device(c10::DeviceType::CPU)};
+    return {data, data, &counting_delete, c10::Device(c10::DeviceType::CPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &counting_delete; }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   c10::DataPtr allocate(size_t n) override { return do_allocate(n); }
   void copy_data(void* dst, const void* src, size_t n) const override { std::memcpy(dst, src, n); }

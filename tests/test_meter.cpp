@@ -1,6 +1,7 @@
 #include "core/memory_meter.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
 using memfine::MemoryMeter;
@@ -45,4 +46,18 @@ TEST(Meter, BudgetThrowsOutOfMemoryAndTheProcessKeepsWorking) {
   EXPECT_EQ(m.current_bytes(), before);
   at::Tensor big = at::ones({1 << 20}, at::kFloat);  // limit restored: allowed again
   EXPECT_EQ(big.sum().item<float>(), float(1 << 20));
+}
+
+// Some ATen kernels (bf16 matmul through oneDNN) allocate through raw_allocate, which needs the
+// allocation's context to be its data pointer.
+TEST(Meter, RawAllocationsAreCountedToo) {
+  MemoryMeter& m = MemoryMeter::get("cpu");
+  const int64_t before = m.current_bytes();
+  c10::Allocator* a = c10::GetCPUAllocator();
+  void* p = a->raw_allocate(1000);
+  EXPECT_EQ(m.current_bytes() - before, 1000);
+  a->raw_deallocate(p);
+  EXPECT_EQ(m.current_bytes(), before);
+  at::Tensor x = at::randn({64, 64}).to(at::kBFloat16);
+  EXPECT_EQ(at::matmul(x, x).sizes(), x.sizes());
 }

@@ -131,3 +131,12 @@ TEST(Strategies, MeasuredPeaksFallWithRecomputeAndChunking) {
   EXPECT_LT(peak["memfine(chunks=4)"], peak["full_recompute"]);
   EXPECT_LT(peak["full_recompute"], peak["no_recompute"]);
 }
+
+// bfloat16 runs where the device supports it (here through oneDNN on the CPU); chunking keeps
+// the loss within bf16 rounding of storing everything.
+TEST(Strategies, Bfloat16RunsAndAgreesToItsPrecision) {
+  ExperimentConfig c = tiny_config("bfloat16", "zipf");
+  const double ref = loss_and_grads(c, spec("no_recompute")).loss;
+  for (const auto& s : {spec("full_recompute"), spec("memfine", {{"chunks", "4"}})})
+    EXPECT_NEAR(loss_and_grads(c, s).loss, ref, 2e-2 * std::abs(ref)) << s.label();
+}
