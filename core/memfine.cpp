@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "core/cost_model.h"
+#include "core/dist.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
 #include "core/recompute.h"
@@ -130,7 +131,14 @@ class MemFine : public Strategy {
   }
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
-    if (chunks_ == 0 && in.layer == 0) plan(in);
+    if (chunks_ == 0 && in.layer == 0) {
+      plan(in);
+      if (in.dist) {
+        // Every rank takes part in every chunk's all-to-all: agree on the largest need.
+        at::Tensor agreed = in.dist->allreduce_max(at::tensor(plan_, at::kLong));
+        plan_.assign(agreed.data_ptr<int64_t>(), agreed.data_ptr<int64_t>() + agreed.numel());
+      }
+    }
     const int64_t chunks = chunks_ > 0 ? chunks_ : plan_[size_t(in.layer)];
     stats_.chunks.push_back(chunks);
     stats_.tuned = chunks_ == 0;

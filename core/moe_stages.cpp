@@ -121,6 +121,7 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
 
 Combined moe_range(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
                    int64_t begin, int64_t end) {
+  if (mr.dist) return moe_range_alltoall(x, probs, w, mr, begin, end);
   const Dispatched d = dispatch(x, mr, begin, end);
   return combine(experts(d, w), d, probs, mr);
 }

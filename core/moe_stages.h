@@ -13,7 +13,10 @@
 namespace memfine {
 
 // What one layer's MoE routes; capacity capping fills the keep masks and the padding.
+class Dist;
+
 struct MoeRouting {
+  const Dist* dist = nullptr;  // set: real ranks exchange rows through all-to-all (moe_alltoall.cpp)
   const RankRouting* rank = nullptr;
   const EmulatedRank* tables = nullptr;
   at::Tensor expert_ids;   // [tokens, topk] this layer's own assignments
@@ -46,6 +49,12 @@ struct Combined {
 };
 Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, const at::Tensor& probs_range,
                  const MoeRouting& mr);
+
+// The same stages across real ranks: dispatch sends each row to the rank of its expert (counts
+// first, the paper's "notify", then the rows), experts run on what arrived, combine sends the
+// outputs back and weights them. Every rank must call it for every range (chunk), even an empty one.
+Combined moe_range_alltoall(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,
+                            const MoeRouting& mr, int64_t begin, int64_t end);
 
 // dispatch -> experts -> combine for one range: the unit that MemFine chunks and recomputes.
 Combined moe_range(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,

@@ -12,6 +12,7 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   at::Tensor xn = rms_norm(h, w.norm2);
   Routed r = route(xn, w, rr.own_experts, m.topk);
   MoeRouting routing;
+  routing.dist = in.dist;
   routing.rank = &rr;
   routing.tables = in.rank;
   routing.expert_ids = r.expert_ids;

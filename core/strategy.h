@@ -17,6 +17,8 @@
 
 namespace memfine {
 
+class Dist;
+
 struct LayerInput {
   const ExperimentConfig* config = nullptr;
   const Model* model = nullptr;
@@ -24,6 +26,7 @@ struct LayerInput {
   const EmulatedRank* rank = nullptr;
   int64_t layer = 0;
   int64_t step = 0;
+  const Dist* dist = nullptr;  // real expert-parallel ranks; null: one process (emulated peers)
 };
 
 struct LayerOutput {

@@ -1,0 +1,104 @@
+#include "core/dist.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "core/recompute.h"
+
+namespace memfine {
+
+struct Dist::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+};
+
+Dist::~Dist() = default;
+
+std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout) {
+  const char* ws = std::getenv("WORLD_SIZE");
+  if (!ws || std::atoi(ws) <= 1) return nullptr;
+  const char* rk = std::getenv("RANK");
+  if (!rk) throw std::runtime_error("WORLD_SIZE is set but RANK is not");
+  std::unique_ptr<Dist> d(new Dist());
+  d->rank_ = std::atoi(rk);
+  d->world_ = std::atoi(ws);
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  c10d::TCPStoreOptions so;
+  so.port = uint16_t(port ? std::atoi(port) : 29500);
+  so.isServer = d->rank_ == 0;
+  so.numWorkers = size_t(d->world_);
+  so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  d->impl_ = std::make_unique<Impl>();
+  d->impl_->store = c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
+  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(addr ? addr : "127.0.0.1"));
+  d->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(d->impl_->store, d->rank_, d->world_, opts);
+  return d;
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+at::Tensor raw_alltoall(c10d::ProcessGroupGloo& pg, const at::Tensor& in, std::vector<int64_t> out_splits,
+                        std::vector<int64_t> in_splits) {
+  int64_t rows = 0;
+  for (auto s : out_splits) rows += s;
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[0] = rows;
+  at::Tensor out = at::empty(shape, in.options());
+  at::Tensor src = in.contiguous();
+  pg.alltoall_base(out, src, out_splits, in_splits)->wait();
+  return out;
+}
+
+struct AllToAll : torch::autograd::Function<AllToAll> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& in, std::vector<int64_t> out_splits,
+                            std::vector<int64_t> in_splits, const Dist::Impl* impl) {
+    ctx->saved_data["out"] = out_splits;
+    ctx->saved_data["in"] = in_splits;
+    ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
+    return raw_alltoall(*impl->pg, in, out_splits, in_splits);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    auto* impl = reinterpret_cast<const Dist::Impl*>(ctx->saved_data["impl"].toInt());
+    // The reverse exchange: what came from rank i goes back to it.
+    at::Tensor g = raw_alltoall(*impl->pg, grad[0], ctx->saved_data["in"].toIntVector(), ctx->saved_data["out"].toIntVector());
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor Dist::alltoall(const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                          const std::vector<int64_t>& in_splits) const {
+  return AllToAll::apply(in, out_splits, in_splits, impl_.get());
+}
+
+std::vector<int64_t> Dist::exchange_counts(const std::vector<int64_t>& send) const {
+  at::Tensor s = at::tensor(send, at::kLong);
+  std::vector<int64_t> ones(size_t(world_), 1);
+  at::Tensor r = raw_alltoall(*impl_->pg, s, ones, ones);
+  return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + world_);
+}
+
+void Dist::allreduce_sum(at::Tensor& t) const {
+  std::vector<at::Tensor> v = {t};
+  impl_->pg->allreduce(v)->wait();
+}
+
+at::Tensor Dist::allreduce_max(const at::Tensor& t) const {
+  std::vector<at::Tensor> v = {t.clone()};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  impl_->pg->allreduce(v, o)->wait();
+  return v[0];
+}
+
+}  // namespace memfine

@@ -1,0 +1,39 @@
+// Expert parallelism across real ranks through PyTorch's c10d (Gloo on CPU): the process group,
+// an all-to-all that autograd can run backwards, and the sums replicated gradients need.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace memfine {
+
+class Dist {
+ public:
+  // From the standard variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun, Slurm
+  // wrappers, `memfine launch`); null when WORLD_SIZE is unset or 1. Collectives time out after
+  // `timeout` instead of hanging when a rank died.
+  static std::unique_ptr<Dist> from_env(std::chrono::seconds timeout = std::chrono::seconds(60));
+  ~Dist();
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  // Rows [sum(in_splits), ...] -> [sum(out_splits), ...]: block i of the input goes to rank i.
+  // Differentiable: its backward is the reverse all-to-all.
+  at::Tensor alltoall(const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                      const std::vector<int64_t>& in_splits) const;
+  // "notify": how many rows each rank will send to this one.
+  std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send) const;
+  void allreduce_sum(at::Tensor& t) const;
+  at::Tensor allreduce_max(const at::Tensor& t) const;
+
+  struct Impl;
+
+ private:
+  Dist() = default;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace memfine

@@ -1,0 +1,42 @@
+// One rank of the multi-rank tests: runs one training step (no update) of the test config under
+// RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT and writes its loss and gradients to a file.
+//   dist_worker STRATEGY CHUNKS OUT_DIR [throw]
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "core/dist.h"
+#include "core/strategy.h"
+#include "core/train_step.h"
+#include "dist_config.h"
+
+int main(int argc, char** argv) {
+  using namespace memfine;
+  if (argc < 4) return 2;
+  auto dist = Dist::from_env(std::chrono::seconds(20));
+  if (!dist) return 3;
+  if (argc > 4 && std::string(argv[4]) == "throw" && dist->rank() == 1) {
+    std::cerr << "rank 1: failing on purpose\n";
+    return 7;
+  }
+  ExperimentConfig c = test_util::dist_config(dist->world());
+  StrategySpec spec;
+  spec.name = argv[1];
+  if (std::string(argv[2]) != "-") spec.params["chunks"] = YAML::Load(argv[2]);
+  auto st = make_rank_state(c, *dist, true);
+  auto s = make_strategy(spec);
+  const double loss = train_step(*st, *s, 0, false);
+  std::ofstream out(std::string(argv[3]) + "/rank" + std::to_string(dist->rank()) + ".bin", std::ios::binary);
+  auto put = [&](const at::Tensor& t) {
+    at::Tensor d = t.detach().to(at::kDouble).contiguous();
+    const int64_t n = d.numel();
+    out.write(reinterpret_cast<const char*>(&n), sizeof n);
+    out.write(reinterpret_cast<const char*>(d.data_ptr<double>()), std::streamsize(n * 8));
+  };
+  put(at::tensor({loss}, at::kDouble));
+  for (const auto& p : st->model.parameters()) put(p.grad());
+  put(st->input.grad());
+  at::Tensor chunks = at::tensor(s->stats().chunks.empty() ? std::vector<int64_t>{0} : s->stats().chunks, at::kLong);
+  put(chunks.to(at::kDouble));
+  return 0;
+}
