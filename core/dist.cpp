@@ -93,6 +93,20 @@ void Dist::allreduce_sum(at::Tensor& t) const {
   impl_->pg->allreduce(v)->wait();
 }
 
+void Dist::barrier() const {
+  at::Tensor t = at::zeros({1});
+  allreduce_sum(t);
+}
+
+void Dist::store_set(const std::string& key, const std::string& value) const {
+  impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string Dist::store_get(const std::string& key) const {
+  const std::vector<uint8_t> v = impl_->store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
 at::Tensor Dist::allreduce_max(const at::Tensor& t) const {
   std::vector<at::Tensor> v = {t.clone()};
   c10d::AllreduceOptions o;

@@ -1,5 +1,7 @@
 // memfine: the command line. One harness, one flag set, one table for every strategy.
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -21,6 +23,10 @@ commands:
                         run an experiment sweep; one JSON line per point and strategy in
                         DIR/results.jsonl (default results/<device class>/<experiment name>/)
   validate FILE.yaml    check an experiment file without running it (exit 2 on problems)
+  launch --nproc N FILE.yaml [run options]
+                        run FILE.yaml as N local expert-parallel ranks (c10d, Gloo on loopback);
+                        `run` alone joins a job started by torchrun-style launchers (RANK,
+                        WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
   predict FILE.yaml     print the memory model's predictions, one JSON line per point and strategy
   strategies            list the registered strategies and their parameters
 
@@ -39,6 +45,16 @@ A point that exceeds memory.budget is recorded with status "oom"; the sweep goes
   --no-progress  no progress bar on stderr
 
 exit status: 0 all points measured (oom is a result), 1 a point failed, 2 bad input
+)";
+
+const char* kLaunchHelp = R"(usage: memfine launch --nproc N FILE.yaml [--out DIR] [--resume] [--threads N]
+
+Starts N local ranks of `memfine run FILE.yaml` (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
+MASTER_PORT), one per expert-parallel rank: FILE.yaml's parallel.ep must be N. Tokens really move
+between ranks through c10d's all-to-all (Gloo). Rank 0 gathers every rank's records into the one
+results file; the summary names the hottest rank. A rank that fails ends the job: its exit status
+is reported, and the others stop when their collectives time out (60 s).
+--threads defaults to the cores divided by N.
 )";
 
 const char* kValidateHelp = R"(usage: memfine validate FILE.yaml
@@ -105,6 +121,31 @@ int main(int argc, char** argv) {
       }
       if (file.empty()) return usage_error("run needs an experiment file", kRunHelp);
       return memfine::run_experiment(file, opt);
+    }
+    if (cmd == "launch") {
+      if (wants_help(args)) return std::cout << kLaunchHelp, 0;
+      int nproc = 0;
+      std::vector<std::string> rest;
+      bool threads_given = false;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--nproc" && i + 1 < args.size()) {
+          try {
+            nproc = std::stoi(args[++i]);
+          } catch (const std::exception&) {
+            return usage_error("--nproc needs a number", kLaunchHelp);
+          }
+        } else {
+          threads_given |= args[i] == "--threads";
+          rest.push_back(args[i]);
+        }
+      }
+      if (nproc < 1) return usage_error("launch needs --nproc N (1 or more)", kLaunchHelp);
+      if (!threads_given) {
+        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+        rest.push_back("--threads");
+        rest.push_back(std::to_string(std::max(1u, cores / unsigned(nproc))));
+      }
+      return memfine::launch_experiment("/proc/self/exe", nproc, rest);
     }
     if (cmd == "validate" || cmd == "predict") {
       const char* help = cmd == "validate" ? kValidateHelp : kPredictHelp;

@@ -1,6 +1,12 @@
 #include "core/runner.h"
 
 #include <ATen/Parallel.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -8,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
 
+#include "core/dist.h"
 #include "core/flops.h"
 #include "core/memory_meter.h"
 #include "core/memory_model.h"
@@ -19,6 +27,8 @@
 #include "core/timer.h"
 #include "core/train_step.h"
 #include "core/workload.h"
+
+extern char** environ;
 
 namespace memfine {
 
@@ -102,7 +112,7 @@ class Progress {
 }  // namespace
 
 std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::string>& skip,
-                                const std::function<void()>& tick) {
+                                const std::function<void()>& tick, const Dist* dist) {
   const ExperimentConfig& c = pt.config;
   MemoryMeter& meter = MemoryMeter::get(c.device);
   std::vector<Contender> cs;
@@ -117,7 +127,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
 
   // Correctness: loss and gradients of each dropless strategy against no_recompute, one step
   // on fresh states with the input's gradient included.
-  if (c.verify) {
+  if (c.verify && !dist) {  // real ranks: tests/test_dist.cpp checks them against one process
     auto reference = make_train_state(c, true);
     auto ref_strategy = make_strategy(StrategySpec{"no_recompute", {}});
     train_step(*reference, *ref_strategy, 0, false);
@@ -132,7 +142,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
 
   for (auto& k : cs) {
     const int64_t before = meter.current_bytes();
-    k.state = make_train_state(c);
+    k.state = dist ? make_rank_state(c, *dist) : make_train_state(c);
     k.static_bytes = k.state->static_bytes();
     const int64_t counted = meter.current_bytes() - before;
     if (c.device == "cpu" && counted < k.static_bytes)
@@ -162,6 +172,8 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
         MemoryLimitGuard guard(meter, limit);
         k.loss = train_step(*k.state, *k.strategy, it);
       } catch (const std::exception& e) {
+        // A real rank cannot skip a step alone: the others wait in its collectives. End the job.
+        if (dist) throw;
         k.status = is_out_of_memory(e) ? "oom" : "error";
         std::string msg = e.what();
         k.error = msg.substr(0, msg.find('\n'));
@@ -196,7 +208,8 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
       }
     }
   }
-  const EmulatedRank er = make_emulated_rank(c, c.rank);  // routing only: cheap next to a step
+  // Routing only: cheap next to a step. A real rank's routing is its own.
+  const EmulatedRank er = make_emulated_rank(c, dist ? dist->rank() : c.rank);
   int64_t recv_max = 0, recv_sum = 0;
   double overload = 0;
   json per_layer = json::array();
@@ -233,7 +246,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
     r["error"] = k.error.empty() ? json(nullptr) : json(k.error);
     r["seed"] = c.seed;
     r["rank"] = er.rank;
-    r["world_size"] = 1;
+    r["world_size"] = dist ? dist->world() : 1;
     r["ep"] = c.ep;
     if (k.stats.chunks.empty()) {
       r["chunks"] = nullptr;
@@ -305,7 +318,9 @@ std::string summary_table(const std::vector<json>& records) {
   for (const auto& r : records) {
     const json* full = nullptr;
     for (const auto& o : records)
-      if (o["point"] == r["point"] && o["strategy"] == "full_recompute" && o["status"] == "ok") full = &o;
+      if (o["point"] == r["point"] && o.value("rank", 0) == r.value("rank", 0) && o["strategy"] == "full_recompute" &&
+          o["status"] == "ok")
+        full = &o;
     auto num = [](const json& j) { return j.is_null() ? NAN : j.get<double>(); };
     const double act = num(r["peak_activation_bytes"]);
     const double ms = r["step_ms"].is_null() ? NAN : r["step_ms"]["median"].get<double>();
@@ -319,7 +334,9 @@ std::string summary_table(const std::vector<json>& records) {
     }
     const std::string chunks = r["chunks"].is_null() ? "-" : r["chunks"].is_array() ? "tuned" : r["chunks"].dump();
     std::string point = r["point"].get<std::string>();
-    if (point.size() > 28) point = point.substr(0, 25) + "...";
+    const std::string at_rank = r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "";
+    if (point.size() + at_rank.size() > 28) point = point.substr(0, 25 - at_rank.size()) + "...";
+    point += at_rank;
     std::snprintf(line, sizeof line, "%-28s %-34s %-6s %9lld %7s %11s %11s %10s %8s %8s\n", point.c_str(),
                   r["strategy"].get<std::string>().c_str(), r["status"].get<std::string>().c_str(),
                   (long long)r["tokens_received"].get<int64_t>(), chunks.c_str(),
@@ -337,6 +354,16 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
   if (!errors.empty()) {
     for (const auto& e : errors) std::cerr << e << "\n";
     return 2;
+  }
+  std::unique_ptr<Dist> dist = Dist::from_env();
+  const bool writer = !dist || dist->rank() == 0;
+  if (dist) {
+    for (const auto& p : points)
+      if (p.config.ep != dist->world()) {
+        std::cerr << yaml << ": parallel.ep is " << p.config.ep << " but WORLD_SIZE is " << dist->world()
+                  << ": run one rank per expert-parallel rank\n";
+        return 2;
+      }
   }
   const ExperimentConfig& base = points.front().config;
   if (base.paper.enabled) {
@@ -360,7 +387,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     for (const auto& s : p.config.strategies) todo += !results->has(p.id, s.label());
     total += todo * (p.config.warmup + p.config.repeats);
   }
-  Progress progress(total, opt.progress);
+  Progress progress(total, opt.progress && writer);
   bool failed = false;
   std::vector<json> fresh;
   for (auto& p : points) {
@@ -371,8 +398,21 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       if (results->has(p.id, s.label())) skip.push_back(s.label());
     std::vector<json> recs;
     try {
-      recs = measure_point(p, skip, [&] { progress.tick(p.id); });
+      recs = measure_point(p, skip, [&] { progress.tick(p.id); }, dist.get());
+      if (dist) {
+        // Rank 0 gathers every rank's records of the point through the store and writes them.
+        json mine = recs;
+        dist->store_set("records/" + p.id + "/" + std::to_string(dist->rank()), mine.dump());
+        if (!writer) continue;
+        recs.clear();
+        for (int r = 0; r < dist->world(); ++r)
+          for (auto& rec : json::parse(dist->store_get("records/" + p.id + "/" + std::to_string(r)))) recs.push_back(rec);
+      }
     } catch (const std::exception& e) {
+      if (dist) {
+        std::cerr << "memfine run: rank " << dist->rank() << " failed at point " << p.id << ": " << e.what() << "\n";
+        return 1;  // the other ranks' collectives time out and they exit too
+      }
       // A failure outside any one strategy's step: every strategy of the point records it.
       for (const auto& s : p.config.strategies) {
         if (results->has(p.id, s.label())) continue;
@@ -389,11 +429,81 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       fresh.push_back(r);
     }
   }
+  if (!writer) return failed ? 1 : 0;
   std::cout << summary_table(results->records());
+  if (dist) {
+    // The rank that limits the job: the largest activation peak of each strategy.
+    std::map<std::string, std::pair<int64_t, int64_t>> hottest;
+    for (const auto& r : fresh)
+      if (r["status"] == "ok") {
+        auto& h = hottest[r["point"].get<std::string>() + " " + r["strategy"].get<std::string>()];
+        const int64_t peak = r["peak_activation_bytes"].get<int64_t>();
+        if (peak > h.second) h = {r["rank"].get<int64_t>(), peak};
+      }
+    for (const auto& [what, h] : hottest)
+      std::cout << "hottest rank for " << what << ": rank " << h.first << " (" << fmt_bytes(double(h.second)) << ")\n";
+  }
   std::cout << "\nresults: " << results->path() << " (" << fresh.size() << " new records, "
             << results->records().size() << " in all)\n";
   if (failed) std::cerr << "memfine run: some points failed; see 'error' in the records\n";
   return failed ? 1 : 0;
+}
+
+int launch_experiment(const std::string& self, int nproc, const std::vector<std::string>& run_args) {
+  // A free loopback port for the rendezvous.
+  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  ::close(sock);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nproc; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind("RANK=", 0) && kv.rfind("WORLD_SIZE=", 0) && kv.rfind("MASTER_ADDR=", 0) && kv.rfind("MASTER_PORT=", 0))
+        env.push_back(kv);
+    }
+    for (const std::string kv : {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
+                                 std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port)})
+      env.push_back(kv);
+    std::vector<std::string> args = {self, "run"};
+    args.insert(args.end(), run_args.begin(), run_args.end());
+    if (r > 0) args.push_back("--no-progress");
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) {
+      std::cerr << "memfine launch: cannot start rank " << r << "\n";
+      for (pid_t p : pids) ::kill(p, SIGTERM);
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  int worst = 0;
+  std::string first_failure;
+  for (size_t done = 0; done < pids.size(); ++done) {
+    int status = 0;
+    const pid_t pid = ::wait(&status);
+    const auto it = std::find(pids.begin(), pids.end(), pid);
+    const int rank = int(it - pids.begin());
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && first_failure.empty())
+      first_failure = "rank " + std::to_string(rank) + " exited with status " + std::to_string(code);
+    worst = std::max(worst, code);
+  }
+  if (!first_failure.empty()) {
+    std::cerr << "memfine launch: " << first_failure << " (the others stop when their collectives time out)\n";
+    return worst == 2 ? 2 : 1;
+  }
+  return 0;
 }
 
 int predict_experiment(const std::string& yaml) {

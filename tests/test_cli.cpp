@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/results.h"
@@ -223,4 +224,45 @@ TEST(Cli, ResumeAfterAKillLosesAndDuplicatesNothing) {
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("results.jsonl:7: corrupt record"), std::string::npos) << bad.err;
   EXPECT_EQ(fs::file_size(path), size);
+}
+
+// memfine launch: real ranks over Gloo write one results file; the hottest rank's peak falls with
+// chunking and is close to what the emulated rank reports for the same workload. The emulation
+// leaves out the sender-side all-to-all buffers, so it may read up to 25% lower.
+TEST(Cli, LaunchRealRanksAndCompareWithTheEmulatedRank) {
+  const char* yaml = R"(name: launch
+seed: 4
+threads: 1
+warmup: 0
+repeats: 1
+model: {layers: 2, hidden: 32, heads: 2, kv_heads: 1, head_dim: 16, ffn_hidden: 64, experts: 8, topk: 2, seq: 64}
+parallel: {ep: 2}
+workload: {kind: zipf, alpha: 1.5}
+strategies: [full_recompute, {name: memfine, chunks: 4}]
+)";
+  const std::string file = write("launch.yaml", yaml);
+  const std::string real = fresh_dir("launch_real"), emulated = fresh_dir("launch_emulated");
+  Result r = run("launch --nproc 2 " + file + " --out " + real);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("hottest rank"), std::string::npos);
+  ASSERT_EQ(run("run " + file + " --out " + emulated).code, 0);
+  auto recs = memfine::read_results(real + "/results.jsonl");
+  ASSERT_EQ(recs.size(), 4u);  // 2 ranks x 2 strategies
+  std::map<std::string, int64_t> hottest;
+  int64_t hot_rank = -1, hot_recv = -1;
+  for (const auto& rec : recs) {
+    EXPECT_EQ(rec["world_size"], 2);
+    if (rec["tokens_received"].get<int64_t>() > hot_recv) hot_recv = rec["tokens_received"], hot_rank = rec["rank"];
+  }
+  for (const auto& rec : recs)
+    if (rec["rank"] == hot_rank) hottest[rec["strategy"]] = rec["peak_activation_bytes"];
+  EXPECT_LT(hottest["memfine(chunks=4)"], hottest["full_recompute"]);
+  for (const auto& rec : memfine::read_results(emulated + "/results.jsonl")) {
+    EXPECT_EQ(rec["tokens_received"].get<int64_t>(), hot_recv);  // the emulation plays the hottest rank
+    const double real_peak = double(hottest[rec["strategy"]]), emu = rec["peak_activation_bytes"].get<double>();
+    EXPECT_LE(emu, real_peak * 1.02) << rec["strategy"];
+    EXPECT_GE(emu, real_peak * 0.75) << rec["strategy"];
+  }
+  // A wrong rank count is refused.
+  EXPECT_EQ(run("launch --nproc 3 " + file + " --out " + fresh_dir("launch_bad")).code, 2);
 }
