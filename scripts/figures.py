@@ -96,7 +96,8 @@ def save(fig, out_dir, stem, caption, tight=True):
     paths = []
     for ext in ("png", "pdf"):
         p = os.path.join(out_dir, f"{stem}.{ext}")
-        fig.savefig(p, dpi=150)
+        # No creation date in the PDF: re-plotting the same results gives the same files.
+        fig.savefig(p, dpi=150, metadata={"CreationDate": None} if ext == "pdf" else None)
         paths.append(p)
     plt.close(fig)
     return paths
