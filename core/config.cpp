@@ -225,6 +225,10 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
   r.read("name", c.name, "a string");
   r.read("seed", c.seed, "a non-negative integer");
   r.read_choice("device", c.device, {"cpu", "cuda"});
+#ifndef MEMFINE_TORCH_CUDA
+  if (c.device == "cuda")
+    p.add(r.child("device"), "device", "this build's LibTorch has no CUDA (build against PyTorch's: scripts/gpu-build)");
+#endif
   r.read_choice("dtype", c.dtype, {"float32", "float64", "bfloat16"});
   r.read("threads", c.threads, "an integer");
   if (c.threads < 0) p.add(r.child("threads"), "threads", "must be 0 (all cores) or more");

@@ -266,3 +266,15 @@ strategies: [full_recompute, {name: memfine, chunks: 4}]
   // A wrong rank count is refused.
   EXPECT_EQ(run("launch --nproc 3 " + file + " --out " + fresh_dir("launch_bad")).code, 2);
 }
+
+TEST(Cli, CudaOnACpuOnlyBuildIsABadInputNotACrash) {
+  std::string text = kTiny;
+  text.replace(text.find("seed: 2"), 7, "seed: 2\ndevice: cuda");
+  Result r = run("validate " + write("cuda.yaml", text));
+#ifndef MEMFINE_TORCH_CUDA
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(":3: device: this build's LibTorch has no CUDA"), std::string::npos) << r.err;
+#else
+  EXPECT_EQ(r.code, 0) << r.err;
+#endif
+}
