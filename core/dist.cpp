@@ -4,6 +4,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -17,6 +22,18 @@ struct Dist::Impl {
 };
 
 Dist::~Dist() = default;
+
+int free_loopback_port() {
+  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(sock);
+  return ntohs(addr.sin_port);
+}
 
 std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout) {
   const char* ws = std::getenv("WORLD_SIZE");
@@ -91,11 +108,6 @@ std::vector<int64_t> Dist::exchange_counts(const std::vector<int64_t>& send) con
 void Dist::allreduce_sum(at::Tensor& t) const {
   std::vector<at::Tensor> v = {t};
   impl_->pg->allreduce(v)->wait();
-}
-
-void Dist::barrier() const {
-  at::Tensor t = at::zeros({1});
-  allreduce_sum(t);
 }
 
 void Dist::store_set(const std::string& key, const std::string& value) const {

@@ -10,6 +10,9 @@
 
 namespace memfine {
 
+// A loopback TCP port free right now, for a rendezvous on this machine.
+int free_loopback_port();
+
 class Dist {
  public:
   // From the standard variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun, Slurm
@@ -26,7 +29,6 @@ class Dist {
   // "notify": how many rows each rank will send to this one.
   std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send) const;
   void allreduce_sum(at::Tensor& t) const;
-  void barrier() const;
   // The rendezvous store, for small messages (results records to rank 0).
   void store_set(const std::string& key, const std::string& value) const;
   std::string store_get(const std::string& key) const;  // waits up to the timeout

@@ -7,12 +7,6 @@
 
 namespace memfine {
 
-int64_t EmulatedRank::tokens_received() const {
-  int64_t n = 0;
-  for (const auto& l : layers) n += l.tokens_received;
-  return n;
-}
-
 int64_t EmulatedRank::input_bytes() const {
   int64_t n = peer_inputs.nbytes() + peer_grads.nbytes() + remote_outputs.nbytes();
   for (const auto& l : layers)

@@ -32,7 +32,6 @@ struct EmulatedRank {
   at::Tensor remote_outputs;  // [kTableRows, hidden]
   static constexpr int64_t kTableRows = 509;  // prime, so keys spread over it
   int64_t rank = 0;
-  int64_t tokens_received() const;  // summed over layers
   int64_t input_bytes() const;
 };
 

@@ -41,13 +41,11 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
                                at::TensorList params, const ChunkedCall* call) {
     const int64_t n = x.size(0);
     at::Tensor peer_loss = at::zeros({}, x.options());
-    if (recomputing_for_backward()) {
-      // The enclosing layer is being recomputed for its backward: this output's value is never
-      // read, and backward below recomputes every chunk anyway. Skip a third MoE forward.
-      ctx->save_for_backward({x, probs});
-      ctx->saved_data["call"] = keep(*call);
-      return {at::zeros_like(x), peer_loss};
-    }
+    ctx->save_for_backward({x, probs});
+    ctx->saved_data["call"] = keep(*call);
+    // The enclosing layer is being recomputed for its backward: this output's value is never
+    // read, and backward below recomputes every chunk anyway. Skip a third MoE forward.
+    if (recomputing_for_backward()) return {at::zeros_like(x), peer_loss};
     at::Tensor y = at::empty_like(x);
     {
       at::NoGradGuard no_grad;
@@ -59,8 +57,6 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
         peer_loss += out.peer_loss;
       }
     }
-    ctx->save_for_backward({x, probs});
-    ctx->saved_data["call"] = keep(*call);
     return {y, peer_loss};
   }
 
@@ -163,13 +159,8 @@ class MemFine : public Strategy {
       if (store_when_fits_) plan_.assign(size_t(L), 0);
       return;
     }
-    StrategyShape chunked;
-    chunked.recompute_layer = true;
-    chunked.moe = MoeMode::Chunked;
     const Prediction stored = predict_step(c, *in.rank, StrategyShape{});
-    // The implementation model is within a few percent of the meter, so MACT keeps `headroom` of
-    // the activation room free rather than planning to the last byte.
-    const int64_t room = int64_t(double(c.budget - stored.static_bytes) * (1.0 - headroom_));
+    const int64_t room = activation_room(c, stored);
     if (store_when_fits_ && stored.activation_bytes <= room) {
       plan_.assign(size_t(L), 0);
       return;
@@ -190,25 +181,18 @@ class MemFine : public Strategy {
       }
       return;
     }
+    const auto peaks = layer_peaks(c, *in.rank);
     for (int64_t l = 0; l < L; ++l) {
-      bool found = false;
-      int64_t need = 0;
-      for (int64_t b : bins_) {
-        std::vector<int64_t> trial = plan_;
-        trial[size_t(l)] = b;
-        const Prediction p = predict_step(c, *in.rank, chunked, trial);
-        need = p.layer_peak[size_t(l)];
-        if (need <= room) {
-          plan_[size_t(l)] = b;
-          found = true;
-          break;
-        }
-      }
-      if (!found)
+      size_t i = 0;
+      while (i < bins_.size() && peaks[i][size_t(l)] > room) ++i;
+      if (i == bins_.size()) {
+        const int64_t need = peaks.back()[size_t(l)];
         throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) + " needs " +
                                  std::to_string(need) + " activation bytes even with " + std::to_string(bins_.back()) +
                                  " chunks; the budget leaves " + std::to_string(room) + " (short by " +
                                  std::to_string(need - room) + ")");
+      }
+      plan_[size_t(l)] = bins_[i];
     }
   }
 
@@ -216,21 +200,16 @@ class MemFine : public Strategy {
   // stored when that fits and is predicted faster.
   void plan_for_time(const ExperimentConfig& c, const EmulatedRank& rank, const Prediction& stored) {
     const int64_t L = c.model.layers, El = c.model.experts / c.ep;
-    const int64_t room = c.budget < 0 ? INT64_MAX
-                                      : int64_t(double(c.budget - stored.static_bytes) * (1.0 - headroom_));
-    StrategyShape chunked;
-    chunked.recompute_layer = true;
-    chunked.moe = MoeMode::Chunked;
+    const int64_t room = c.budget < 0 ? INT64_MAX : activation_room(c, stored);
+    const auto peaks = layer_peaks(c, rank);
     double total = 0;
     for (int64_t l = 0; l < L; ++l) {
       const int64_t rows = rank.layers[size_t(l)].tokens_received;
       double best = -1;
-      for (int64_t b : bins_) {
-        std::vector<int64_t> trial = plan_;
-        trial[size_t(l)] = b;
-        if (room != INT64_MAX && predict_step(c, rank, chunked, trial).layer_peak[size_t(l)] > room) continue;
-        const double t = cost_.layer_ms(c.model, El, rows, b);
-        if (best < 0 || t < best) best = t, plan_[size_t(l)] = b;
+      for (size_t i = 0; i < bins_.size(); ++i) {
+        if (peaks[i][size_t(l)] > room) continue;
+        const double t = cost_.layer_ms(c.model, El, rows, bins_[i]);
+        if (best < 0 || t < best) best = t, plan_[size_t(l)] = bins_[i];
       }
       if (best < 0)
         throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) +
@@ -244,6 +223,25 @@ class MemFine : public Strategy {
       total = stored_total;
     }
     stats_.predicted_ms = total;
+  }
+
+  // The implementation model is within a few percent of the meter, so MACT keeps `headroom` of
+  // the activation room free rather than planning to the last byte.
+  int64_t activation_room(const ExperimentConfig& c, const Prediction& stored) const {
+    return int64_t(double(c.budget - stored.static_bytes) * (1.0 - headroom_));
+  }
+
+  // Each layer's predicted peak for every bin, [bin][layer]. A recomputed layer keeps only its
+  // output until its backward, so one layer's chunk count does not change another's peak: one
+  // prediction per bin covers every layer.
+  std::vector<std::vector<int64_t>> layer_peaks(const ExperimentConfig& c, const EmulatedRank& rank) const {
+    StrategyShape chunked;
+    chunked.recompute_layer = true;
+    chunked.moe = MoeMode::Chunked;
+    std::vector<std::vector<int64_t>> peaks;
+    for (int64_t b : bins_)
+      peaks.push_back(predict_step(c, rank, chunked, std::vector<int64_t>(size_t(c.model.layers), b)).layer_peak);
+    return peaks;
   }
 
   int64_t chunks_ = 1;  // 0: auto

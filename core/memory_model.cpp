@@ -18,10 +18,6 @@ int64_t chunks_for(double s_recv, double s_recv_max, const std::vector<int64_t>&
   return -1;
 }
 
-double paper_static_bytes(double parameters, double d_para, double d_grad, double d_opt) {
-  return parameters * (d_para + d_grad + 4 * d_opt);  // Eq. 1; "4 D_opt": fp32 master weights, two moments... as printed
-}
-
 StrategyShape strategy_shape(const StrategySpec& spec) {
   StrategyShape s;
   if (spec.name == "no_recompute") return s;

@@ -41,8 +41,6 @@ struct PaperModel {
 // Eq. 9 and the bin rule: c = ceil(s'' / s'_max), then the smallest bin >= c; -1 if none fits.
 int64_t chunks_for(double s_recv, double s_recv_max, const std::vector<int64_t>& bins);
 
-// Eq. 1 with the paper's byte counts: D^para + D^grad + 4 D^opt per parameter.
-double paper_static_bytes(double parameters, double d_para = 2, double d_grad = 4, double d_opt = 4);
 
 // ---- Implementation model ----
 // How the MoE of a layer runs, as the model needs it.

@@ -8,10 +8,15 @@
 
 namespace memfine {
 
-std::vector<at::Tensor> LayerWeights::parameters() const {
+std::vector<at::Tensor> LayerWeights::replicated() const {
   std::vector<at::Tensor> out;
   for (const auto* t : {&norm1, &wq, &wk, &wv, &wo, &norm2, &router, &shared_in, &shared_out})
     if (t->defined()) out.push_back(*t);
+  return out;
+}
+
+std::vector<at::Tensor> LayerWeights::parameters() const {
+  std::vector<at::Tensor> out = replicated();
   out.insert(out.end(), w_in.begin(), w_in.end());
   out.insert(out.end(), w_out.begin(), w_out.end());
   return out;

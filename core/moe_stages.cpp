@@ -39,12 +39,6 @@ std::pair<at::Tensor, std::vector<int64_t>> group_by(const at::Tensor& items, co
 
 }  // namespace
 
-int64_t Dispatched::received() const {
-  int64_t n = 0;
-  for (size_t e = 0; e < own_rows.size(); ++e) n += own_rows[e] + peer_rows[e];
-  return n;
-}
-
 Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
   const RankRouting& r = *mr.rank;
   const int64_t El = r.local_experts, n = end - begin;

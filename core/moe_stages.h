@@ -34,7 +34,6 @@ struct Dispatched {
   std::vector<at::Tensor> own_slot;   // per expert: flat (token * topk + j) index into the probs
   std::vector<at::Tensor> peer_key;   // per expert: rows of the peer tables
   at::Tensor remote_token, remote_slot, remote_key;  // own assignments to other ranks' experts
-  int64_t received() const;           // rows through this rank's experts (no padding)
 };
 
 // dispatch: permute the range's tokens by local expert and receive the peers' rows.

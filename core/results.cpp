@@ -156,10 +156,15 @@ std::string blas_name() {
 
 json environment(const ExperimentConfig& c) {
   json env;
-  std::string commit = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" rev-parse --short=12 HEAD 2>/dev/null");
-  if (commit.empty()) commit = MEMFINE_GIT_COMMIT;
-  const std::string dirty = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" status --porcelain --untracked-files=no 2>/dev/null");
-  env["git_commit"] = commit + (dirty.empty() ? "" : "-dirty");
+  // The checkout does not change during a run: ask git once per process, not once per point.
+  static const std::string commit = [] {
+    std::string c = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" rev-parse --short=12 HEAD 2>/dev/null");
+    if (c.empty()) c = MEMFINE_GIT_COMMIT;
+    const std::string dirty =
+        run_command("git -C \"" MEMFINE_SOURCE_DIR "\" status --porcelain --untracked-files=no 2>/dev/null");
+    return c + (dirty.empty() ? "" : "-dirty");
+  }();
+  env["git_commit"] = commit;
   env["libtorch"] = TORCH_VERSION;
   env["device"] = c.device;
   env["device_name"] = cpu_name();
@@ -173,7 +178,8 @@ json environment(const ExperimentConfig& c) {
   env["threads"] = at::get_num_threads();
   env["blas"] = blas_name();
   env["omp_wait_policy"] = std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default";
-  env["hostname"] = run_command("hostname 2>/dev/null");
+  static const std::string host = run_command("hostname 2>/dev/null");
+  env["hostname"] = host;
   std::time_t now = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

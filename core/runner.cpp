@@ -1,11 +1,8 @@
 #include "core/runner.h"
 
 #include <ATen/Parallel.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,6 +106,26 @@ class Progress {
   Timer timer_;
 };
 
+// The machine's dense matmul rate (same BLAS and threads) when scripts/fit-cost-model measured
+// it, else 0. Read once per device class, not once per point.
+double matmul_ceiling(const std::string& device) {
+  static std::map<std::string, double> known;
+  const std::string cls = device_class(device);
+  auto it = known.find(cls);
+  if (it != known.end()) return it->second;
+  double ceiling = 0;
+  std::ifstream cm("results/" + cls + "/cost_model.json");
+  if (cm) {
+    try {
+      const json j = json::parse(cm);
+      if (j.contains("matmul_ceiling_flops") && j["matmul_ceiling_flops"].is_number())
+        ceiling = j["matmul_ceiling_flops"].get<double>();
+    } catch (const std::exception&) {
+    }
+  }
+  return known[cls] = ceiling;
+}
+
 }  // namespace
 
 std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::string>& skip,
@@ -195,19 +212,8 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
 
   json env = environment(c);
   json cfg = config_to_json(c);
-  // The machine's dense matmul rate (same BLAS and threads), when scripts/fit-cost-model measured it.
-  double ceiling = 0;
-  {
-    std::ifstream cm("results/" + device_class(c.device) + "/cost_model.json");
-    if (cm) {
-      try {
-        const json j = json::parse(cm);
-        if (j.contains("matmul_ceiling_flops") && j["matmul_ceiling_flops"].is_number())
-          ceiling = j["matmul_ceiling_flops"].get<double>(), env["matmul_ceiling_tflops"] = ceiling / 1e12;
-      } catch (const std::exception&) {
-      }
-    }
-  }
+  const double ceiling = matmul_ceiling(c.device);
+  if (ceiling > 0) env["matmul_ceiling_tflops"] = ceiling / 1e12;
   // Routing only: cheap next to a step. A real rank's routing is its own.
   const EmulatedRank er = make_emulated_rank(c, dist ? dist->rank() : c.rank);
   int64_t recv_max = 0, recv_sum = 0;
@@ -450,16 +456,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
 }
 
 int launch_experiment(const std::string& self, int nproc, const std::vector<std::string>& run_args) {
-  // A free loopback port for the rendezvous.
-  int sock = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(sock);
+  const int port = free_loopback_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env;
@@ -468,7 +465,7 @@ int launch_experiment(const std::string& self, int nproc, const std::vector<std:
       if (kv.rfind("RANK=", 0) && kv.rfind("WORLD_SIZE=", 0) && kv.rfind("MASTER_ADDR=", 0) && kv.rfind("MASTER_PORT=", 0))
         env.push_back(kv);
     }
-    for (const std::string kv : {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
+    for (const std::string& kv : std::initializer_list<std::string>{"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
                                  std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port)})
       env.push_back(kv);
     std::vector<std::string> args = {self, "run"};

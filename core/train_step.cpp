@@ -94,9 +94,7 @@ double train_step(TrainState& st, Strategy& s, int64_t step, bool update) {
   if (st.dist) {
     // Everything but the experts is replicated over the ranks: its gradient is the sum of theirs.
     for (const auto& layer : st.model.layers)
-      for (const auto* p : {&layer.norm1, &layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.norm2, &layer.router,
-                            &layer.shared_in, &layer.shared_out})
-        if (p->defined()) st.dist->allreduce_sum(p->mutable_grad());
+      for (const auto& p : layer.replicated()) st.dist->allreduce_sum(p.mutable_grad());
     st.dist->allreduce_sum(st.model.final_norm.mutable_grad());
     at::Tensor l = at::tensor({loss_value}, at::kDouble);
     st.dist->allreduce_sum(l);

@@ -1,11 +1,8 @@
 // Expert parallelism across real ranks (c10d, Gloo): 2 and 4 processes on loopback give the same
 // loss and gradients as one process computing the whole global batch.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/dist.h"
 #include "core/strategy.h"
 #include "core/train_step.h"
 #include "dist_config.h"
@@ -24,22 +22,10 @@ using namespace memfine;
 
 namespace {
 
-int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
-  close(s);
-  return port;
-}
 
 // Starts `world` workers and waits for all of them (at most `limit`); returns their exit codes.
 std::vector<int> run_ranks(int world, const std::vector<std::string>& args, std::chrono::seconds limit) {
-  const int port = free_port();
+  const int port = free_loopback_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
@@ -106,9 +92,8 @@ void expect_same_as_one_process(int world, const std::string& strategy, const st
     EXPECT_NEAR(got[0].item<double>(), loss, 1e-10 * std::abs(loss)) << "rank " << r;
     size_t i = 1;
     for (size_t l = 0; l < lw.size(); ++l) {
-      for (const auto* p : {&lw[l].norm1, &lw[l].wq, &lw[l].wk, &lw[l].wv, &lw[l].wo, &lw[l].norm2, &lw[l].router,
-                            &lw[l].shared_in, &lw[l].shared_out})
-        if (p->defined()) EXPECT_LT(rel(got[i++], p->grad().reshape(-1)), 1e-10) << "rank " << r << " layer " << l;
+      for (const auto& p : lw[l].replicated())
+        EXPECT_LT(rel(got[i++], p.grad().reshape(-1)), 1e-10) << "rank " << r << " layer " << l;
       for (const auto* experts : {&lw[l].w_in, &lw[l].w_out})
         for (int64_t e = 0; e < El; ++e)
           EXPECT_LT(rel(got[i++], (*experts)[size_t(r * El + e)].grad().reshape(-1)), 1e-10)
