@@ -17,7 +17,32 @@ add_library(memfine_cuda STATIC ${MEMFINE_CUDA_SOURCES})
 target_include_directories(memfine_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${MEMFINE_NCCL_INCLUDE})
 target_link_libraries(memfine_cuda PUBLIC CUDA::cudart ${MEMFINE_NCCL_LIBRARY})
 
-# Links the kernels and NCCL into a runnable check: on a GPU it runs them, elsewhere it says why not.
-add_executable(memfine_cuda_check core/cuda_check_main.cpp)
+# Links the kernels and NCCL into a runnable check: on a GPU it runs them against the host
+# reference, elsewhere it says why not.
+add_executable(memfine_cuda_check core/cuda_check_main.cpp core/moe_kernels_host.cpp)
 target_link_libraries(memfine_cuda_check PRIVATE memfine_cuda)
 set_target_properties(memfine_cuda_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+
+if(MEMFINE_TORCH_HAS_CUDA)
+  # A CUDA LibTorch: dispatch and combine run the kernels on the GPU (kernels: fused).
+  target_link_libraries(memfine_core PUBLIC memfine_cuda CUDA::cudart)
+  target_compile_definitions(memfine_core PUBLIC MEMFINE_KERNELS=1)
+else()
+  # A LibTorch without CUDA (Debian's) still ships the CUDA and NCCL headers of its API: compile the
+  # files with CUDA-LibTorch branches (NCCL process group, CUDA meter and environment, kernel calls)
+  # against them, so that code cannot rot where no GPU build runs. Never linked. The shim stands in
+  # for one generated header the package leaves out.
+  find_path(MEMFINE_TORCH_NCCL_HEADER torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp HINTS ${TORCH_INCLUDE_DIRS})
+  if(MEMFINE_TORCH_NCCL_HEADER)
+    add_library(memfine_torch_cuda_compile_check OBJECT core/dist.cpp core/memory_meter.cpp core/results.cpp
+                core/moe_fused.cpp)
+    target_include_directories(memfine_torch_cuda_compile_check BEFORE PRIVATE ${CMAKE_SOURCE_DIR}
+                               ${CMAKE_SOURCE_DIR}/cmake/torch_cuda_shim)
+    target_compile_definitions(memfine_torch_cuda_compile_check PRIVATE MEMFINE_TORCH_CUDA=1 MEMFINE_KERNELS=1
+                               USE_C10D_NCCL)
+    target_compile_options(memfine_torch_cuda_compile_check PRIVATE -Wall -Wextra -Wno-unused-parameter
+                           -Wno-missing-field-initializers)
+    target_link_libraries(memfine_torch_cuda_compile_check PRIVATE torch yaml-cpp nlohmann_json::nlohmann_json
+                          CUDA::cudart)
+  endif()
+endif()

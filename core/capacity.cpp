@@ -8,7 +8,7 @@ namespace memfine {
 
 at::Tensor keep_within_capacity(const at::Tensor& group, const at::Tensor& priority, int64_t capacity) {
   const int64_t n = group.numel();
-  at::Tensor g = group.to(at::kLong).contiguous(), p = priority.to(at::kDouble).contiguous();
+  at::Tensor g = group.to(at::kCPU, at::kLong).contiguous(), p = priority.to(at::kCPU, at::kDouble).contiguous();
   const int64_t* gp = g.data_ptr<int64_t>();
   const double* pp = p.data_ptr<double>();
   std::vector<int64_t> order(static_cast<size_t>(n));

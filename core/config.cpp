@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/model.h"
+#include "core/moe_fused.h"
 #include "core/strategy.h"
 #include "core/workload.h"
 
@@ -230,6 +231,10 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
     p.add(r.child("device"), "device", "this build's LibTorch has no CUDA (build against PyTorch's: scripts/gpu-build)");
 #endif
   r.read_choice("dtype", c.dtype, {"float32", "float64", "bfloat16"});
+  r.read_choice("kernels", c.kernels, {"auto", "aten", "fused"});
+  if (c.kernels == "fused" && !fused_kernels_available(c.device))
+    p.add(r.child("kernels"), "kernels", "this build has no CUDA kernels (build on the GPU machine with scripts/gpu-build)");
+  if (c.kernels == "auto") c.kernels = c.device == "cuda" && fused_kernels_available(c.device) ? "fused" : "aten";
   r.read("threads", c.threads, "an integer");
   if (c.threads < 0) p.add(r.child("threads"), "threads", "must be 0 (all cores) or more");
   r.read("warmup", c.warmup, "an integer");

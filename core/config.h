@@ -75,6 +75,10 @@ struct ExperimentConfig {
   uint64_t seed = 1;
   std::string device = "cpu";
   std::string dtype = "float32";  // float32 | float64 | bfloat16
+  // How dispatch and combine move rows: "aten" (index_select, cat, index_add) or "fused" (the row
+  // kernels of moe_kernels.h). The YAML may say "auto" (fused on CUDA builds' GPUs, else aten);
+  // the loaded config holds what was chosen.
+  std::string kernels = "auto";
   int64_t threads = 0;            // 0 = all cores
   int64_t warmup = 1;
   int64_t repeats = 3;

@@ -1,5 +1,6 @@
-// Expert parallelism across real ranks through PyTorch's c10d (Gloo on CPU): the process group,
-// an all-to-all that autograd can run backwards, and the sums replicated gradients need.
+// Expert parallelism across real ranks through PyTorch's c10d (Gloo on CPU, NCCL on CUDA): the
+// process group, an all-to-all that autograd can run backwards, and the sums replicated gradients
+// need. Collectives take tensors on any device and return them on the device they came from.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -17,11 +18,14 @@ class Dist {
  public:
   // From the standard variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun, Slurm
   // wrappers, `memfine launch`); null when WORLD_SIZE is unset or 1. Collectives time out after
-  // `timeout` instead of hanging when a rank died.
-  static std::unique_ptr<Dist> from_env(std::chrono::seconds timeout = std::chrono::seconds(60));
+  // `timeout` instead of hanging when a rank died. `device` "cuda" uses NCCL on GPU LOCAL_RANK
+  // (else RANK modulo the GPUs visible); it needs a build against a CUDA LibTorch.
+  static std::unique_ptr<Dist> from_env(std::chrono::seconds timeout = std::chrono::seconds(60),
+                                        const std::string& device = "cpu");
   ~Dist();
   int rank() const { return rank_; }
   int world() const { return world_; }
+  const char* backend() const;  // "gloo" or "nccl"
   // Rows [sum(in_splits), ...] -> [sum(out_splits), ...]: block i of the input goes to rank i.
   // Differentiable: its backward is the reverse all-to-all.
   at::Tensor alltoall(const at::Tensor& in, const std::vector<int64_t>& out_splits,

@@ -129,9 +129,9 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor&
 
 Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk) {
   at::Tensor probs = at::softmax(at::matmul(x_norm, w.router), -1);
-  if (expert_ids.defined()) return {probs.gather(1, expert_ids), expert_ids};
+  if (expert_ids.defined()) return {probs.gather(1, expert_ids.to(probs.device())), expert_ids};
   auto top = probs.topk(topk, -1);
-  return {std::get<0>(top), std::get<1>(top)};
+  return {std::get<0>(top), std::get<1>(top).cpu()};
 }
 
 }  // namespace memfine

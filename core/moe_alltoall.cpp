@@ -20,11 +20,13 @@ Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const 
   at::Tensor per_rank = at::bincount(experts_of.div(El, "floor"), {}, d.world());
   std::vector<int64_t> send(per_rank.data_ptr<int64_t>(), per_rank.data_ptr<int64_t>() + d.world());
   const std::vector<int64_t> recv = d.exchange_counts(send);  // notify
-  at::Tensor tokens = slots.div(k, "floor");
+  // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
+  const at::Device dev = x.device();
+  at::Tensor tokens = slots.div(k, "floor").to(dev);
   at::Tensor arrived = d.alltoall(x.index_select(0, tokens), recv, send);
   at::Tensor arrived_experts = d.alltoall(experts_of.unsqueeze(1), recv, send).reshape(-1) - r.first_expert;
   // experts: group what arrived by local expert, run each, put the outputs back in arrival order.
-  at::Tensor by_expert = std::get<1>(at::sort(arrived_experts, /*stable=*/true, 0, false));
+  at::Tensor by_expert = std::get<1>(at::sort(arrived_experts, /*stable=*/true, 0, false)).to(dev);
   at::Tensor counts = at::bincount(arrived_experts, {}, El);
   at::Tensor grouped = arrived.index_select(0, by_expert);
   std::vector<at::Tensor> outs;
@@ -40,7 +42,7 @@ Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const 
   at::Tensor out_arrived = at::zeros_like(out_grouped).index_add(0, by_expert, out_grouped);
   // combine: outputs return to their senders, weighted by router probability, un-permuted.
   at::Tensor back = d.alltoall(out_arrived, send, recv);
-  at::Tensor weights = probs.reshape(-1).index_select(0, slots).unsqueeze(1);
+  at::Tensor weights = probs.reshape(-1).index_select(0, slots.to(dev)).unsqueeze(1);
   at::Tensor y = at::zeros({n, x.size(1)}, x.options()).index_add(0, tokens, back * weights);
   return {y, at::zeros({}, x.options())};
 }

@@ -1,48 +1,100 @@
+// The fused row kernels on the GPU: one block per row, its threads across the row's columns; the
+// per-row code is moe_rows.h, shared with the host reference.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include <type_traits>
 
 #include "core/moe_kernels.h"
 
 namespace memfine::cuda {
 namespace {
 
-__global__ void gather_rows_kernel(const float* __restrict__ in, const int64_t* __restrict__ index,
-                                   float* __restrict__ out, int64_t rows, int64_t hidden) {
-  const int64_t row = blockIdx.x;
-  if (row >= rows) return;
-  const float* src = in + index[row] * hidden;
-  float* dst = out + row * hidden;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) dst[j] = src[j];
+template <class T>
+struct AtomicAdd {
+  __device__ void operator()(T* p, typename rows::Acc<T>::type v) const {
+    atomicAdd(p, rows::Store<T>::from(v));
+  }
+};
+
+template <class T>
+__global__ void gather_kernel(const T* in, const T* table, const int64_t* src, const T* weight, T* out,
+                              int64_t hidden) {
+  rows::gather_row(in, table, src, weight, out, int64_t(blockIdx.x), hidden, threadIdx.x, blockDim.x);
 }
 
-__global__ void scatter_add_rows_kernel(const float* __restrict__ in, const int64_t* __restrict__ index,
-                                        const float* __restrict__ weight, float* __restrict__ out, int64_t rows,
-                                        int64_t hidden) {
-  const int64_t row = blockIdx.x;
-  if (row >= rows) return;
-  const float w = weight ? weight[row] : 1.0f;
-  const float* src = in + row * hidden;
-  float* dst = out + index[row] * hidden;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) atomicAdd(dst + j, w * src[j]);
+template <class T>
+__global__ void scatter_add_kernel(const T* in, const int64_t* src, const int64_t* dst, const T* weight, T* out,
+                                   int64_t hidden) {
+  rows::scatter_add_row(in, src, dst, weight, out, int64_t(blockIdx.x), hidden, threadIdx.x, blockDim.x,
+                        AtomicAdd<T>());
 }
 
-int threads_for(int64_t hidden) { return hidden >= 256 ? 256 : 128; }
+constexpr int kThreads = 256;
+
+template <class T>
+__global__ void row_dot_kernel(const T* a, const int64_t* a_index, const T* b, const int64_t* b_index, T* out,
+                               int64_t hidden) {
+  using A = typename rows::Acc<T>::type;
+  __shared__ A partial[kThreads];
+  partial[threadIdx.x] = rows::row_dot_partial(a, a_index, b, b_index, int64_t(blockIdx.x), hidden, threadIdx.x,
+                                               blockDim.x);
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s /= 2) {
+    if (int(threadIdx.x) < s) partial[threadIdx.x] += partial[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = rows::Store<T>::from(partial[0]);
+}
+
+// Calls f with a null pointer of the device element type `t` names.
+template <class F>
+int with_type(rows::DType t, F f) {
+  switch (t) {
+    case rows::DType::f32: return f(static_cast<float*>(nullptr));
+    case rows::DType::f64: return f(static_cast<double*>(nullptr));
+    case rows::DType::bf16: return f(static_cast<__nv_bfloat16*>(nullptr));
+  }
+  return int(cudaErrorInvalidValue);
+}
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
 
-int gather_rows(const float* in, const int64_t* index, float* out, int64_t rows, int64_t hidden, void* stream) {
-  if (rows == 0) return 0;
-  gather_rows_kernel<<<dim3(unsigned(rows)), threads_for(hidden), 0, static_cast<cudaStream_t>(stream)>>>(
-      in, index, out, rows, hidden);
-  return int(cudaGetLastError());
+int gather_rows(rows::DType t, const void* in, const void* table, const int64_t* src, const void* weight, void* out,
+                int64_t n, int64_t hidden, void* stream) {
+  if (n == 0) return 0;
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    gather_kernel<T><<<dim3(unsigned(n)), kThreads, 0, as_stream(stream)>>>(
+        static_cast<const T*>(in), static_cast<const T*>(table), src, static_cast<const T*>(weight),
+        static_cast<T*>(out), hidden);
+    return int(cudaGetLastError());
+  });
 }
 
-int scatter_add_rows(const float* in, const int64_t* index, const float* weight, float* out, int64_t rows,
-                     int64_t hidden, void* stream) {
-  if (rows == 0) return 0;
-  scatter_add_rows_kernel<<<dim3(unsigned(rows)), threads_for(hidden), 0, static_cast<cudaStream_t>(stream)>>>(
-      in, index, weight, out, rows, hidden);
-  return int(cudaGetLastError());
+int scatter_add_rows(rows::DType t, const void* in, const int64_t* src, const int64_t* dst, const void* weight,
+                     void* out, int64_t n, int64_t hidden, void* stream) {
+  if (n == 0) return 0;
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    scatter_add_kernel<T><<<dim3(unsigned(n)), kThreads, 0, as_stream(stream)>>>(
+        static_cast<const T*>(in), src, dst, static_cast<const T*>(weight), static_cast<T*>(out), hidden);
+    return int(cudaGetLastError());
+  });
+}
+
+int row_dot(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index, void* out,
+            int64_t n, int64_t hidden, void* stream) {
+  if (n == 0) return 0;
+  return with_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    row_dot_kernel<T><<<dim3(unsigned(n)), kThreads, 0, as_stream(stream)>>>(
+        static_cast<const T*>(a), a_index, static_cast<const T*>(b), b_index, static_cast<T*>(out), hidden);
+    return int(cudaGetLastError());
+  });
 }
 
 int nccl_version() {

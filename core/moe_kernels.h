@@ -1,21 +1,41 @@
-// CUDA kernels for the memory-critical MoE stages, on raw device pointers (no torch headers, so
-// nvcc compiles them even where LibTorch has no CUDA). Row-major [rows, hidden] float buffers.
+// The fused MoE row kernels (dispatch's gather, combine's weighted scatter-add and the router-weight
+// gradient), on raw pointers and without torch headers, so nvcc compiles them even where LibTorch
+// has no CUDA. Two implementations share the per-row code of moe_rows.h: memfine::cuda runs on the
+// GPU (moe_kernels.cu), memfine::host on the CPU (moe_kernels_host.cpp: the reference the GPU is
+// checked against, and what `kernels: fused` runs on a CPU device). Row-major [rows, hidden] buffers
+// of one element type; index arrays are int64. Calls return 0 or a CUDA error code.
 #pragma once
 #include <cstdint>
 
-namespace memfine::cuda {
+#include "core/moe_rows.h"
 
-// dispatch: out[i, :] = in[index[i], :] for i < rows (gather tokens into expert order).
-int gather_rows(const float* in, const int64_t* index, float* out, int64_t rows, int64_t hidden, void* stream);
+namespace memfine {
 
-// combine: out[index[i], :] += weight[i] * in[i, :] (weighted scatter-add back to token order).
-int scatter_add_rows(const float* in, const int64_t* index, const float* weight, float* out, int64_t rows,
-                     int64_t hidden, void* stream);
+namespace host {
+// out[r] = weight[r] * (src[r] >= 0 ? in[src[r]] : src[r] == -1 ? 0 : table[-2 - src[r]]); weight may be null.
+int gather_rows(rows::DType t, const void* in, const void* table, const int64_t* src, const void* weight, void* out,
+                int64_t rows, int64_t hidden);
+// out[dst[r]] += weight[r] * in[src ? src[r] : r]; rows with dst[r] < 0 are skipped.
+int scatter_add_rows(rows::DType t, const void* in, const int64_t* src, const int64_t* dst, const void* weight,
+                     void* out, int64_t rows, int64_t hidden);
+// out[r] = dot(a[a_index ? a_index[r] : r], b[b_index ? b_index[r] : r]).
+int row_dot(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index, void* out,
+            int64_t rows, int64_t hidden);
+}  // namespace host
+
+namespace cuda {
+// The same three on device pointers; `stream` is a cudaStream_t (null: the default stream).
+int gather_rows(rows::DType t, const void* in, const void* table, const int64_t* src, const void* weight, void* out,
+                int64_t rows, int64_t hidden, void* stream);
+int scatter_add_rows(rows::DType t, const void* in, const int64_t* src, const int64_t* dst, const void* weight,
+                     void* out, int64_t rows, int64_t hidden, void* stream);
+int row_dot(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index, void* out,
+            int64_t rows, int64_t hidden, void* stream);
 
 // The NCCL version the kernels were linked with (keeps the NCCL link honest), e.g. 22803.
 int nccl_version();
-
 // Number of visible CUDA devices (0 where there is no GPU or driver).
 int device_count();
+}  // namespace cuda
 
-}  // namespace memfine::cuda
+}  // namespace memfine

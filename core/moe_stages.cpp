@@ -2,6 +2,11 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+
+#include "core/moe_fused.h"
+#include "core/moe_rows.h"
+
 namespace memfine {
 
 using torch::autograd::AutogradContext;
@@ -51,9 +56,11 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, in
   at::Tensor is_local = (ids >= 0).logical_and(ids < El);
   at::Tensor local_slot = is_local.logical_and(keep).nonzero().reshape(-1);
   at::Tensor remote = is_local.logical_not().logical_and(keep).nonzero().reshape(-1);
-  d.remote_slot = remote;
-  d.remote_token = remote.div(k, "floor");
-  d.remote_key = mr.rank->own_key.narrow(0, begin, n).reshape(-1).index_select(0, remote);
+  // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
+  const at::Device dev = x.device();
+  d.remote_slot = remote.to(dev);
+  d.remote_token = remote.div(k, "floor").to(dev);
+  d.remote_key = mr.rank->own_key.narrow(0, begin, n).reshape(-1).index_select(0, remote).to(dev);
   auto own = group_by(local_slot, ids.index_select(0, local_slot), El);
   d.own_rows = own.second;
   // Peer rows whose sender position lies in the range.
@@ -63,18 +70,35 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, in
   auto peers = group_by(r.peer_key.index_select(0, prow), r.peer_expert.index_select(0, prow), El);
   d.peer_rows = peers.second;
   int64_t o_off = 0, p_off = 0;
+  std::vector<at::Tensor> sources;  // fused: where each expert input row comes from (moe_rows.h)
+  std::vector<int64_t> buffer_rows;
   for (int64_t e = 0; e < El; ++e) {
     at::Tensor slot = own.first.narrow(0, o_off, d.own_rows[e]);
     at::Tensor key = peers.first.narrow(0, p_off, d.peer_rows[e]);
     o_off += d.own_rows[e], p_off += d.peer_rows[e];
-    d.own_slot.push_back(slot);
-    d.own_token.push_back(slot.div(k, "floor"));
-    d.peer_key.push_back(key);
+    d.own_slot.push_back(slot.to(dev));
+    d.own_token.push_back(d.own_slot.back().div(k, "floor"));
+    d.peer_key.push_back(key.to(dev));
+    const int64_t rows = d.own_rows[e] + d.peer_rows[e], pad = std::max<int64_t>(mr.pad_rows - rows, 0);
+    if (mr.fused) {
+      sources.push_back(slot.div(k, "floor"));
+      sources.push_back(key.neg() + memfine::rows::encode_table_row(0));  // table row k -> -2 - k
+      sources.push_back(at::full({pad}, memfine::rows::kZeroRow, at::kLong));
+      buffer_rows.push_back(rows + pad);
+      continue;
+    }
     std::vector<at::Tensor> parts = {x.index_select(0, d.own_token.back())};
-    if (key.numel() > 0) parts.push_back(mr.tables->peer_inputs.index_select(0, key));
-    const int64_t rows = d.own_rows[e] + d.peer_rows[e];
-    if (mr.pad_rows > rows) parts.push_back(at::zeros({mr.pad_rows - rows, x.size(1)}, x.options()));
+    if (key.numel() > 0) parts.push_back(mr.tables->peer_inputs.index_select(0, d.peer_key.back()));
+    if (pad > 0) parts.push_back(at::zeros({pad, x.size(1)}, x.options()));
     d.inputs.push_back(parts.size() == 1 ? parts[0] : at::cat(parts));
+  }
+  if (mr.fused) {
+    // Each expert's input written once from the tokens, the peers' rows and padding. One op per
+    // expert, as in ATen, so backward scatters each expert's input gradient as soon as it exists.
+    at::Tensor all = at::cat(sources).to(dev);
+    int64_t off = 0;
+    for (int64_t rows : buffer_rows)
+      d.inputs.push_back(gather_rows(x, mr.tables->peer_inputs, all.narrow(0, off, rows))), off += rows;
   }
   return d;
 }
@@ -98,7 +122,9 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
   for (size_t e = 0; e < outputs.size(); ++e) {
     if (d.own_rows[e] > 0) {
       at::Tensor own = outputs[e].narrow(0, 0, d.own_rows[e]);
-      y.index_add_(0, d.own_token[e], own * flat_probs.index_select(0, d.own_slot[e]).unsqueeze(1));
+      at::Tensor weight = flat_probs.index_select(0, d.own_slot[e]);
+      if (mr.fused) scatter_add_rows_(y, own, weight, at::Tensor(), d.own_token[e]);
+      else y.index_add_(0, d.own_token[e], own * weight.unsqueeze(1));
     }
     if (d.peer_rows[e] > 0) {
       at::Tensor sent = outputs[e].narrow(0, d.own_rows[e], d.peer_rows[e]);
@@ -107,8 +133,13 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
   }
   if (d.remote_slot.numel() > 0) {
     // Outputs of remote experts arrive (seeded) and are weighted like local ones.
-    at::Tensor arrived = mr.tables->remote_outputs.index_select(0, d.remote_key);
-    y.index_add_(0, d.remote_token, arrived * flat_probs.index_select(0, d.remote_slot).unsqueeze(1));
+    at::Tensor weight = flat_probs.index_select(0, d.remote_slot);
+    if (mr.fused) {
+      scatter_add_rows_(y, mr.tables->remote_outputs, weight, d.remote_key, d.remote_token);
+    } else {
+      at::Tensor arrived = mr.tables->remote_outputs.index_select(0, d.remote_key);
+      y.index_add_(0, d.remote_token, arrived * weight.unsqueeze(1));
+    }
   }
   return {y, peer_loss};
 }

@@ -23,6 +23,7 @@ struct MoeRouting {
   at::Tensor own_keep;     // [tokens, topk] bool; undefined = keep all
   at::Tensor peer_keep;    // [P] bool; undefined = keep all
   int64_t pad_rows = 0;    // pad each expert's input to this many rows; 0 = no padding
+  bool fused = false;      // dispatch and combine through the fused row ops (moe_fused.h)
   double loss_norm = 1;    // the peers' loss terms are divided by this (same scale as the main loss)
 };
 

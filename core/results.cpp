@@ -209,7 +209,8 @@ json config_to_json(const ExperimentConfig& c) {
   const ModelConfig& m = c.model;
   json strategies = json::array();
   for (const auto& s : c.strategies) strategies.push_back(s.label());
-  return {{"name", c.name}, {"seed", c.seed}, {"device", c.device}, {"dtype", c.dtype}, {"threads", c.threads},
+  return {{"name", c.name}, {"seed", c.seed}, {"device", c.device}, {"dtype", c.dtype}, {"kernels", c.kernels},
+          {"threads", c.threads},
           {"warmup", c.warmup}, {"repeats", c.repeats}, {"verify", c.verify},
           {"model", {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"kv_heads", m.kv_heads},
                      {"head_dim", m.head_dim}, {"ffn_hidden", m.ffn_hidden}, {"experts", m.experts},

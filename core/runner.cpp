@@ -253,6 +253,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
     r["seed"] = c.seed;
     r["rank"] = er.rank;
     r["world_size"] = dist ? dist->world() : 1;
+    if (dist) r["backend"] = dist->backend();
     r["ep"] = c.ep;
     if (k.stats.chunks.empty()) {
       r["chunks"] = nullptr;
@@ -361,11 +362,20 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     for (const auto& e : errors) std::cerr << e << "\n";
     return 2;
   }
-  std::unique_ptr<Dist> dist = Dist::from_env();
+  std::unique_ptr<Dist> dist;
+  try {
+    dist = Dist::from_env(std::chrono::seconds(60), points.front().config.device);
+  } catch (const std::exception& e) {
+    std::cerr << "memfine run: " << yaml << ": " << e.what() << "\n";
+    return 2;
+  }
   const bool writer = !dist || dist->rank() == 0;
   if (dist) {
     for (const auto& p : points)
-      if (p.config.ep != dist->world()) {
+      if (p.config.device != points.front().config.device) {
+        std::cerr << yaml << ": every point of a multi-rank run must use one device (the process group is made once)\n";
+        return 2;
+      } else if (p.config.ep != dist->world()) {
         std::cerr << yaml << ": parallel.ep is " << p.config.ep << " but WORLD_SIZE is " << dist->world()
                   << ": run one rank per expert-parallel rank\n";
         return 2;

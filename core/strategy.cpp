@@ -17,6 +17,7 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   routing.tables = in.rank;
   routing.expert_ids = r.expert_ids;
   routing.loss_norm = double(x.numel());
+  routing.fused = in.config->kernels == "fused";
   s.cap_routing(routing, r.probs.detach());
   Combined c = moe(xn, r.probs, routing, w);
   at::Tensor y = c.y;

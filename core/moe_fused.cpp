@@ -1,0 +1,158 @@
+#include "core/moe_fused.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <stdexcept>
+
+#include "core/moe_kernels.h"
+
+#ifdef MEMFINE_KERNELS
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace memfine {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool fused_kernels_available(const std::string& device) {
+#ifdef MEMFINE_KERNELS
+  return true;
+#else
+  return device == "cpu";
+#endif
+}
+
+namespace {
+
+rows::DType row_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return rows::DType::f32;
+    case at::kDouble: return rows::DType::f64;
+    case at::kBFloat16: return rows::DType::bf16;
+    default: throw std::invalid_argument(std::string("fused MoE kernels: unsupported dtype ") + c10::toString(t.scalar_type()));
+  }
+}
+
+const void* data(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+const int64_t* index(const at::Tensor& t) { return t.defined() ? t.data_ptr<int64_t>() : nullptr; }
+
+void check(int code, const char* what) {
+  if (code != 0) throw std::runtime_error(std::string("fused MoE kernel ") + what + " failed with CUDA error " + std::to_string(code));
+}
+
+#ifdef MEMFINE_KERNELS
+void* stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
+#define MEMFINE_ON_DEVICE(out, call_cuda, call_host) ((out).is_cuda() ? (call_cuda) : (call_host))
+#else
+#define MEMFINE_ON_DEVICE(out, call_cuda, call_host) \
+  ((out).is_cuda() ? throw std::runtime_error("this build has no CUDA kernels") : (call_host))
+#endif
+
+void run_gather(const at::Tensor& in, const at::Tensor& table, const at::Tensor& src, const at::Tensor& weight,
+                at::Tensor& out) {
+  const int64_t n = out.size(0), h = out.size(1);
+  check(MEMFINE_ON_DEVICE(out,
+                          cuda::gather_rows(row_type(out), data(in), data(table), index(src), data(weight),
+                                            out.data_ptr(), n, h, stream()),
+                          host::gather_rows(row_type(out), data(in), data(table), index(src), data(weight),
+                                            out.data_ptr(), n, h)),
+        "gather_rows");
+}
+
+void run_scatter_add(const at::Tensor& in, const at::Tensor& src, const at::Tensor& dst, const at::Tensor& weight,
+                     at::Tensor& out) {
+  const int64_t n = dst.size(0), h = out.size(1);
+  check(MEMFINE_ON_DEVICE(out,
+                          cuda::scatter_add_rows(row_type(out), data(in), index(src), index(dst), data(weight),
+                                                 out.data_ptr(), n, h, stream()),
+                          host::scatter_add_rows(row_type(out), data(in), index(src), index(dst), data(weight),
+                                                 out.data_ptr(), n, h)),
+        "scatter_add_rows");
+}
+
+void run_row_dot(const at::Tensor& a, const at::Tensor& a_index, const at::Tensor& b, const at::Tensor& b_index,
+                 at::Tensor& out) {
+  const int64_t n = out.size(0), h = b.size(1);
+  check(MEMFINE_ON_DEVICE(out,
+                          cuda::row_dot(row_type(out), data(a), index(a_index), data(b), index(b_index),
+                                        out.data_ptr(), n, h, stream()),
+                          host::row_dot(row_type(out), data(a), index(a_index), data(b), index(b_index),
+                                        out.data_ptr(), n, h)),
+        "row_dot");
+}
+
+at::Tensor dense(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
+
+struct GatherRows : torch::autograd::Function<GatherRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& table, const at::Tensor& src) {
+    at::Tensor xs = x.contiguous(), idx = src.contiguous();
+    at::Tensor out = at::empty({idx.size(0), x.size(1)}, x.options());
+    run_gather(xs, dense(table), idx, at::Tensor(), out);
+    ctx->saved_data["src"] = idx;
+    ctx->saved_data["rows"] = x.size(0);
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    // Each token row collects the gradients of the routed rows that copied it.
+    at::Tensor src = ctx->saved_data["src"].toTensor();
+    at::Tensor g = grad[0].contiguous();
+    at::Tensor gx = at::zeros({ctx->saved_data["rows"].toInt(), g.size(1)}, g.options());
+    run_scatter_add(g, at::Tensor(), src, at::Tensor(), gx);
+    return {gx, at::Tensor(), at::Tensor()};
+  }
+};
+
+struct ScatterAddRows : torch::autograd::Function<ScatterAddRows> {
+  // src is optional: an undefined tensor may not be an autograd input.
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor y, const at::Tensor& rows, const at::Tensor& weight,
+                            const c10::optional<at::Tensor>& src, const at::Tensor& dst) {
+    at::Tensor r = rows.contiguous(), w = weight.contiguous(), d = dst.contiguous();
+    at::Tensor s = src.has_value() ? dense(*src) : at::Tensor();
+    run_scatter_add(r, s, d, w, y);
+    ctx->mark_dirty({y});
+    ctx->save_for_backward({r, w});
+    ctx->saved_data["src"] = s.defined() ? c10::IValue(s) : c10::IValue();
+    ctx->saved_data["dst"] = d;
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& r = saved[0];
+    const at::Tensor& w = saved[1];
+    const c10::IValue& sv = ctx->saved_data["src"];
+    const at::Tensor src = sv.isTensor() ? sv.toTensor() : at::Tensor();
+    const at::Tensor dst = ctx->saved_data["dst"].toTensor();
+    at::Tensor g = grad[0].contiguous();
+    at::Tensor gr, gw;
+    if (ctx->needs_input_grad(1)) {
+      // d rows[src[r]] = weight[r] * dy[dst[r]]
+      if (src.defined()) {
+        gr = at::zeros_like(r);
+        run_scatter_add(g, dst, src, w, gr);
+      } else {
+        gr = at::empty_like(r);
+        run_gather(g, at::Tensor(), dst, w, gr);
+      }
+    }
+    if (ctx->needs_input_grad(2)) {
+      // d weight[r] = <rows[src[r]], dy[dst[r]]>
+      gw = at::empty_like(w);
+      run_row_dot(r, src, g, dst, gw);
+    }
+    return {grad[0], gr, gw, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& table, const at::Tensor& src) {
+  return GatherRows::apply(x, table, src);
+}
+
+at::Tensor scatter_add_rows_(at::Tensor& y, const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& src,
+                             const at::Tensor& dst) {
+  return ScatterAddRows::apply(y, rows, weight, src.defined() ? c10::optional<at::Tensor>(src) : c10::nullopt, dst);
+}
+
+}  // namespace memfine

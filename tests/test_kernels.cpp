@@ -1,0 +1,153 @@
+// The fused dispatch/combine ops (moe_fused.h) against ATen: the ops alone in every dtype, then
+// whole training steps under every strategy. On CPU the ops run the host reference of the CUDA
+// kernels (the same per-row code, moe_rows.h); on a CUDA build with a GPU the kernels themselves.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "core/memory_meter.h"
+#include "core/moe_fused.h"
+#include "core/moe_rows.h"
+#include "core/strategy.h"
+#include "core/train_step.h"
+#include "testing.h"
+
+using namespace memfine;
+using memfine::test_util::loss_and_grads;
+using memfine::test_util::max_rel_diff;
+using memfine::test_util::spec;
+using memfine::test_util::tiny_config;
+
+namespace {
+
+struct OpsResult {
+  at::Tensor gathered, y, grad_x, grad_rows, grad_weight, grad_remote_weight;
+};
+
+// dispatch's gather of rows (tokens, table rows, padding), then combine's weighted scatter-add of
+// some rows and of table rows, then backward of a fixed loss; fused or with ATen ops.
+OpsResult run_ops(bool fused, at::ScalarType dtype, at::Device device) {
+  const int64_t tokens = 40, hidden = 24, table_rows = 7, rows = 90;
+  at::Generator gen = at::detail::createCPUGenerator(11);
+  auto opt = at::TensorOptions().dtype(dtype).device(device);
+  at::Tensor x = at::randn({tokens, hidden}, gen, at::kDouble).to(opt).requires_grad_(true);
+  at::Tensor table = at::randn({table_rows, hidden}, gen, at::kDouble).to(opt);
+  at::Tensor token = at::randint(tokens, {rows}, gen, at::kLong);
+  at::Tensor key = at::randint(table_rows, {rows}, gen, at::kLong);
+  at::Tensor kind = at::arange(rows, at::kLong).remainder(5);  // 0-2: a token, 3: a table row, 4: padding
+  at::Tensor src = at::where(kind < 3, token, at::where(kind == 3, key.neg() + rows::encode_table_row(0),
+                                                         at::full({rows}, rows::kZeroRow, at::kLong)));
+  at::Tensor weight = at::rand({rows}, gen, at::kDouble).to(opt).requires_grad_(true);
+  at::Tensor remote_weight = at::rand({rows}, gen, at::kDouble).to(opt).requires_grad_(true);
+  at::Tensor probe = at::randn({tokens, hidden}, gen, at::kDouble).to(opt);
+
+  OpsResult r;
+  const at::Tensor tok_d = token.to(device), key_d = key.to(device);
+  if (fused) {
+    r.gathered = gather_rows(x, table, src.to(device));
+  } else {
+    std::vector<at::Tensor> parts;
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t k = kind[i].item<int64_t>();
+      parts.push_back(k < 3 ? x.narrow(0, token[i].item<int64_t>(), 1)
+                      : k == 3 ? table.narrow(0, key[i].item<int64_t>(), 1)
+                               : at::zeros({1, hidden}, opt));
+    }
+    r.gathered = at::cat(parts);
+  }
+  at::Tensor expert_out = (r.gathered * 1.5).tanh();  // stands in for the experts
+  at::Tensor y = at::zeros({tokens, hidden}, opt);
+  if (fused) {
+    scatter_add_rows_(y, expert_out, weight, at::Tensor(), tok_d);
+    scatter_add_rows_(y, table, remote_weight, key_d, tok_d);
+  } else {
+    y.index_add_(0, tok_d, expert_out * weight.unsqueeze(1));
+    y.index_add_(0, tok_d, table.index_select(0, key_d) * remote_weight.unsqueeze(1));
+  }
+  r.y = y;
+  (y * probe).sum().backward();
+  r.grad_x = x.grad(), r.grad_weight = weight.grad(), r.grad_remote_weight = remote_weight.grad();
+  return r;
+}
+
+double rel(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor ad = a.to(at::kCPU, at::kDouble), bd = b.to(at::kCPU, at::kDouble);
+  return (ad - bd).abs().max().item<double>() / std::max(bd.abs().max().item<double>(), 1e-300);
+}
+
+void expect_same_ops(at::ScalarType dtype, at::Device device, double tol) {
+  const OpsResult f = run_ops(true, dtype, device), a = run_ops(false, dtype, device);
+  // A gather copies: bit for bit in every dtype.
+  EXPECT_TRUE(at::equal(f.gathered, a.gathered)) << dtype;
+  EXPECT_LT(rel(f.y, a.y), tol) << dtype;
+  EXPECT_LT(rel(f.grad_x, a.grad_x), tol) << dtype;
+  EXPECT_LT(rel(f.grad_weight, a.grad_weight), tol) << dtype;
+  EXPECT_LT(rel(f.grad_remote_weight, a.grad_remote_weight), tol) << dtype;
+}
+
+}  // namespace
+
+// Tolerances: the fused scatter-add rounds once per addition where ATen rounds the weighted copy
+// too, and dot products sum in another order (bf16 keeps 8 bits).
+TEST(FusedOps, MatchAtenOnTheHost) {
+  expect_same_ops(at::kDouble, at::kCPU, 1e-13);
+  expect_same_ops(at::kFloat, at::kCPU, 1e-5);
+  expect_same_ops(at::kBFloat16, at::kCPU, 2e-2);
+}
+
+class FusedSteps : public ::testing::TestWithParam<std::string> {};
+
+// A whole step under each strategy: the same loss and gradients as with ATen's dispatch/combine.
+TEST_P(FusedSteps, SameLossAndGradientsAsAten) {
+  std::vector<StrategySpec> specs = {spec("no_recompute"), spec("full_recompute"), spec("moe_recompute"),
+                                     spec("memfine", {{"chunks", "1"}}), spec("memfine", {{"chunks", "3"}}),
+                                     spec("capacity", {{"capacity_factor", "1.0"}, {"pad", "true"}})};
+  for (const char* dtype : {"float64", "float32"}) {
+    ExperimentConfig c = tiny_config(dtype, GetParam(), GetParam() == "router" ? 1 : 4);
+    for (const auto& s : specs) {
+      c.kernels = "aten";
+      const auto ref = loss_and_grads(c, s);
+      c.kernels = "fused";
+      EXPECT_LT(max_rel_diff(loss_and_grads(c, s), ref), dtype[5] == '6' ? 1e-12 : 1e-5) << dtype << " " << s.label();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, FusedSteps, ::testing::Values("zipf", "hot", "router"));
+
+// Writing each expert's input once, and adding weighted outputs without a weighted copy, keeps
+// less: the stored step's activation peak falls (measured by the meter, both in one process).
+TEST(FusedSteps, StoreLessThanAten) {
+  MemoryMeter& meter = MemoryMeter::get("cpu");
+  ExperimentConfig c = tiny_config("float32", "zipf", 4);
+  c.model.hidden = 64, c.model.ffn_hidden = 96, c.model.seq = 64;
+  auto peak = [&](const std::string& kernels) {
+    c.kernels = kernels;
+    auto st = make_train_state(c);
+    auto s = make_strategy(spec("no_recompute"));
+    meter.reset_peak();
+    const int64_t start = meter.current_bytes();
+    train_step(*st, *s, 0);
+    return meter.peak_bytes() - start;
+  };
+  const int64_t aten = peak("aten"), fused = peak("fused");
+  std::cout << "no_recompute activation peak: aten " << aten << " B, fused " << fused << " B\n";
+  EXPECT_LT(fused, aten);
+}
+
+#ifdef MEMFINE_KERNELS
+// The CUDA kernels: the same ops on the GPU against ATen on the GPU, and a whole step.
+TEST(CudaKernels, MatchAtenOnTheGpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  expect_same_ops(at::kDouble, at::kCUDA, 1e-12);
+  expect_same_ops(at::kFloat, at::kCUDA, 1e-5);
+  expect_same_ops(at::kBFloat16, at::kCUDA, 2e-2);
+  ExperimentConfig c = tiny_config("float64", "zipf", 4);
+  c.device = "cuda";
+  for (const auto& s : {spec("no_recompute"), spec("memfine", {{"chunks", "3"}})}) {
+    c.kernels = "aten";
+    const auto ref = loss_and_grads(c, s);
+    c.kernels = "fused";
+    EXPECT_LT(max_rel_diff(loss_and_grads(c, s), ref), 1e-12) << s.label();
+  }
+}
+#endif
