@@ -24,9 +24,11 @@ struct Result {
   std::string out, err;
 };
 
-Result run(const std::string& args) {
+// Runs memfine with `args`, in the folder `cwd` when given.
+Result run(const std::string& args, const std::string& cwd = "") {
   const std::string out = scratch("stdout.txt"), err = scratch("stderr.txt");
-  const std::string cmd = std::string(MEMFINE_BIN) + " " + args + " >" + out + " 2>" + err;
+  const std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(MEMFINE_BIN) + " " + args + " >" +
+                          out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   auto slurp = [](const std::string& p) {
     std::ifstream in(p);
@@ -277,4 +279,30 @@ TEST(Cli, CudaOnACpuOnlyBuildIsABadInputNotACrash) {
 #else
   EXPECT_EQ(r.code, 0) << r.err;
 #endif
+}
+
+// Every shipped experiment is valid. The GPU ones are checked with device: cpu on a CPU-only build
+// (everything else about them must still hold: keys, shapes, strategies, sweeps). From the
+// repository root, as the README runs them (paths inside are relative to it).
+TEST(Cli, EveryShippedExperimentValidates) {
+  const fs::path root = fs::canonical(fs::path(MEMFINE_TESTS_DIR) / "..");
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(root / "experiments")) {
+    if (entry.path().extension() != ".yaml") continue;
+    std::ifstream in(entry.path());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str(), file = entry.path().string();
+#ifndef MEMFINE_TORCH_CUDA
+    const size_t at = text.find("\ndevice: cuda");
+    if (at != std::string::npos) {
+      text.replace(at, 13, "\ndevice: cpu");
+      file = write(entry.path().filename().string(), text);
+    }
+#endif
+    Result r = run("validate " + file, root.string());
+    EXPECT_EQ(r.code, 0) << entry.path() << ": " << r.err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
 }
