@@ -77,14 +77,16 @@ bool check(DType t, const char* name) {
 
   // dispatch (gather) -> combine (weighted scatter-add) -> the router weights' gradient (row dot).
   std::vector<unsigned char> g(rows * hidden * es), y(tokens * hidden * es, 0), p(rows * es);
-  memfine::host::gather_rows(t, h.x.data(), h.table.data(), h.src.data(), nullptr, g.data(), rows, hidden);
-  memfine::host::scatter_add_rows(t, g.data(), nullptr, h.dst.data(), h.weight.data(), y.data(), rows, hidden);
-  memfine::host::row_dot(t, g.data(), nullptr, y.data(), h.dot.data(), p.data(), rows, hidden);
+  const memfine::RowKernels& host = memfine::host::kernels();
+  const memfine::RowKernels& gpu = memfine::cuda::kernels();
+  host.gather_rows(t, h.x.data(), h.table.data(), h.src.data(), nullptr, g.data(), rows, hidden, nullptr);
+  host.scatter_add_rows(t, g.data(), nullptr, h.dst.data(), h.weight.data(), y.data(), rows, hidden, nullptr);
+  host.row_dot(t, g.data(), nullptr, y.data(), h.dot.data(), p.data(), rows, hidden, nullptr);
   // Each kernel gets the host's inputs, so only summation order separates the results.
   void* dy_in = to_device(y.data(), y.size());
-  int err = memfine::cuda::gather_rows(t, dx, dt, ds, nullptr, dg, rows, hidden, nullptr);
-  err = err ? err : memfine::cuda::scatter_add_rows(t, dg, nullptr, dd, dw, dy, rows, hidden, nullptr);
-  err = err ? err : memfine::cuda::row_dot(t, dg, nullptr, dy_in, dk, dp, rows, hidden, nullptr);
+  int err = gpu.gather_rows(t, dx, dt, ds, nullptr, dg, rows, hidden, nullptr);
+  err = err ? err : gpu.scatter_add_rows(t, dg, nullptr, dd, dw, dy, rows, hidden, nullptr);
+  err = err ? err : gpu.row_dot(t, dg, nullptr, dy_in, dk, dp, rows, hidden, nullptr);
   err = err ? err : int(cudaDeviceSynchronize());
   if (err) {
     std::printf("memfine_cuda_check: %s: CUDA error %d (%s)\n", name, err, cudaGetErrorString(cudaError_t(err)));

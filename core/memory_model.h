@@ -6,8 +6,8 @@
 //    tensors autograd saves, stage by stage) and the transients on top, for a config, strategy,
 //    chunk count and routing. MACT uses it when running for real.
 //    It accounts ATen's dispatch and combine (kernels: aten). With the fused kernels a step keeps
-//    less, and the model reads high: on the CPU grid of experiments/model_accuracy.yaml with
-//    kernels: fused it was within -2.9% .. +17.7% (MACT's headroom covers the low side).
+//    less, and the model mostly reads high: -1.4% .. +16.3% on experiments/kernels.yaml
+//    (paper_figures/kernels_table.md); MACT's headroom covers the low side.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -41,44 +41,42 @@ void check(int code, const char* what) {
   if (code != 0) throw std::runtime_error(std::string("fused MoE kernel ") + what + " failed with CUDA error " + std::to_string(code));
 }
 
+// The implementation for `out`'s device, and the stream to run it on.
+const RowKernels& kernels_for(const at::Tensor& out, void*& stream) {
+  stream = nullptr;
+  if (!out.is_cuda()) return host::kernels();
 #ifdef MEMFINE_KERNELS
-void* stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
-#define MEMFINE_ON_DEVICE(out, call_cuda, call_host) ((out).is_cuda() ? (call_cuda) : (call_host))
+  stream = c10::cuda::getCurrentCUDAStream().stream();
+  return cuda::kernels();
 #else
-#define MEMFINE_ON_DEVICE(out, call_cuda, call_host) \
-  ((out).is_cuda() ? throw std::runtime_error("this build has no CUDA kernels") : (call_host))
+  throw std::runtime_error("this build has no CUDA kernels");
 #endif
+}
 
 void run_gather(const at::Tensor& in, const at::Tensor& table, const at::Tensor& src, const at::Tensor& weight,
                 at::Tensor& out) {
-  const int64_t n = out.size(0), h = out.size(1);
-  check(MEMFINE_ON_DEVICE(out,
-                          cuda::gather_rows(row_type(out), data(in), data(table), index(src), data(weight),
-                                            out.data_ptr(), n, h, stream()),
-                          host::gather_rows(row_type(out), data(in), data(table), index(src), data(weight),
-                                            out.data_ptr(), n, h)),
+  void* stream;
+  const RowKernels& k = kernels_for(out, stream);
+  check(k.gather_rows(row_type(out), data(in), data(table), index(src), data(weight), out.data_ptr(), out.size(0),
+                      out.size(1), stream),
         "gather_rows");
 }
 
 void run_scatter_add(const at::Tensor& in, const at::Tensor& src, const at::Tensor& dst, const at::Tensor& weight,
                      at::Tensor& out) {
-  const int64_t n = dst.size(0), h = out.size(1);
-  check(MEMFINE_ON_DEVICE(out,
-                          cuda::scatter_add_rows(row_type(out), data(in), index(src), index(dst), data(weight),
-                                                 out.data_ptr(), n, h, stream()),
-                          host::scatter_add_rows(row_type(out), data(in), index(src), index(dst), data(weight),
-                                                 out.data_ptr(), n, h)),
+  void* stream;
+  const RowKernels& k = kernels_for(out, stream);
+  check(k.scatter_add_rows(row_type(out), data(in), index(src), index(dst), data(weight), out.data_ptr(), dst.size(0),
+                           out.size(1), stream),
         "scatter_add_rows");
 }
 
 void run_row_dot(const at::Tensor& a, const at::Tensor& a_index, const at::Tensor& b, const at::Tensor& b_index,
                  at::Tensor& out) {
-  const int64_t n = out.size(0), h = b.size(1);
-  check(MEMFINE_ON_DEVICE(out,
-                          cuda::row_dot(row_type(out), data(a), index(a_index), data(b), index(b_index),
-                                        out.data_ptr(), n, h, stream()),
-                          host::row_dot(row_type(out), data(a), index(a_index), data(b), index(b_index),
-                                        out.data_ptr(), n, h)),
+  void* stream;
+  const RowKernels& k = kernels_for(out, stream);
+  check(k.row_dot(row_type(out), data(a), index(a_index), data(b), index(b_index), out.data_ptr(), out.size(0),
+                  b.size(1), stream),
         "row_dot");
 }
 

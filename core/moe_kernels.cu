@@ -48,25 +48,12 @@ __global__ void row_dot_kernel(const T* a, const int64_t* a_index, const T* b, c
   if (threadIdx.x == 0) out[blockIdx.x] = rows::Store<T>::from(partial[0]);
 }
 
-// Calls f with a null pointer of the device element type `t` names.
-template <class F>
-int with_type(rows::DType t, F f) {
-  switch (t) {
-    case rows::DType::f32: return f(static_cast<float*>(nullptr));
-    case rows::DType::f64: return f(static_cast<double*>(nullptr));
-    case rows::DType::bf16: return f(static_cast<__nv_bfloat16*>(nullptr));
-  }
-  return int(cudaErrorInvalidValue);
-}
-
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-}  // namespace
 
 int gather_rows(rows::DType t, const void* in, const void* table, const int64_t* src, const void* weight, void* out,
                 int64_t n, int64_t hidden, void* stream) {
   if (n == 0) return 0;
-  return with_type(t, [&](auto* tag) {
+  return rows::with_element_type<__nv_bfloat16>(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     gather_kernel<T><<<dim3(unsigned(n)), kThreads, 0, as_stream(stream)>>>(
         static_cast<const T*>(in), static_cast<const T*>(table), src, static_cast<const T*>(weight),
@@ -78,7 +65,7 @@ int gather_rows(rows::DType t, const void* in, const void* table, const int64_t*
 int scatter_add_rows(rows::DType t, const void* in, const int64_t* src, const int64_t* dst, const void* weight,
                      void* out, int64_t n, int64_t hidden, void* stream) {
   if (n == 0) return 0;
-  return with_type(t, [&](auto* tag) {
+  return rows::with_element_type<__nv_bfloat16>(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     scatter_add_kernel<T><<<dim3(unsigned(n)), kThreads, 0, as_stream(stream)>>>(
         static_cast<const T*>(in), src, dst, static_cast<const T*>(weight), static_cast<T*>(out), hidden);
@@ -89,12 +76,19 @@ int scatter_add_rows(rows::DType t, const void* in, const int64_t* src, const in
 int row_dot(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index, void* out,
             int64_t n, int64_t hidden, void* stream) {
   if (n == 0) return 0;
-  return with_type(t, [&](auto* tag) {
+  return rows::with_element_type<__nv_bfloat16>(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     row_dot_kernel<T><<<dim3(unsigned(n)), kThreads, 0, as_stream(stream)>>>(
         static_cast<const T*>(a), a_index, static_cast<const T*>(b), b_index, static_cast<T*>(out), hidden);
     return int(cudaGetLastError());
   });
+}
+
+}  // namespace
+
+const RowKernels& kernels() {
+  static const RowKernels k{gather_rows, scatter_add_rows, row_dot};
+  return k;
 }
 
 int nccl_version() {

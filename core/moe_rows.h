@@ -21,6 +21,21 @@ constexpr int64_t kZeroRow = -1;
 MEMFINE_HD inline int64_t table_row(int64_t index) { return -2 - index; }
 MEMFINE_HD inline int64_t encode_table_row(int64_t row) { return -2 - row; }
 
+// The element types the kernels take (what the tensors hold).
+enum class DType { f32, f64, bf16 };
+
+// Calls f with a null pointer of the element type `t` names; Bf16 is the caller's bfloat16 storage
+// type (HostBf16 on the host, __nv_bfloat16 on the GPU). Returns f's result, or -1 for no type.
+template <class Bf16, class F>
+int with_element_type(DType t, F f) {
+  switch (t) {
+    case DType::f32: return f(static_cast<float*>(nullptr));
+    case DType::f64: return f(static_cast<double*>(nullptr));
+    case DType::bf16: return f(static_cast<Bf16*>(nullptr));
+  }
+  return -1;
+}
+
 // bfloat16 storage on the host: the upper half of a float, rounded to nearest even on store
 // (as ATen's c10::BFloat16 does), so host and ATen agree bit for bit on conversions.
 struct HostBf16 {
@@ -121,8 +136,5 @@ MEMFINE_HD inline typename Acc<T>::type row_dot_partial(const T* a, const int64_
   for (int64_t j = j0; j < hidden; j += dj) sum += A(to_acc(x[j])) * A(to_acc(y[j]));
   return sum;
 }
-
-// The element types the kernels take (what the tensors hold).
-enum class DType { f32, f64, bf16 };
 
 }  // namespace memfine::rows
