@@ -1,8 +1,44 @@
 // MoE stages across real expert-parallel ranks (see moe_stages.h).
 #include "core/dist.h"
+#include "core/moe_fused.h"
 #include "core/moe_stages.h"
 
 namespace memfine {
+
+namespace {
+
+// Even when nothing arrived, the outputs must stay in the autograd graph: every rank has to run
+// the backward all-to-alls, or the others wait for it forever.
+at::Tensor nothing_arrived(const at::Tensor& arrived) { return arrived * 0.0; }
+
+// ATen: all arrivals grouped by expert in one buffer, the outputs concatenated and un-grouped.
+at::Tensor experts_aten(const at::Tensor& arrived, const at::Tensor& by_expert, const std::vector<int64_t>& rows,
+                        const LayerWeights& w) {
+  at::Tensor grouped = arrived.index_select(0, by_expert);
+  std::vector<at::Tensor> outs;
+  int64_t off = 0;
+  for (size_t e = 0; e < rows.size(); off += rows[e], ++e)
+    if (rows[e] > 0) outs.push_back(swiglu(grouped.narrow(0, off, rows[e]), w.w_in[e], w.w_out[e]));
+  if (outs.empty()) return nothing_arrived(arrived);
+  at::Tensor out_grouped = at::cat(outs);
+  return at::zeros_like(out_grouped).index_add(0, by_expert, out_grouped);
+}
+
+// Fused: each expert reads its rows straight from the arrivals and adds its outputs straight back.
+at::Tensor experts_fused(const at::Tensor& arrived, const at::Tensor& by_expert, const std::vector<int64_t>& rows,
+                         const LayerWeights& w) {
+  at::Tensor out = at::zeros_like(arrived);
+  int64_t off = 0;
+  for (size_t e = 0; e < rows.size(); off += rows[e], ++e) {
+    if (rows[e] == 0) continue;
+    at::Tensor idx = by_expert.narrow(0, off, rows[e]);
+    scatter_add_rows_(out, swiglu(gather_rows(arrived, at::Tensor(), idx), w.w_in[e], w.w_out[e]), at::Tensor(),
+                      at::Tensor(), idx);
+  }
+  return off == 0 ? nothing_arrived(arrived) : out;
+}
+
+}  // namespace
 
 Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w,
                             const MoeRouting& mr, int64_t begin, int64_t end) {
@@ -23,27 +59,20 @@ Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const 
   // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
   const at::Device dev = x.device();
   at::Tensor tokens = slots.div(k, "floor").to(dev);
-  at::Tensor arrived = d.alltoall(x.index_select(0, tokens), recv, send);
+  at::Tensor sent = mr.fused ? gather_rows(x, at::Tensor(), tokens) : x.index_select(0, tokens);
+  at::Tensor arrived = d.alltoall(sent, recv, send);
   at::Tensor arrived_experts = d.alltoall(experts_of.unsqueeze(1), recv, send).reshape(-1) - r.first_expert;
-  // experts: group what arrived by local expert, run each, put the outputs back in arrival order.
+  // experts: run each local expert on the rows that arrived for it, outputs in arrival order.
   at::Tensor by_expert = std::get<1>(at::sort(arrived_experts, /*stable=*/true, 0, false)).to(dev);
   at::Tensor counts = at::bincount(arrived_experts, {}, El);
-  at::Tensor grouped = arrived.index_select(0, by_expert);
-  std::vector<at::Tensor> outs;
-  int64_t off = 0;
-  for (int64_t e = 0; e < El; ++e) {
-    const int64_t rows = counts[e].item<int64_t>();
-    if (rows > 0) outs.push_back(swiglu(grouped.narrow(0, off, rows), w.w_in[size_t(e)], w.w_out[size_t(e)]));
-    off += rows;
-  }
-  // Even when nothing arrived, the outputs must stay in the autograd graph: every rank has to run
-  // the backward all-to-alls, or the others wait for it forever.
-  at::Tensor out_grouped = outs.empty() ? grouped * 0.0 : at::cat(outs);
-  at::Tensor out_arrived = at::zeros_like(out_grouped).index_add(0, by_expert, out_grouped);
+  std::vector<int64_t> rows(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + El);
+  at::Tensor out_arrived = mr.fused ? experts_fused(arrived, by_expert, rows, w) : experts_aten(arrived, by_expert, rows, w);
   // combine: outputs return to their senders, weighted by router probability, un-permuted.
   at::Tensor back = d.alltoall(out_arrived, send, recv);
-  at::Tensor weights = probs.reshape(-1).index_select(0, slots.to(dev)).unsqueeze(1);
-  at::Tensor y = at::zeros({n, x.size(1)}, x.options()).index_add(0, tokens, back * weights);
+  at::Tensor weights = probs.reshape(-1).index_select(0, slots.to(dev));
+  at::Tensor y = at::zeros({n, x.size(1)}, x.options());
+  if (mr.fused) scatter_add_rows_(y, back, weights, at::Tensor(), tokens);
+  else y.index_add_(0, tokens, back * weights.unsqueeze(1));
   return {y, at::zeros({}, x.options())};
 }
 

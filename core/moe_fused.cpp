@@ -102,16 +102,20 @@ struct GatherRows : torch::autograd::Function<GatherRows> {
 };
 
 struct ScatterAddRows : torch::autograd::Function<ScatterAddRows> {
-  // src is optional: an undefined tensor may not be an autograd input.
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor y, const at::Tensor& rows, const at::Tensor& weight,
-                            const c10::optional<at::Tensor>& src, const at::Tensor& dst) {
-    at::Tensor r = rows.contiguous(), w = weight.contiguous(), d = dst.contiguous();
+  // src and weight are optional: an undefined tensor may not be an autograd input.
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor y, const at::Tensor& rows,
+                            const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& src,
+                            const at::Tensor& dst) {
+    at::Tensor r = rows.contiguous(), d = dst.contiguous();
+    at::Tensor w = weight.has_value() ? dense(*weight) : at::Tensor();
     at::Tensor s = src.has_value() ? dense(*src) : at::Tensor();
     run_scatter_add(r, s, d, w, y);
     ctx->mark_dirty({y});
-    ctx->save_for_backward({r, w});
+    // The rows are kept only for the weights' gradient: an unweighted scatter stores nothing.
+    ctx->save_for_backward({w.defined() && w.requires_grad() ? r : at::Tensor(), w});
     ctx->saved_data["src"] = s.defined() ? c10::IValue(s) : c10::IValue();
     ctx->saved_data["dst"] = d;
+    ctx->saved_data["rows"] = r.size(0);
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
@@ -125,11 +129,12 @@ struct ScatterAddRows : torch::autograd::Function<ScatterAddRows> {
     at::Tensor gr, gw;
     if (ctx->needs_input_grad(1)) {
       // d rows[src[r]] = weight[r] * dy[dst[r]]
+      const int64_t rows = ctx->saved_data["rows"].toInt();
       if (src.defined()) {
-        gr = at::zeros_like(r);
+        gr = at::zeros({rows, g.size(1)}, g.options());
         run_scatter_add(g, dst, src, w, gr);
       } else {
-        gr = at::empty_like(r);
+        gr = at::empty({rows, g.size(1)}, g.options());
         run_gather(g, at::Tensor(), dst, w, gr);
       }
     }
@@ -145,12 +150,14 @@ struct ScatterAddRows : torch::autograd::Function<ScatterAddRows> {
 }  // namespace
 
 at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& table, const at::Tensor& src) {
-  return GatherRows::apply(x, table, src);
+  // Without peer rows there is no table; an undefined tensor may not be an autograd input.
+  return GatherRows::apply(x, table.defined() ? table : at::empty({0, x.size(1)}, x.options()), src);
 }
 
 at::Tensor scatter_add_rows_(at::Tensor& y, const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& src,
                              const at::Tensor& dst) {
-  return ScatterAddRows::apply(y, rows, weight, src.defined() ? c10::optional<at::Tensor>(src) : c10::nullopt, dst);
+  auto opt = [](const at::Tensor& t) { return t.defined() ? c10::optional<at::Tensor>(t) : c10::optional<at::Tensor>(); };
+  return ScatterAddRows::apply(y, rows, opt(weight), opt(src), dst);
 }
 
 }  // namespace memfine

@@ -18,7 +18,8 @@ bool fused_kernels_available(const std::string& device);
 // (see moe_rows.h). Differentiable in x; the table (the emulated peers' rows) is a constant.
 at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& table, const at::Tensor& src);
 
-// combine, in place: y[dst[r]] += weight[r] * rows[src ? src[r] : r] (src undefined: row r).
+// combine, in place: y[dst[r]] += weight[r] * rows[src ? src[r] : r] (src undefined: row r;
+// weight undefined: 1).
 // One call per expert (and one for the remote experts' rows), as ATen's index_add_, so backward
 // holds one expert's gradients at a time. Differentiable in y, rows and weight; returns y.
 at::Tensor scatter_add_rows_(at::Tensor& y, const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& src,

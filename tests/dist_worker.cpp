@@ -1,6 +1,7 @@
 // One rank of the multi-rank tests: runs one training step (no update) of the test config under
 // RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT and writes its loss and gradients to a file.
-//   dist_worker STRATEGY CHUNKS OUT_DIR [throw]
+//   dist_worker STRATEGY CHUNKS OUT_DIR [fused] [throw]
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -15,11 +16,14 @@ int main(int argc, char** argv) {
   if (argc < 4) return 2;
   auto dist = Dist::from_env(std::chrono::seconds(20));
   if (!dist) return 3;
-  if (argc > 4 && std::string(argv[4]) == "throw" && dist->rank() == 1) {
+  const std::vector<std::string> flags(argv + 4, argv + argc);
+  auto has = [&](const char* f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };
+  if (has("throw") && dist->rank() == 1) {
     std::cerr << "rank 1: failing on purpose\n";
     return 7;
   }
   ExperimentConfig c = test_util::dist_config(dist->world());
+  c.kernels = has("fused") ? "fused" : "aten";
   StrategySpec spec;
   spec.name = argv[1];
   if (std::string(argv[2]) != "-") spec.params["chunks"] = YAML::Load(argv[2]);

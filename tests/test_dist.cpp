@@ -75,10 +75,14 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
 }
 
-void expect_same_as_one_process(int world, const std::string& strategy, const std::string& chunks) {
-  const std::string dir = ::testing::TempDir() + "/dist_" + std::to_string(world) + "_" + strategy + chunks;
+// kernels: how the ranks dispatch and combine ("aten" or "fused"); the reference always uses ATen.
+void expect_same_as_one_process(int world, const std::string& strategy, const std::string& chunks,
+                                const std::string& kernels = "aten") {
+  const std::string dir = ::testing::TempDir() + "/dist_" + std::to_string(world) + "_" + strategy + chunks + kernels;
   std::filesystem::create_directories(dir);
-  const auto codes = run_ranks(world, {strategy, chunks, dir}, std::chrono::seconds(90));
+  std::vector<std::string> args = {strategy, chunks, dir};
+  if (kernels == "fused") args.push_back("fused");
+  const auto codes = run_ranks(world, args, std::chrono::seconds(90));
   for (int r = 0; r < world; ++r) ASSERT_EQ(codes[size_t(r)], 0) << "rank " << r;
   // The reference: one process, the whole global batch, all experts.
   ExperimentConfig c = test_util::dist_config(world);
@@ -112,6 +116,13 @@ TEST_P(RealRanks, NoRecompute) { expect_same_as_one_process(GetParam(), "no_reco
 TEST_P(RealRanks, FullRecompute) { expect_same_as_one_process(GetParam(), "full_recompute", "-"); }
 TEST_P(RealRanks, MemFineChunks) {
   for (const char* c : {"1", "2", "4", "auto"}) expect_same_as_one_process(GetParam(), "memfine", c);
+}
+
+// The fused row ops on the all-to-all path (sender gather, per-expert gather and un-group, weighted
+// combine): the same loss and gradients as the one-process ATen reference.
+TEST_P(RealRanks, FusedKernels) {
+  expect_same_as_one_process(GetParam(), "no_recompute", "-", "fused");
+  expect_same_as_one_process(GetParam(), "memfine", "2", "fused");
 }
 
 INSTANTIATE_TEST_SUITE_P(World, RealRanks, ::testing::Values(2, 4));
