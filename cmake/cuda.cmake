@@ -29,13 +29,14 @@ if(MEMFINE_TORCH_HAS_CUDA)
   target_compile_definitions(memfine_core PUBLIC MEMFINE_KERNELS=1)
 else()
   # A LibTorch without CUDA (Debian's) still ships the CUDA and NCCL headers of its API: compile the
-  # files with CUDA-LibTorch branches (NCCL process group, CUDA meter and environment, kernel calls)
+  # files with CUDA-LibTorch branches (NCCL process group, CUDA meter and environment, kernel calls,
+  # the timer's device wait)
   # against them, so that code cannot rot where no GPU build runs. Never linked. The shim stands in
   # for one generated header the package leaves out.
   find_path(MEMFINE_TORCH_NCCL_HEADER torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp HINTS ${TORCH_INCLUDE_DIRS})
   if(MEMFINE_TORCH_NCCL_HEADER)
     add_library(memfine_torch_cuda_compile_check OBJECT core/dist.cpp core/memory_meter.cpp core/results.cpp
-                core/moe_fused.cpp)
+                core/moe_fused.cpp core/timer.cpp)
     target_include_directories(memfine_torch_cuda_compile_check BEFORE PRIVATE ${CMAKE_SOURCE_DIR}
                                ${CMAKE_SOURCE_DIR}/cmake/torch_cuda_shim)
     target_compile_definitions(memfine_torch_cuda_compile_check PRIVATE MEMFINE_TORCH_CUDA=1 MEMFINE_KERNELS=1

@@ -190,7 +190,7 @@ std::vector<json> measure_point(const SweepPoint& pt, const std::vector<std::str
       meter.reset_peak();
       const int64_t start = meter.current_bytes();
       const int64_t limit = c.budget >= 0 ? start - k.static_bytes + c.budget : -1;
-      Timer t;
+      Timer t(c.device);
       try {
         MemoryLimitGuard guard(meter, limit);
         k.loss = train_step(*k.state, *k.strategy, it);

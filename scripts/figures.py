@@ -447,6 +447,70 @@ def kernels(path, out_dir, name="kernels_table", title="Fused dispatch/combine k
                         "model error (fused)"], rows, notes)
 
 
+# Dense bf16 tensor-core peaks (no sparsity) from NVIDIA's datasheets, by device name; the first
+# name contained in the device's wins. A reference to compare achieved rates against, not a result.
+BF16_PEAK_TFLOPS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("H200 NVL", 835.0), ("H200", 989.4),
+                    ("A100", 312.0)]
+
+
+def bf16_peak(records):
+    name = (next((r.get("env") for r in records if r.get("env")), {}) or {}).get("device_name", "")
+    return next(((k, v) for k, v in BF16_PEAK_TFLOPS if k in name), (None, None))
+
+
+def strategies(path, out_dir, stem, title):
+    """Every strategy's activation peak, step time and achieved rate, per point, against full
+    recomputation at the same point; with a bar chart of both."""
+    recs = load(path)
+    peak_name, peak = bf16_peak(recs)
+    unit, div = ("GiB", 2.0 ** 30) if max((activation(r) or 0) for r in recs) > 2 ** 30 else ("MiB", MIB)
+    rows = []
+    for point, rs in by_point(recs).items():
+        full = next((r for r in rs if r["strategy"] == "full_recompute" and r["status"] == "ok"), None)
+        for r in rs:
+            ok = r["status"] == "ok"
+            tf = r.get("tflops") if ok else None
+            row = [point, r["strategy"], r["status"], r.get("tokens_received", "-"),
+                   "-" if r.get("chunks") is None else r["chunks"],
+                   f"{activation(r) / div:.2f}" if ok else "-",
+                   f"{r['predicted_activation_bytes'] / div:.2f}" if r.get("predicted_activation_bytes") else "-",
+                   f"{r['static_bytes'] / div:.2f}" if r.get("static_bytes") else "-"]
+            row.append(f"{r['step_ms']['median']:.1f} ({r['step_ms']['min']:.1f}-{r['step_ms']['max']:.1f})" if ok else "-")
+            row.append(pct(activation(r), activation(full)) if ok and full else "-")
+            row.append(f"{full['step_ms']['median'] / r['step_ms']['median']:.2f}x" if ok and full else "-")
+            row.append(f"{tf:.3g}" if tf else "-")
+            row.append(f"{100 * tf / peak:.1f}%" if tf and peak else "-")
+            rows.append(row)
+    notes = [f"activation, predicted (implementation model) and static in {unit}; step = median (min-max) ms over the timed steps; "
+             "vs full = activation change and speed (full recomputation's step time / this one's) at the same point.",
+             "s' = rows the hottest rank's experts receive per layer (the paper's s'); out-of-memory points are results (status oom).",
+             ("TFLOP/s = the step's model FLOPs (core/flops.cpp, recomputation not counted) / median step time; "
+              + (f"% peak against the {peak_name}'s dense bf16 peak of {peak:.0f} TFLOP/s (NVIDIA datasheet)."
+                 if peak else "no bf16 peak known for this device.")),
+             device_label(recs) + "; " + config_line(recs[0]),
+             source_line(path, recs)]
+    out = write_table(out_dir, stem + "_table", title,
+                      ["point", "strategy", "status", "s'", "chunks", f"act. {unit}", f"pred. {unit}", f"static {unit}",
+                       "step ms", "act. vs full", "speed vs full", "TFLOP/s", "% bf16 peak"], rows, notes)
+    points = list(by_point(recs).items())
+    fig, axes = plt.subplots(2, len(points), figsize=(4.5 * len(points) + 1, 6.5), squeeze=False)
+    for i, (point, rs) in enumerate(points):
+        names = [r["strategy"] for r in rs]
+        acts = [activation(r) / div if r["status"] == "ok" else 0 for r in rs]
+        steps = [r["step_ms"]["median"] if r["status"] == "ok" else 0 for r in rs]
+        for ax, vals, label in ((axes[0][i], acts, f"activation peak ({unit})"), (axes[1][i], steps, "median step (ms)")):
+            ax.bar(range(len(rs)), vals, color=["tab:gray" if r["status"] != "ok" else "tab:blue" for r in rs])
+            for x, r in enumerate(rs):
+                if r["status"] != "ok":
+                    mark_oom(ax, x, 0, r["status"].upper())
+            ax.set_xticks(range(len(rs)))
+            ax.set_xticklabels(names if ax is axes[1][i] else [], rotation=30, ha="right", fontsize=7)
+            ax.set_ylabel(label)
+        axes[0][i].set_title(point, fontsize=9)
+    fig.suptitle(f"{title}, {device_label(recs)}", fontsize=10)
+    return out + save(fig, out_dir, stem, source_line(path, recs) + " | " + config_line(recs[0]))
+
+
 def report(results_dir, predictions, out_dir):
     """paper_figures/REPORT.md: the paper's claims and ours, side by side."""
     f5 = os.path.join(results_dir, "paper_figure5", "results.jsonl")
@@ -551,6 +615,12 @@ def main(argv=None):
         ("capacity", capacity, os.path.join(args.results, "capacity_sweep", "results.jsonl")),
         ("model_error", model_error, os.path.join(args.results, "model_accuracy", "results.jsonl")),
         ("kernels", kernels, os.path.join(args.results, "kernels", "results.jsonl")),
+        ("gpu_memfine", lambda src, out: strategies(src, out, "gpu_memfine", "Every strategy at GPU scale (bf16)"),
+         os.path.join(args.results, "gpu_memfine", "results.jsonl")),
+        ("gpu_budget", lambda src, out: strategies(src, out, "gpu_budget", "Under a 10 GiB budget (bf16)"),
+         os.path.join(args.results, "gpu_budget", "results.jsonl")),
+        ("gpu_deepseek", lambda src, out: strategies(src, out, "gpu_deepseek", "DeepSeek-V3's MoE shape (bf16)"),
+         os.path.join(args.results, "gpu_deepseek", "results.jsonl")),
         ("kernels_ranks", lambda src, out: kernels(src, out, "kernels_ranks_table",
                                                    "Fused dispatch/combine against ATen on real expert-parallel ranks"),
          os.path.join(args.results, "ep_pair_kernels", "results.jsonl")),
@@ -560,7 +630,8 @@ def main(argv=None):
     failed = 0
     for name, fn, src in jobs:
         if not os.path.exists(src):
-            print(f"figures: skip {name}: {src} does not exist", file=sys.stderr)
+            if not name.startswith("gpu_"):  # GPU experiments exist only in a GPU's results folder
+                print(f"figures: skip {name}: {src} does not exist", file=sys.stderr)
             continue
         try:
             for p in fn(src, args.out):

@@ -119,6 +119,22 @@ class Figures(unittest.TestCase):
         self.assertIn("4 of 4 points within 5%", text)
         self.assertIn("+2.00%", text)
 
+    def test_strategies_table_against_full_recompute_and_the_bf16_peak(self):
+        gpu_env = dict(ENV, device="cuda", device_name="NVIDIA H100 80GB HBM3")
+        path = write(self.tmp, "gpu_memfine", [
+            record("parallel.ep=32", "full_recompute", act=40, ms=20, tflops=494.7, env=gpu_env, tokens_received=1000),
+            record("parallel.ep=32", "memfine(chunks=8)", act=10, ms=25, tflops=395.76, env=gpu_env, chunks=8),
+            record("parallel.ep=32", "no_recompute", status="oom", env=gpu_env),
+        ])
+        paths = figures.strategies(path, self.out, "gpu_memfine", "GPU")
+        self.assertTrue(all(os.path.exists(p) for p in paths))
+        rows = {line.split(" | ")[1]: line.split(" | ") for line in open(paths[0]) if line.startswith("| parallel")}
+        self.assertEqual(rows["memfine(chunks=8)"][9], "-75.0%")      # activation against full recomputation
+        self.assertEqual(rows["memfine(chunks=8)"][10], "0.80x")      # speed against full recomputation
+        self.assertEqual(rows["full_recompute"][12].strip(" |\n"), "50.0%")  # 494.7 of the H100's 989.4
+        self.assertEqual(rows["no_recompute"][2], "oom")
+        self.assertEqual(rows["no_recompute"][5], "-")
+
     def test_corrupt_results_name_the_line(self):
         bad = os.path.join(self.tmp, "bad.jsonl")
         with open(bad, "w") as f:
