@@ -1,16 +1,27 @@
 // Micro-benchmarks of the kernels a chunked MoE step is made of, at the shapes of
-// experiments/chunk_sweep.yaml: router top-k, dispatch + combine, one expert's SwiGLU forward and
+// experiments/chunk_sweep.yaml: router top-k, dispatch + combine (ATen's ops and the fused ones,
+// forward and backward; --moe_config=FILE measures them at an experiment's shapes, e.g. on a GPU
+// experiments/gpu_kernels.yaml), one expert's SwiGLU forward and
 // forward + backward from 16 to 65536 rows, one decoder layer's training step per strategy and
 // chunk count, and a dense matmul as the machine's ceiling. scripts/cost_model.py fits the step-
 // time model from the JSON this writes:
 //   build/memfine_bench --benchmark_repetitions=5 --benchmark_out=FILE --benchmark_out_format=json
+//   build/memfine_bench --moe_config=experiments/kernels.yaml --benchmark_filter=DispatchCombine
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
+#include <torch/version.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
+#include "core/config.h"
+#include "core/moe_fused.h"
 #include "core/process.h"
+#include "core/timer.h"
 #include "core/strategy.h"
 #include "core/train_step.h"
 
@@ -45,21 +56,67 @@ void BM_RouterTopk(benchmark::State& state) {
   state.counters["rows"] = double(T);
 }
 
-// dispatch + combine (no expert work: the dispatched rows stand in for the outputs).
-void BM_DispatchCombine(benchmark::State& state) {
-  ExperimentConfig c = bench_config();
-  c.model.seq = state.range(0);
-  at::NoGradGuard ng;
+// dispatch -> combine, forward and backward, through ATen's ops or the fused ones on the same
+// routing (the dispatched rows stand in for the experts' outputs): the kernels' own speed, apart
+// from the expert matmuls that dominate a step. Registered in main() per config and kernel.
+void BM_DispatchCombine(benchmark::State& state, ExperimentConfig c, bool fused) {
   auto st = make_train_state(c);
   const RankRouting& rr = st->rank.layers[0];
   MoeRouting mr;
-  mr.rank = &rr, mr.tables = &st->rank, mr.expert_ids = rr.own_experts, mr.loss_norm = 1;
-  at::Tensor probs = at::rand({c.model.tokens(), c.model.topk});
+  mr.rank = &rr, mr.tables = &st->rank, mr.expert_ids = rr.own_experts, mr.loss_norm = 1, mr.fused = fused;
+  const int64_t T = c.model.tokens();
+  at::Tensor x = st->input.detach().requires_grad_(true);
+  at::Tensor probs = at::rand({T, c.model.topk}, options_of(c)).requires_grad_(true);
   for (auto _ : state) {
-    Dispatched d = dispatch(st->input, mr, 0, c.model.tokens());
-    benchmark::DoNotOptimize(combine(d.inputs, d, probs, mr).y);
+    Timer t(c.device);  // waits for the device at both ends
+    {
+      Dispatched d = dispatch(x, mr, 0, T);
+      Combined out = combine(d.inputs, d, probs, mr);
+      (out.y.sum() + out.peer_loss).backward();
+    }
+    state.SetIterationTime(t.elapsed_ms() / 1e3);
+    x.mutable_grad().reset(), probs.mutable_grad().reset();
   }
   state.counters["rows"] = double(rr.tokens_received);
+  state.SetLabel(c.device + "," + c.dtype + "," + (fused ? "fused" : "aten"));
+}
+
+// The shapes to compare the kernels at: every point of --moe_config=FILE (an experiment YAML; its
+// `kernels` key is ignored, both are run), else chunk_sweep's layer at three sequence lengths.
+void register_dispatch_combine(const std::string& file) {
+  std::vector<std::pair<std::string, ExperimentConfig>> shapes;
+  if (file.empty()) {
+    for (int64_t seq : {128, 512, 2048}) {
+      ExperimentConfig c = bench_config();
+      c.model.seq = seq;
+      shapes.emplace_back("seq=" + std::to_string(seq), c);
+    }
+  } else {
+    std::vector<std::string> errors;
+    auto points = load_experiment(file, errors);
+    if (!errors.empty()) {
+      for (const auto& e : errors) std::cerr << e << "\n";
+      std::exit(2);
+    }
+    for (auto& p : points) {
+      std::string id;  // the point without its kernels key
+      std::stringstream ss(p.id);
+      for (std::string part; std::getline(ss, part, ',');)
+        if (part.rfind("kernels=", 0) != 0) id += (id.empty() ? "" : ",") + part;
+      if (id.empty()) id = "base";
+      p.config.model.layers = 1;  // one layer's routing is all this measures
+      if (std::none_of(shapes.begin(), shapes.end(), [&](const auto& s) { return s.first == id; }))
+        shapes.emplace_back(id, p.config);
+    }
+  }
+  for (const auto& [id, c] : shapes)
+    for (bool fused : {false, true}) {
+      if (fused && !fused_kernels_available(c.device)) continue;
+      benchmark::RegisterBenchmark(("BM_DispatchCombine/" + id + (fused ? "/fused" : "/aten")).c_str(),
+                                   BM_DispatchCombine, c, fused)
+          ->Unit(benchmark::kMillisecond)
+          ->UseManualTime();
+    }
 }
 
 void BM_ExpertForward(benchmark::State& state) {
@@ -111,7 +168,6 @@ void BM_Matmul(benchmark::State& state) {
 }
 
 BENCHMARK(BM_RouterTopk)->RangeMultiplier(4)->Range(256, 16384)->Unit(benchmark::kMicrosecond)->UseRealTime();
-BENCHMARK(BM_DispatchCombine)->Arg(128)->Arg(512)->Arg(2048)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ExpertForward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ExpertForwardBackward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerStep)
@@ -124,6 +180,22 @@ BENCHMARK(BM_Matmul)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 int main(int argc, char** argv) {
   memfine::use_passive_openmp_waits(argv);
+  // Our one flag, taken out before Google Benchmark reads the rest.
+  std::string moe_config;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--moe_config=", 0) == 0) moe_config = a.substr(13);
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  if (!moe_config.empty() && !std::ifstream(moe_config)) {
+    std::cerr << "memfine_bench: cannot read --moe_config=" << moe_config << "\n";
+    return 2;
+  }
+  register_dispatch_combine(moe_config);
+  benchmark::AddCustomContext("moe_config", moe_config.empty() ? "(built in)" : moe_config);
+  benchmark::AddCustomContext("libtorch", TORCH_VERSION);
   const char* threads = std::getenv("MEMFINE_THREADS");
   at::set_num_threads(threads ? std::atoi(threads) : 2);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(at::get_num_threads()));

@@ -447,6 +447,48 @@ def kernels(path, out_dir, name="kernels_table", title="Fused dispatch/combine k
                         "model error (fused)"], rows, notes)
 
 
+def kernel_ops(path, out_dir):
+    """dispatch -> combine alone (memfine_bench's BM_DispatchCombine): ATen's ops against the fused
+    ones per shape, medians over repetitions."""
+    try:
+        bench = json.load(open(path))
+    except ValueError as e:
+        raise ResultsError(f"{path}: not Google Benchmark JSON ({e})")
+    runs = {}
+    for b in bench.get("benchmarks", []):
+        name = b.get("run_name", b.get("name", ""))
+        if not name.startswith("BM_DispatchCombine/"):
+            continue
+        agg = b.get("aggregate_name", "median" if b.get("run_type") != "aggregate" else None)
+        if agg not in ("median", "cv"):
+            continue
+        parts = name.split("/")  # BM_DispatchCombine / point / kernels / manual_time
+        unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b.get("time_unit", "ns")]
+        entry = runs.setdefault(parts[1], {}).setdefault(parts[2], {"label": b.get("label", ""), "rows": b.get("rows")})
+        entry[agg] = b["real_time"] * (unit if agg == "median" else 1.0)
+    rows = []
+    for point, k in runs.items():
+        a, f = k.get("aten"), k.get("fused")
+        if not a or not f or "median" not in a or "median" not in f:
+            continue
+        cv = lambda e: f" (cv {100 * e['cv']:.1f}%)" if "cv" in e else ""
+        rows.append([point, f"{a['rows']:.0f}" if a.get("rows") else "-", f"{a['median']:.3f}{cv(a)}",
+                     f"{f['median']:.3f}{cv(f)}", f"{a['median'] / f['median']:.2f}x"])
+    if not rows:
+        raise ResultsError(f"{path}: no BM_DispatchCombine pairs (aten and fused)")
+    ctx = bench.get("context", {})
+    label = next(iter(next(iter(runs.values())).values()))["label"]
+    notes = ["dispatch -> combine, forward and backward, on one layer's routing (the dispatched rows stand in for the "
+             "experts' outputs); ms = median over repetitions, the timer waits for the device; speed-up = ATen / fused.",
+             f"device, dtype: {label.rsplit(',', 1)[0]}. On a CPU the fused ops are the host reference of the CUDA kernels "
+             f"(one thread, rows in order) while ATen uses {ctx.get('libtorch_threads', '?')} threads.",
+             f"Source: {os.path.relpath(path)} ({ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs, LibTorch "
+             f"{ctx.get('libtorch', '?')}, {ctx.get('date', '?')}): build/memfine_bench --moe_config={ctx.get('moe_config', '?')} "
+             "--benchmark_filter=DispatchCombine --benchmark_repetitions=5"]
+    return write_table(out_dir, "kernel_ops_table", "dispatch and combine alone: fused kernels against ATen",
+                       ["shape", "s'", "ATen ms", "fused ms", "speed-up"], rows, notes)
+
+
 # Dense bf16 tensor-core peaks (no sparsity) from NVIDIA's datasheets, by device name; the first
 # name contained in the device's wins. A reference to compare achieved rates against, not a result.
 BF16_PEAK_TFLOPS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("H200 NVL", 835.0), ("H200", 989.4),
@@ -621,6 +663,7 @@ def main(argv=None):
          os.path.join(args.results, "gpu_budget", "results.jsonl")),
         ("gpu_deepseek", lambda src, out: strategies(src, out, "gpu_deepseek", "DeepSeek-V3's MoE shape (bf16)"),
          os.path.join(args.results, "gpu_deepseek", "results.jsonl")),
+        ("kernel_ops", kernel_ops, os.path.join(args.results, "bench", "dispatch_combine.json")),
         ("kernels_ranks", lambda src, out: kernels(src, out, "kernels_ranks_table",
                                                    "Fused dispatch/combine against ATen on real expert-parallel ranks"),
          os.path.join(args.results, "ep_pair_kernels", "results.jsonl")),
@@ -636,7 +679,7 @@ def main(argv=None):
         try:
             for p in fn(src, args.out):
                 print(f"figures: wrote {p}")
-        except (ResultsError, KeyError, ValueError, StopIteration) as e:
+        except (ResultsError, KeyError, ValueError, StopIteration, OSError) as e:
             print(f"figures: {name}: {e}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0

@@ -135,6 +135,27 @@ class Figures(unittest.TestCase):
         self.assertEqual(rows["no_recompute"][2], "oom")
         self.assertEqual(rows["no_recompute"][5], "-")
 
+    def test_kernel_ops_table_from_benchmark_json(self):
+        def agg(point, kern, agg_name, value, unit="ms"):
+            return {"name": f"BM_DispatchCombine/{point}/{kern}/manual_time_{agg_name}",
+                    "run_name": f"BM_DispatchCombine/{point}/{kern}/manual_time", "run_type": "aggregate",
+                    "aggregate_name": agg_name, "real_time": value, "time_unit": unit, "rows": 100.0,
+                    "label": f"cuda,bfloat16,{kern}"}
+        bench = {"context": {"host_name": "gpu", "num_cpus": 16, "libtorch": "2.11", "moe_config": "experiments/gpu_kernels.yaml"},
+                 "benchmarks": [agg("base", "aten", "median", 3000.0, "us"), agg("base", "aten", "cv", 0.02),
+                                agg("base", "fused", "median", 2.0), agg("base", "fused", "mean", 9.0),
+                                {"name": "BM_Matmul/1024", "run_name": "BM_Matmul/1024", "real_time": 1.0}]}
+        path = os.path.join(self.tmp, "dispatch_combine.json")
+        with open(path, "w") as f:
+            json.dump(bench, f)
+        md = open(figures.kernel_ops(path, self.out)[0]).read()
+        self.assertIn("| base | 100 | 3.000 (cv 2.0%) | 2.000 | 1.50x |", md)  # us read as us, mean ignored
+        self.assertIn("cuda,bfloat16", md)
+        with open(path, "w") as f:
+            f.write("{not json")
+        with self.assertRaises(figures.ResultsError):
+            figures.kernel_ops(path, self.out)
+
     def test_corrupt_results_name_the_line(self):
         bad = os.path.join(self.tmp, "bad.jsonl")
         with open(bad, "w") as f:
