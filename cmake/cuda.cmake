@@ -5,17 +5,34 @@ if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
 endif()
 enable_language(CUDA)
 find_package(CUDAToolkit REQUIRED)
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-  set(CMAKE_CUDA_ARCHITECTURES 90)
-endif()
-find_library(MEMFINE_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64
-             /usr/lib/x86_64-linux-gnu REQUIRED)
-find_path(MEMFINE_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include REQUIRED)
+# The GPU architecture the kernels are built for: MEMFINE_CUDA_ARCH (scripts/gpu-build reads it off
+# the GPU), else 90 (H100, H200). A property of the target, because a CUDA LibTorch's CMake package
+# sets CMAKE_CUDA_ARCHITECTURES to OFF and passes its own flags.
+set(MEMFINE_CUDA_ARCH 90 CACHE STRING "CUDA architecture of the memfine kernels (90: H100, H200)")
+# PyTorch's wheels bring their own NCCL (nvidia-nccl-*, only libnccl.so.2): link that one where it
+# is, so a process loads one NCCL; else the toolkit's or the system's.
+execute_process(COMMAND python3 -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])"
+                OUTPUT_VARIABLE MEMFINE_PIP_NCCL OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+find_library(MEMFINE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${MEMFINE_PIP_NCCL}/lib ${CUDAToolkit_LIBRARY_DIR}
+             /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
+find_path(MEMFINE_NCCL_INCLUDE nccl.h HINTS ${MEMFINE_PIP_NCCL}/include ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 
 file(GLOB MEMFINE_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/core/*.cu)
 add_library(memfine_cuda STATIC ${MEMFINE_CUDA_SOURCES})
-target_include_directories(memfine_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${MEMFINE_NCCL_INCLUDE})
-target_link_libraries(memfine_cuda PUBLIC CUDA::cudart ${MEMFINE_NCCL_LIBRARY})
+set_target_properties(memfine_cuda PROPERTIES CUDA_ARCHITECTURES "${MEMFINE_CUDA_ARCH}")
+target_include_directories(memfine_cuda PUBLIC ${CMAKE_SOURCE_DIR})
+target_link_libraries(memfine_cuda PUBLIC CUDA::cudart)
+if(MEMFINE_NCCL_LIBRARY AND MEMFINE_NCCL_INCLUDE)
+  message(STATUS "memfine: NCCL ${MEMFINE_NCCL_LIBRARY}")
+  target_include_directories(memfine_cuda PUBLIC ${MEMFINE_NCCL_INCLUDE})
+  target_link_libraries(memfine_cuda PUBLIC ${MEMFINE_NCCL_LIBRARY})
+  target_compile_definitions(memfine_cuda PRIVATE MEMFINE_NCCL=1)
+elseif(MEMFINE_TORCH_HAS_CUDA)
+  # A GPU build must not stop here: the kernels do not need NCCL, and ranks use LibTorch's own.
+  message(WARNING "memfine: no NCCL found; the kernels build without it (memfine_cuda_check reports NCCL 0)")
+else()
+  message(FATAL_ERROR "memfine: no NCCL found (nccl.h and libnccl) in the CUDA toolkit or the system")
+endif()
 
 # Links the kernels and NCCL into a runnable check: on a GPU it runs them against the host
 # reference, elsewhere it says why not.

@@ -2,7 +2,9 @@
 // per-row code is moe_rows.h, shared with the host reference.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#ifdef MEMFINE_NCCL
 #include <nccl.h>
+#endif
 
 #include <type_traits>
 
@@ -93,7 +95,9 @@ const RowKernels& kernels() {
 
 int nccl_version() {
   int v = 0;
+#ifdef MEMFINE_NCCL
   ncclGetVersion(&v);
+#endif
   return v;
 }
 

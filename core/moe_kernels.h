@@ -31,7 +31,8 @@ const RowKernels& kernels();
 
 namespace cuda {
 const RowKernels& kernels();
-// The NCCL version the kernels were linked with (keeps the NCCL link honest), e.g. 22803.
+// The NCCL version the kernels were linked with (keeps the NCCL link honest), e.g. 22803; 0 for a
+// GPU build that found no NCCL to link.
 int nccl_version();
 // Number of visible CUDA devices (0 where there is no GPU or driver).
 int device_count();
