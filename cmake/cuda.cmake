@@ -62,5 +62,12 @@ else()
                            -Wno-missing-field-initializers)
     target_link_libraries(memfine_torch_cuda_compile_check PRIVATE torch yaml-cpp nlohmann_json::nlohmann_json
                           CUDA::cudart)
+    # The GPU-only test (the kernels and a whole CUDA step against ATen and the CPU) compiles too.
+    find_package(GTest QUIET)
+    if(GTest_FOUND AND MEMFINE_TESTS)
+      target_sources(memfine_torch_cuda_compile_check PRIVATE ${CMAKE_SOURCE_DIR}/tests/test_kernels.cpp)
+      target_include_directories(memfine_torch_cuda_compile_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
+      target_link_libraries(memfine_torch_cuda_compile_check PRIVATE GTest::gtest)
+    endif()
   endif()
 endif()

@@ -142,10 +142,13 @@ TEST(CudaKernels, MatchAtenOnTheGpu) {
   expect_same_ops(at::kFloat, at::kCUDA, 1e-5);
   expect_same_ops(at::kBFloat16, at::kCUDA, 2e-2);
   ExperimentConfig c = tiny_config("float64", "zipf", 4);
-  c.device = "cuda";
-  for (const auto& s : {spec("no_recompute"), spec("memfine", {{"chunks", "3"}})}) {
-    c.kernels = "aten";
+  for (const auto& s : {spec("no_recompute"), spec("full_recompute"), spec("memfine", {{"chunks", "3"}})}) {
+    c.device = "cpu", c.kernels = "aten";
+    const auto cpu = loss_and_grads(c, s);
+    c.device = "cuda";
     const auto ref = loss_and_grads(c, s);
+    // The whole CUDA path (routing decided on the host, indices moved) against the CPU's.
+    EXPECT_LT(max_rel_diff(ref, cpu), 1e-10) << s.label();
     c.kernels = "fused";
     EXPECT_LT(max_rel_diff(loss_and_grads(c, s), ref), 1e-12) << s.label();
   }

@@ -57,8 +57,9 @@ inline Grads loss_and_grads(const ExperimentConfig& c, const StrategySpec& sp) {
 inline double max_rel_diff(const Grads& a, const Grads& b) {
   double worst = std::abs(a.loss - b.loss) / std::max(std::abs(b.loss), 1e-300);
   for (size_t i = 0; i < a.grads.size(); ++i) {
-    const double scale = b.grads[i].abs().max().item<double>();
-    worst = std::max(worst, (a.grads[i] - b.grads[i]).abs().max().item<double>() / std::max(scale, 1e-300));
+    const at::Tensor ga = a.grads[i].cpu(), gb = b.grads[i].cpu();  // the two may be on different devices
+    const double scale = gb.abs().max().item<double>();
+    worst = std::max(worst, (ga - gb).abs().max().item<double>() / std::max(scale, 1e-300));
   }
   return worst;
 }
