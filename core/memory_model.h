@@ -7,7 +7,10 @@
 //    chunk count and routing. MACT uses it when running for real.
 //    It accounts ATen's dispatch and combine (kernels: aten). With the fused kernels a step keeps
 //    less, and the model mostly reads high: -1.4% .. +16.3% on experiments/kernels.yaml
-//    (paper_figures/kernels_table.md); MACT's headroom covers the low side.
+//    (paper_figures/kernels_table.md); MACT's headroom covers the low side. Accounting the fused
+//    ops' smaller saved set alone is not enough (it then reads up to 6% low under imbalance): with
+//    less kept for backward, the peak moves to the hottest expert's SwiGLU in the (recomputed)
+//    forward, a transient this model does not account yet.
 #pragma once
 #include <cstdint>
 #include <string>
