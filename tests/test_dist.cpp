@@ -71,10 +71,6 @@ std::vector<at::Tensor> read_rank(const std::string& path) {
   return out;
 }
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
-}
-
 // kernels: how the ranks dispatch and combine ("aten" or "fused"); the reference always uses ATen.
 void expect_same_as_one_process(int world, const std::string& strategy, const std::string& chunks,
                                 const std::string& kernels = "aten") {
@@ -97,14 +93,14 @@ void expect_same_as_one_process(int world, const std::string& strategy, const st
     size_t i = 1;
     for (size_t l = 0; l < lw.size(); ++l) {
       for (const auto& p : lw[l].replicated())
-        EXPECT_LT(rel(got[i++], p.grad().reshape(-1)), 1e-10) << "rank " << r << " layer " << l;
+        EXPECT_LT(test_util::rel_diff(got[i++], p.grad().reshape(-1)), 1e-10) << "rank " << r << " layer " << l;
       for (const auto* experts : {&lw[l].w_in, &lw[l].w_out})
         for (int64_t e = 0; e < El; ++e)
-          EXPECT_LT(rel(got[i++], (*experts)[size_t(r * El + e)].grad().reshape(-1)), 1e-10)
+          EXPECT_LT(test_util::rel_diff(got[i++], (*experts)[size_t(r * El + e)].grad().reshape(-1)), 1e-10)
               << "rank " << r << " layer " << l << " expert " << r * El + e;
     }
-    EXPECT_LT(rel(got[i++], ref->model.final_norm.grad().reshape(-1)), 1e-10);
-    EXPECT_LT(rel(got[i++], ref->input.grad().narrow(0, r * T, T).reshape(-1)), 1e-10) << "input, rank " << r;
+    EXPECT_LT(test_util::rel_diff(got[i++], ref->model.final_norm.grad().reshape(-1)), 1e-10);
+    EXPECT_LT(test_util::rel_diff(got[i++], ref->input.grad().narrow(0, r * T, T).reshape(-1)), 1e-10) << "input, rank " << r;
   }
 }
 

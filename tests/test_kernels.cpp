@@ -14,6 +14,7 @@
 using namespace memfine;
 using memfine::test_util::loss_and_grads;
 using memfine::test_util::max_rel_diff;
+using memfine::test_util::rel_diff;
 using memfine::test_util::spec;
 using memfine::test_util::tiny_config;
 
@@ -69,19 +70,14 @@ OpsResult run_ops(bool fused, at::ScalarType dtype, at::Device device) {
   return r;
 }
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  const at::Tensor ad = a.to(at::kCPU, at::kDouble), bd = b.to(at::kCPU, at::kDouble);
-  return (ad - bd).abs().max().item<double>() / std::max(bd.abs().max().item<double>(), 1e-300);
-}
-
 void expect_same_ops(at::ScalarType dtype, at::Device device, double tol) {
   const OpsResult f = run_ops(true, dtype, device), a = run_ops(false, dtype, device);
   // A gather copies: bit for bit in every dtype.
   EXPECT_TRUE(at::equal(f.gathered, a.gathered)) << dtype;
-  EXPECT_LT(rel(f.y, a.y), tol) << dtype;
-  EXPECT_LT(rel(f.grad_x, a.grad_x), tol) << dtype;
-  EXPECT_LT(rel(f.grad_weight, a.grad_weight), tol) << dtype;
-  EXPECT_LT(rel(f.grad_remote_weight, a.grad_remote_weight), tol) << dtype;
+  EXPECT_LT(rel_diff(f.y, a.y), tol) << dtype;
+  EXPECT_LT(rel_diff(f.grad_x, a.grad_x), tol) << dtype;
+  EXPECT_LT(rel_diff(f.grad_weight, a.grad_weight), tol) << dtype;
+  EXPECT_LT(rel_diff(f.grad_remote_weight, a.grad_remote_weight), tol) << dtype;
 }
 
 }  // namespace

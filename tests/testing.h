@@ -54,13 +54,15 @@ inline Grads loss_and_grads(const ExperimentConfig& c, const StrategySpec& sp) {
   return g;
 }
 
+// max |a - b| / max |b|, in double on the CPU (the two may be on different devices and dtypes).
+inline double rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor ad = a.to(at::kCPU, at::kDouble), bd = b.to(at::kCPU, at::kDouble);
+  return (ad - bd).abs().max().item<double>() / std::max(bd.abs().max().item<double>(), 1e-300);
+}
+
 inline double max_rel_diff(const Grads& a, const Grads& b) {
   double worst = std::abs(a.loss - b.loss) / std::max(std::abs(b.loss), 1e-300);
-  for (size_t i = 0; i < a.grads.size(); ++i) {
-    const at::Tensor ga = a.grads[i].cpu(), gb = b.grads[i].cpu();  // the two may be on different devices
-    const double scale = gb.abs().max().item<double>();
-    worst = std::max(worst, (ga - gb).abs().max().item<double>() / std::max(scale, 1e-300));
-  }
+  for (size_t i = 0; i < a.grads.size(); ++i) worst = std::max(worst, rel_diff(a.grads[i], b.grads[i]));
   return worst;
 }
 
