@@ -60,7 +60,7 @@ else()
                                USE_C10D_NCCL)
     target_compile_options(memfine_torch_cuda_compile_check PRIVATE -Wall -Wextra -Wno-unused-parameter
                            -Wno-missing-field-initializers)
-    target_link_libraries(memfine_torch_cuda_compile_check PRIVATE torch yaml-cpp nlohmann_json::nlohmann_json
+    target_link_libraries(memfine_torch_cuda_compile_check PRIVATE torch ${MEMFINE_YAML_CPP} nlohmann_json::nlohmann_json
                           CUDA::cudart)
     # The GPU-only test (the kernels and a whole CUDA step against ATen and the CPU) compiles too.
     find_package(GTest QUIET)

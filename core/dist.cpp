@@ -51,6 +51,31 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+// LibTorch 2.4+ serves the store through libuv by default, but distributions may build LibTorch
+// without it (Debian's 2.6 does) and then the store refuses to start: fall back to the plain TCP
+// server, which every version has. Detected by member rather than version, since 1.13 lacks it.
+template <class Options>
+auto disable_libuv(Options& o, int) -> decltype(o.useLibUV = false, bool()) {
+  if (!o.useLibUV) return false;
+  o.useLibUV = false;
+  return true;
+}
+template <class Options>
+bool disable_libuv(Options&, long) { return false; }
+
+c10::intrusive_ptr<c10d::Store> make_store(const std::string& host, c10d::TCPStoreOptions so) {
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(host, so);
+  } catch (const c10::Error& e) {
+    if (std::string(e.what()).find("libuv") == std::string::npos || !disable_libuv(so, 0)) throw;
+    return c10::make_intrusive<c10d::TCPStore>(host, so);
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout, const std::string& device) {
   const char* ws = std::getenv("WORLD_SIZE");
   if (!ws || std::atoi(ws) <= 1) return nullptr;
@@ -69,7 +94,7 @@ std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout, const std::st
   so.numWorkers = size_t(d->world_);
   so.timeout = timeout_ms;
   d->impl_ = std::make_unique<Impl>();
-  d->impl_->store = c10::make_intrusive<c10d::TCPStore>(host, so);
+  d->impl_->store = make_store(host, so);
   if (device == "cuda") {
 #ifdef MEMFINE_HAVE_NCCL
     const int gpus = c10::cuda::device_count();

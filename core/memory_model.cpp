@@ -1,5 +1,7 @@
 #include "core/memory_model.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -131,9 +133,14 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored, bool c
   return peak;
 }
 
+// RMSNorm's mean of squares: LibTorch 1.13's mean over a dimension keeps its input (the squares,
+// one [tokens, hidden] tensor) for backward; 2.x keeps only the sizes (MeanBackward1 in the
+// generated autograd headers of 2.6 and 2.14; 2.0 as the cut is assumed, not checked).
+constexpr double kNormKeptWithGrad = TORCH_VERSION_MAJOR < 2 ? 3 : 2;
+
 // What a layer keeps outside the MoE, by stage. RMSNorm keeps 2 [tokens, hidden] tensors (its
-// output included) when its input needs no gradient, 3 and a [tokens] one when it does; only the
-// first layer's input needs none.
+// output included) when its input needs no gradient; when it does, a [tokens] one besides and,
+// on LibTorch 1.13, the squares; only the first layer's input needs none.
 struct Outside {
   double norm1 = 0, attention = 0, h1 = 0, norm2 = 0, router = 0, shared = 0, output = 0;
   double total() const { return norm1 + attention + h1 + norm2 + router + shared + output; }
@@ -141,7 +148,7 @@ struct Outside {
 
 Outside outside_moe(const Sizes& z, bool input_needs_grad) {
   const double act = z.E * z.T * z.h;
-  auto norm = [&](bool needs_grad) { return needs_grad ? 3 * act + z.E * z.T : 2 * act; };
+  auto norm = [&](bool needs_grad) { return needs_grad ? kNormKeptWithGrad * act + z.E * z.T : 2 * act; };
   Outside o;
   if (z.attention) {
     o.norm1 = norm(input_needs_grad);
@@ -174,9 +181,9 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
 
   std::vector<MoeRows> whole;
   for (int64_t l = 0; l < L; ++l) whole.push_back(moe_rows(rank.layers[size_t(l)], m.topk, T, 0, T));
-  // The loss: final RMSNorm and the difference to the target; its backward holds four
-  // [tokens, hidden] gradients at once.
-  const double final_stored = 3 * act + z.E * z.T, final_backward = 4 * act;
+  // The loss: final RMSNorm (its input needs a gradient; its output is not kept) and the
+  // difference to the target; its backward holds four [tokens, hidden] gradients at once.
+  const double final_stored = kNormKeptWithGrad * act + z.E * z.T, final_backward = 4 * act;
   const double layer_params = z.E * double(parameter_count(m, c.ep) - m.hidden) / double(L);
   double peak = 0;
   int64_t current = -1;  // the layer whose backward is being considered; -1: the loss

@@ -1,5 +1,7 @@
 #include "core/optimizer.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <cmath>
 
 namespace memfine {

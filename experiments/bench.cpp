@@ -9,6 +9,7 @@
 //   build/memfine_bench --moe_config=experiments/kernels.yaml --benchmark_filter=DispatchCombine
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <benchmark/benchmark.h>
 #include <torch/version.h>
 
