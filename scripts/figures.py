@@ -663,6 +663,7 @@ def main(argv=None):
          os.path.join(args.results, "gpu_budget", "results.jsonl")),
         ("gpu_deepseek", lambda src, out: strategies(src, out, "gpu_deepseek", "DeepSeek-V3's MoE shape (bf16)"),
          os.path.join(args.results, "gpu_deepseek", "results.jsonl")),
+        ("gpu_model_accuracy", model_error, os.path.join(args.results, "gpu_model_accuracy", "results.jsonl")),
         ("kernel_ops", kernel_ops, os.path.join(args.results, "bench", "dispatch_combine.json")),
         ("kernels_ranks", lambda src, out: kernels(src, out, "kernels_ranks_table",
                                                    "Fused dispatch/combine against ATen on real expert-parallel ranks"),
