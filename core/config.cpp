@@ -43,6 +43,7 @@ std::string did_you_mean(const std::string& key, const std::vector<std::string>&
 struct Problems {
   std::string file;
   std::vector<std::string>& out;
+  bool runnable_here = true;  // also check that this build can run it (device, kernels)
   void add(const YAML::Node& at, const std::string& path, const std::string& msg) {
     int line = at.IsDefined() && at.Mark().line >= 0 ? at.Mark().line + 1 : 1;
     std::string s = file + ":" + std::to_string(line) + ": " + path + ": " + msg;
@@ -227,12 +228,12 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
   r.read("seed", c.seed, "a non-negative integer");
   r.read_choice("device", c.device, {"cpu", "cuda"});
 #ifndef MEMFINE_TORCH_CUDA
-  if (c.device == "cuda")
+  if (c.device == "cuda" && p.runnable_here)
     p.add(r.child("device"), "device", "this build's LibTorch has no CUDA (build against PyTorch's: scripts/gpu-build)");
 #endif
   r.read_choice("dtype", c.dtype, {"float32", "float64", "bfloat16"});
   r.read_choice("kernels", c.kernels, {"auto", "aten", "fused"});
-  if (c.kernels == "fused" && !fused_kernels_available(c.device))
+  if (c.kernels == "fused" && !fused_kernels_available(c.device) && p.runnable_here)
     p.add(r.child("kernels"), "kernels", "this build has no CUDA kernels (build on the GPU machine with scripts/gpu-build)");
   if (c.kernels == "auto") c.kernels = c.device == "cuda" && fused_kernels_available(c.device) ? "fused" : "aten";
   r.read("threads", c.threads, "an integer");
@@ -427,8 +428,9 @@ int64_t parse_bytes(const std::string& text) {
   return static_cast<int64_t>(std::llround(v * scale));
 }
 
-std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors) {
-  Problems p{path, errors};
+std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors,
+                                        bool runnable_here) {
+  Problems p{path, errors, runnable_here};
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);

@@ -99,7 +99,10 @@ struct SweepPoint {
 
 // Reads, validates and expands a YAML experiment. Problems are appended to `errors` as
 // "FILE:LINE: key.path: what is wrong"; the returned points are only meaningful if none were.
-std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors);
+// With `runnable_here` false, a device or kernels this build lacks is not a problem: the memory
+// model needs neither, so a CPU build can predict a GPU experiment (memfine predict).
+std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors,
+                                        bool runnable_here = true);
 
 // Parses "512MiB", "2GiB", "1e9" or a plain byte count; throws std::invalid_argument.
 int64_t parse_bytes(const std::string& text);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
 #include "core/config.h"
 #include "core/memory_meter.h"
 #include "core/process.h"
@@ -66,7 +68,10 @@ problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 w
 const char* kPredictHelp = R"(usage: memfine predict FILE.yaml
 
 Prints, without running anything, one JSON line per point and strategy with the memory model's
-predictions (static bytes, activation bytes, whether it fits the budget).
+predictions (static bytes, activation bytes, whether it fits the budget), the emulated rank's
+largest s' (rows it receives in one layer) and the model FLOPs of one training step; on stderr,
+the FLOPs a `memfine run` of the file would do. Any build predicts any experiment: a CPU build
+predicts a GPU one (device: cuda), which the memory model does not need.
 )";
 
 const char* kStrategiesHelp = R"(usage: memfine strategies
@@ -169,6 +174,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     return usage_error("unknown command '" + cmd + "'", kUsage);
+  } catch (const c10::Error& e) {  // LibTorch's own, without its stack of frames
+    std::cerr << "memfine " << cmd << ": " << e.what_without_backtrace() << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "memfine " << cmd << ": " << e.what() << "\n";
     return 1;

@@ -281,6 +281,32 @@ TEST(Cli, CudaOnACpuOnlyBuildIsABadInputNotACrash) {
 #endif
 }
 
+// The memory model needs no device: any build predicts a GPU experiment, and its predictions are
+// those of the same experiment on the CPU (plan GPU time on a laptop).
+TEST(Cli, PredictNeedsNoDevice) {
+  std::string gpu = kTiny;
+  gpu.replace(gpu.find("seed: 2"), 7, "seed: 2\ndevice: cuda\ndtype: bfloat16\nkernels: fused");
+  std::string cpu = kTiny;
+  cpu.replace(cpu.find("seed: 2"), 7, "seed: 2\ndtype: bfloat16");
+  const Result g = run("predict " + write("gpu.yaml", gpu));
+  const Result c = run("predict " + write("cpu.yaml", cpu));
+  ASSERT_EQ(g.code, 0) << g.err;
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_EQ(g.out, c.out);
+  std::istringstream lines(g.out);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    const json j = json::parse(line);
+    EXPECT_GT(j.at("predicted_activation_bytes").get<int64_t>(), 0) << line;
+    EXPECT_GT(j.at("s_recv_max").get<int64_t>(), 0) << line;
+    EXPECT_GT(j.at("step_tflop").get<double>(), 0) << line;
+    ++n;
+  }
+  EXPECT_EQ(n, 6);  // 2 points x 3 strategies
+  EXPECT_NE(g.err.find("2 point(s); `memfine run` would do"), std::string::npos) << g.err;
+}
+
 // Every shipped experiment is valid. The GPU ones are checked with device: cpu on a CPU-only build
 // (everything else about them must still hold: keys, shapes, strategies, sweeps). From the
 // repository root, as the README runs them (paths inside are relative to it).
