@@ -69,9 +69,10 @@ const char* kPredictHelp = R"(usage: memfine predict FILE.yaml
 
 Prints, without running anything, one JSON line per point and strategy with the memory model's
 predictions (static bytes, activation bytes, whether it fits the budget), the emulated rank's
-largest s' (rows it receives in one layer) and the model FLOPs of one training step; on stderr,
-the FLOPs a `memfine run` of the file would do. Any build predicts any experiment: a CPU build
-predicts a GPU one (device: cuda), which the memory model does not need.
+largest s' (tokens_received: rows it receives in one layer, as `run` records it) and the model
+FLOPs of one training step; on stderr, the FLOPs a `memfine run` of the file would do. Any build
+predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the memory model
+does not need.
 )";
 
 const char* kStrategiesHelp = R"(usage: memfine strategies

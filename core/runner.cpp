@@ -527,7 +527,7 @@ int predict_experiment(const std::string& yaml) {
     return 2;
   }
   double work_tflop = 0;
-  int64_t measured_points = 0;
+  int64_t modelled_points = 0;
   for (const auto& p : points) {
     if (p.config.paper.enabled) {
       // Paper scale: the paper's equations only (building this model for real is not the point).
@@ -556,6 +556,7 @@ int predict_experiment(const std::string& yaml) {
     ExperimentConfig on_host = p.config;
     on_host.device = "cpu";
     const EmulatedRank er = make_emulated_rank(on_host, on_host.rank);
+    // As `run` records them: the largest s' over layers, and their sum for the FLOPs.
     int64_t recv_max = 0, recv_sum = 0;
     for (const auto& l : er.layers) recv_max = std::max(recv_max, l.tokens_received), recv_sum += l.tokens_received;
     // Model FLOPs of one training step (recomputation not counted): what `run` divides by the step
@@ -563,11 +564,11 @@ int predict_experiment(const std::string& yaml) {
     const double step_tflop = step_flops(p.config.model, recv_sum).total() / 1e12;
     const int64_t steps = p.config.warmup + p.config.repeats;
     work_tflop += step_tflop * double(steps * int64_t(p.config.strategies.size()));
-    ++measured_points;
+    ++modelled_points;
     for (const auto& s : p.config.strategies) {
       json r = {{"experiment", p.config.name}, {"point", p.id}, {"strategy", s.label()},
                 {"predicted_static_bytes", nullptr}, {"predicted_activation_bytes", nullptr}, {"fits", nullptr},
-                {"rank", er.rank}, {"s_recv_max", recv_max}, {"step_tflop", step_tflop}};
+                {"rank", er.rank}, {"tokens_received", recv_max}, {"step_tflop", step_tflop}};
       try {
         const Prediction pr = predict_step(p.config, er, strategy_shape(s));
         r["predicted_static_bytes"] = pr.static_bytes;
@@ -580,8 +581,8 @@ int predict_experiment(const std::string& yaml) {
       std::cout << r.dump() << "\n";
     }
   }
-  if (measured_points > 0)
-    std::cerr << "memfine predict: " << yaml << ": " << measured_points << " point(s); `memfine run` would do "
+  if (modelled_points > 0)
+    std::cerr << "memfine predict: " << yaml << ": " << modelled_points << " point(s); `memfine run` would do "
               << work_tflop << " TFLOP of model work (warmup and timed steps of every strategy, recomputation not counted)\n";
   return 0;
 }

@@ -299,7 +299,7 @@ TEST(Cli, PredictNeedsNoDevice) {
   while (std::getline(lines, line)) {
     const json j = json::parse(line);
     EXPECT_GT(j.at("predicted_activation_bytes").get<int64_t>(), 0) << line;
-    EXPECT_GT(j.at("s_recv_max").get<int64_t>(), 0) << line;
+    EXPECT_GT(j.at("tokens_received").get<int64_t>(), 0) << line;
     EXPECT_GT(j.at("step_tflop").get<double>(), 0) << line;
     ++n;
   }
