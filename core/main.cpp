@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include "core/config.h"
+#include "core/export.h"
 #include "core/memory_meter.h"
 #include "core/process.h"
 #include "core/runner.h"
@@ -31,6 +32,9 @@ commands:
                         WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
   predict FILE.yaml     print the memory model's predictions, one JSON line per point and strategy
   strategies            list the registered strategies and their parameters
+  export FILE.yaml --out DIR [--point N]
+                        write a point's weights, data and routing for an outside reference
+                        (scripts/compare-pytorch checks our baselines against eager PyTorch)
 
 Run 'memfine <command> --help' for a command's options. Experiment keys: experiments/README.md.
 )";
@@ -73,6 +77,15 @@ largest s' (tokens_received: rows it receives in one layer, as `run` records it)
 FLOPs of one training step; on stderr, the FLOPs a `memfine run` of the file would do. Any build
 predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the memory model
 does not need.
+)";
+
+const char* kExportHelp = R"(usage: memfine export FILE.yaml --out DIR [--point N]
+
+Writes what a training step of sweep point N (0-based, default 0) starts from: every parameter,
+the input and target, and the routing of each of the warmup + repeats steps, as DIR/state.bin
+(raw little-endian tensors) and DIR/state.json (the resolved configuration and a table of tensor
+names, dtypes, shapes and byte offsets). tests/pytorch_reference.py reads it; scripts/compare-pytorch
+puts the two side by side. One process only: parallel.ep must be 1, device cpu, routing fixed.
 )";
 
 const char* kStrategiesHelp = R"(usage: memfine strategies
@@ -165,6 +178,25 @@ int main(int argc, char** argv) {
       std::cout << args[0] << ": valid, " << points.size() << " point(s) x " << points[0].config.strategies.size()
                 << " strategies\n";
       return 0;
+    }
+    if (cmd == "export") {
+      if (wants_help(args)) return std::cout << kExportHelp, 0;
+      std::string file, dir;
+      int64_t point = 0;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--out" && i + 1 < args.size()) dir = args[++i];
+        else if (args[i] == "--point" && i + 1 < args.size()) {
+          try {
+            point = std::stoll(args[++i]);
+          } catch (const std::exception&) {
+            return usage_error("--point needs a number, got '" + args[i] + "'", kExportHelp);
+          }
+        } else if (!args[i].empty() && args[i][0] == '-') return usage_error("unknown option '" + args[i] + "'", kExportHelp);
+        else if (file.empty()) file = args[i];
+        else return usage_error("one experiment file at a time", kExportHelp);
+      }
+      if (file.empty() || dir.empty()) return usage_error("export needs an experiment file and --out DIR", kExportHelp);
+      return memfine::export_experiment(file, dir, point);
     }
     if (cmd == "strategies") {
       if (wants_help(args)) return std::cout << kStrategiesHelp, 0;

@@ -43,9 +43,10 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
     at::Tensor peer_loss = at::zeros({}, x.options());
     ctx->save_for_backward({x, probs});
     ctx->saved_data["call"] = keep(*call);
+    ctx->saved_data["n_params"] = int64_t(params.size());
     // The enclosing layer is being recomputed for its backward: this output's value is never
     // read, and backward below recomputes every chunk anyway. Skip a third MoE forward.
-    if (recomputing_for_backward()) return {at::zeros_like(x), peer_loss};
+    if (recomputing_for_backward()) return {at::zeros({1, 1}, x.options()).expand_as(x), peer_loss};
     at::Tensor y = at::empty_like(x);
     {
       at::NoGradGuard no_grad;
@@ -64,37 +65,35 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
     const ChunkedCall& call = kept<ChunkedCall>(ctx->saved_data["call"]);
     variable_list saved = ctx->get_saved_variables();
     const at::Tensor x = saved[0], probs = saved[1];
-    const TensorList params = expert_params(*call.weights);
+    saved.clear();
     const int64_t n = x.size(0);
-    at::Tensor gx = at::zeros_like(x), gp = at::zeros_like(probs);
-    TensorList gparams(params.size());
+    // The chunks' input gradients go straight into their rows of the layer's (one chunk: the
+    // chunk's are the layer's); weight gradients into the experts' .grad, chunk after chunk.
+    at::Tensor gx, gp;
+    if (call.chunks > 1) gx = at::zeros_like(x), gp = at::zeros_like(probs);
+    at::Tensor g_out = take_gradient(grad[0]);
     for (int64_t c = 0; c < call.chunks; ++c) {
       auto [a, b] = call.range(c, n);
       if (a == b) continue;
-      at::Tensor xc = x.narrow(0, a, b - a).detach().requires_grad_(true);
-      at::Tensor pc = probs.narrow(0, a, b - a).detach().requires_grad_(true);
+      RegionInputs in = region_inputs({x.narrow(0, a, b - a), probs.narrow(0, a, b - a)});
       Combined out;
       {
         at::AutoGradMode grad_on(true);
-        out = moe_range(xc, pc, *call.weights, call.routing, a, b);
+        out = moe_range(in.tensors[0], in.tensors[1], *call.weights, call.routing, a, b);
       }
-      TensorList inputs = {xc, pc};
-      inputs.insert(inputs.end(), params.begin(), params.end());
-      at::Tensor gy = grad[0].defined() ? grad[0].narrow(0, a, b - a) : at::Tensor();
-      TensorList g = backprop({out.y, out.peer_loss}, {gy, grad[1]}, inputs);
-      out = Combined();
+      in.tensors.clear();
+      at::Tensor gy = !g_out.defined() ? at::Tensor() : call.chunks > 1 ? g_out.narrow(0, a, b - a) : std::move(g_out);
+      backward_into_leaves({std::move(out.y), std::move(out.peer_loss)}, {std::move(gy), grad[1]});
+      TensorList& g = *in.grads;
+      if (call.chunks == 1) {
+        gx = std::move(g[0]), gp = std::move(g[1]);
+        break;
+      }
       if (g[0].defined()) gx.narrow(0, a, b - a).copy_(g[0]);
       if (g[1].defined()) gp.narrow(0, a, b - a).copy_(g[1]);
-      for (size_t i = 0; i < params.size(); ++i) {
-        const at::Tensor& gi = g[i + 2];
-        if (!gi.defined()) continue;
-        if (gparams[i].defined()) gparams[i].add_(gi);
-        else gparams[i] = gi;
-      }
     }
     variable_list result = {gx, gp};
-    result.insert(result.end(), gparams.begin(), gparams.end());
-    result.emplace_back();  // the call
+    result.resize(2 + size_t(ctx->saved_data["n_params"].toInt()) + 1);  // parameters: in .grad; the call
     return result;
   }
 };

@@ -106,7 +106,7 @@ double moe_stored(const Sizes& z, const MoeRows& m) {
 // flight at a time. The experts then run in reverse order, each peaking in its down
 // projection's backward (gradient of silu*up and of the weight) or in the product's backward
 // (two gradients of width g), and scattering its input gradient back to token order.
-double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored, bool captured) {
+double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
   double freed_by_combine = z.E * 2 * double(m.remote) * z.h, in_flight = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]);
@@ -124,7 +124,6 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored, bool c
     const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
     peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg});
     cur -= z.E * rows * (z.h + 4 * z.g) + rh;  // its stored rows and its output gradient
-    if (captured) cur += z.E * 3 * z.h * z.g;
     // Its input gradient is scattered back to token order (a zero-filled [tokens, hidden]) and
     // added to the accumulated one.
     peak = std::max(peak, cur + rh + tokens_grad + (first ? 0 : tokens_grad));
@@ -184,7 +183,6 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   // The loss: final RMSNorm (its input needs a gradient; its output is not kept) and the
   // difference to the target; its backward holds four [tokens, hidden] gradients at once.
   const double final_stored = kNormKeptWithGrad * act + z.E * z.T, final_backward = 4 * act;
-  const double layer_params = z.E * double(parameter_count(m, c.ep) - m.hidden) / double(L);
   double peak = 0;
   int64_t current = -1;  // the layer whose backward is being considered; -1: the loss
   p.layer_peak.assign(size_t(L), 0);
@@ -214,10 +212,11 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     const double grad = act;  // gradient of the layer's output
     // Under recomputation, everything outside the MoE is kept again during the layer's backward;
     // the shared expert (recorded after the routed ones) has run its backward before the MoE's.
-    const double kept = (s.recompute_layer ? o.total() : resident[size_t(l)]) - o.shared;
+    // A recomputed layer's output is let go before its backward runs (only its graph is needed).
+    const double kept = (s.recompute_layer ? o.total() - o.output : resident[size_t(l)]) - o.shared;
     // Once the shared expert's backward has run, its input gradient waits for the MoE's to be
     // added to it; under layer recomputation its weight gradients stay captured too.
-    const double shared_grads = o.shared == 0 ? 0 : act + (s.recompute_layer ? z.E * 3 * z.h * z.gs : 0);
+    const double shared_grads = o.shared == 0 ? 0 : act;
     if (o.shared > 0) {
       // The shared expert's backward comes first, with the whole layer still kept: two gradients
       // of its width, or one and its weight's.
@@ -227,31 +226,28 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       consider(below + kept + o.shared + moe_kept + grad + std::max(2 * rg, rg + z.E * z.gs * z.h), at + ", shared expert");
     }
     if (s.moe == MoeMode::Chunked) {
-      // MoE in chunks: one chunk's stored bytes and transients at a time, on top of the
-      // accumulated gradients of the MoE's input, probabilities and expert weights.
+      // MoE in chunks: one chunk's stored bytes and transients at a time; weight gradients go
+      // into the experts' .grad as they are produced.
       const int64_t chunks = chunks_per_layer.empty() ? s.chunks : chunks_per_layer[size_t(l)];
-      const double expert_grads = z.E * 3 * z.h * z.g * double(whole[size_t(l)].own.size());
-      const double base = below + kept + shared_grads + grad + act + z.E * z.T * z.k;
+      // With more than one chunk, the MoE's input and probability gradients are assembled in
+      // layer-sized buffers; with one, the chunk's are the layer's.
+      const double base = below + kept + shared_grads + grad + (chunks > 1 ? act + z.E * z.T * z.k : 0);
       for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
         if (a == b) continue;
         const MoeRows r = moe_rows(rank.layers[size_t(l)], m.topk, T, a, b);
-        // The chunk's recomputed output stays referenced while its backward runs.
-        const double chunk_out = z.E * double(b - a) * z.h;
-        consider(moe_backward_peak(z, r, base + (ci > 0 ? expert_grads : 0) + chunk_out + moe_stored(z, r), true),
+        consider(moe_backward_peak(z, r, base + moe_stored(z, r)),
                  at + ", MoE chunk " + std::to_string(ci));
       }
     } else {
       const double moe = s.moe == MoeMode::Stored && !s.recompute_layer ? 0 : moe_stored(z, whole[size_t(l)]);
-      const bool captured = s.recompute_layer || s.moe == MoeMode::RecomputedBlock;
-      consider(moe_backward_peak(z, whole[size_t(l)], below + kept + shared_grads + grad + moe, captured), at + ", MoE");
+      consider(moe_backward_peak(z, whole[size_t(l)], below + kept + shared_grads + grad + moe), at + ", MoE");
     }
     // Then attention's backward: the softmax's two [b, heads, s, s] gradients, with the
     // attention block's stored tensors and, under recomputation, the layer's captured weight
     // gradients still alive.
-    const double captured = s.recompute_layer ? layer_params : 0;
     if (z.attention)
-      consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s + captured,
+      consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s,
                at + ", attention");
   }
   p.activation_bytes = int64_t(peak);

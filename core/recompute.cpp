@@ -1,32 +1,42 @@
 #include "core/recompute.h"
 
-#include <torch/csrc/autograd/autograd.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+
 
 namespace memfine {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-TensorList backprop(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs) {
-  TensorList outs, gouts, ins;
-  std::vector<size_t> where;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (!outputs[i].defined() || !outputs[i].requires_grad()) continue;
-    outs.push_back(outputs[i]);
-    gouts.push_back(grad_outputs[i].defined() ? grad_outputs[i] : at::zeros_like(outputs[i]));
-  }
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined() && inputs[i].requires_grad()) ins.push_back(inputs[i]), where.push_back(i);
-  TensorList result(inputs.size());
-  if (outs.empty() || ins.empty()) return result;
-  TensorList g = torch::autograd::grad(outs, ins, gouts, /*retain_graph=*/false, /*create_graph=*/false,
-                                       /*allow_unused=*/true);
-  for (size_t j = 0; j < where.size(); ++j) result[where[j]] = g[j];
-  return result;
-}
-
 namespace {
+
+// The root of an inner backward: hands the gradients it holds to the outputs' graph, moving them
+// out, so that the graph's nodes hold the only references (a GraphRoot would keep a copy).
+struct GradSource : torch::autograd::Node {
+  TensorList grads;
+  variable_list apply(variable_list&& /*ones*/) override { return std::move(grads); }
+  std::string name() const override { return "memfine::GradSource"; }
+};
+
+// Identity on a region input; its backward takes the gradient into a slot instead of passing it
+// to an AccumulateGrad, which would clone it while the residual branch still holds it.
+struct TakeGrad : torch::autograd::Function<TakeGrad> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, TensorList* slot, int64_t i) {
+    ctx->saved_data["slot"] = reinterpret_cast<int64_t>(slot);
+    ctx->saved_data["i"] = i;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    auto* slot = reinterpret_cast<TensorList*>(ctx->saved_data["slot"].toInt());
+    at::Tensor& dst = (*slot)[size_t(ctx->saved_data["i"].toInt())];
+    if (!dst.defined()) dst = std::move(grad[0]);
+    else if (grad[0].defined()) dst = dst + grad[0];
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
 
 thread_local int g_recompute_depth = 0;
 
@@ -44,36 +54,85 @@ struct Recompute : torch::autograd::Function<Recompute> {
       outs = (*fn)(activations.vec());
     }
     ctx->saved_data["fn"] = keep(*fn);
-    // Parameters are leaves that outlive the step; holding them here costs nothing.
-    ctx->saved_data["params"] = keep(params.vec());
+    ctx->saved_data["n_params"] = int64_t(params.size());
     ctx->save_for_backward(activations.vec());
     return outs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    TensorList saved = ctx->get_saved_variables();
+    const size_t n_acts = saved.size();
+    RegionInputs in = region_inputs(saved);
+    saved.clear();
     const auto& fn = kept<RecomputeFn>(ctx->saved_data["fn"]);
-    const auto& params = kept<TensorList>(ctx->saved_data["params"]);
-    variable_list saved = ctx->get_saved_variables();
-    TensorList acts, inputs;
-    for (const auto& a : saved) {
-      acts.push_back(a.detach().requires_grad_(a.requires_grad()));
-      inputs.push_back(acts.back());
-    }
-    inputs.insert(inputs.end(), params.begin(), params.end());
     TensorList outs;
     {
       at::AutoGradMode grad_on(true);
       RecomputeScope scope;
-      outs = fn(acts);
+      outs = fn(in.tensors);
     }
-    TensorList g = backprop(outs, grad_outputs, inputs);
-    saved.clear();
-    g.emplace_back();  // for the fn pointer
-    return g;
+    in.tensors.clear();
+    for (auto& g : grad_outputs) g = take_gradient(g);
+    backward_into_leaves(std::move(outs), std::move(grad_outputs));
+    // Parameters' gradients are in their .grad already; the function pointer has none.
+    variable_list result = std::move(*in.grads);
+    result.resize(n_acts + size_t(ctx->saved_data["n_params"].toInt()) + 1);
+    return result;
   }
 };
 
 }  // namespace
+
+RegionInputs region_inputs(const TensorList& saved) {
+  RegionInputs r;
+  r.grads = std::make_shared<TensorList>(saved.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    at::Tensor a = saved[i].detach();
+    if (saved[i].requires_grad()) {
+      at::AutoGradMode grad_on(true);
+      a = TakeGrad::apply(a.requires_grad_(true), r.grads.get(), int64_t(i));
+    }
+    r.tensors.push_back(std::move(a));
+  }
+  return r;
+}
+
+void backward_into_leaves(TensorList outputs, TensorList grads) {
+  auto source = std::make_shared<GradSource>();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined() || !outputs[i].requires_grad() || i >= grads.size() || !grads[i].defined()) continue;
+    source->add_next_edge(torch::autograd::impl::gradient_edge(outputs[i]));
+    source->grads.push_back(std::move(grads[i]));
+  }
+  outputs.clear();
+  grads.clear();
+  if (source->grads.empty()) return;
+  const at::Tensor one = at::ones({}, source->grads[0].options());
+  source->add_input_metadata(one);
+  torch::autograd::Engine::get_default_engine().execute({torch::autograd::Edge(source, 0)}, {one},
+                                                        /*keep_graph=*/false, /*create_graph=*/false,
+                                                        /*accumulate_grad=*/true);
+}
+
+// A custom function's backward receives its gradient through three handles of one tensor: the
+// engine's input list, CppNode::apply's copy and backward's own by-value list (LibTorch 1.13 and
+// 2.x). With no handle besides those and no other tensor on its storage, nothing else can read it
+// (a gradient shared with a residual branch has more handles): its storage moves to a new tensor
+// that the caller alone owns, and the engine's handles are left empty. Otherwise it is returned as
+// it is, which costs memory, never correctness.
+constexpr long kEngineHandles = 3;
+
+at::Tensor take_gradient(at::Tensor& grad) {
+  if (!grad.defined() || grad.use_count() > kEngineHandles || !grad.has_storage() ||
+      grad.storage().use_count() != 1 || grad.requires_grad())
+    return grad;
+  at::NoGradGuard no_grad;
+  at::Tensor own = at::empty({0}, grad.options());
+  own.set_(grad.storage(), grad.storage_offset(), grad.sizes(), grad.strides());
+  grad.set_();
+  grad = at::Tensor();
+  return own;
+}
 
 bool recomputing_for_backward() { return g_recompute_depth > 0; }
 

@@ -2,12 +2,21 @@
 // the wrapped function runs without storing activations; backward runs it again with autograd on
 // and backpropagates through the fresh graph. Nested use (MemFine's chunked MoE inside a
 // recomputed layer) works because LibTorch's engine allows re-entrant backward.
+//
+// It is as lean as PyTorch's non-reentrant checkpoint (tests/pytorch_reference.py measures both):
+//  * every weight gradient is accumulated into the parameter's preallocated .grad by the op that
+//    produces it, as loss.backward() does, never returned as a temporary beside the others;
+//  * the recomputed outputs are let go before their backward runs (only their graph is needed);
+//  * the incoming gradient is handed to the inner backward as its only owner, so autograd can add
+//    the residual branch's gradient into it in place and free it as soon as it is used;
+//  * the gradients of the region's inputs are taken as they arrive (no AccumulateGrad clone).
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
 #include <torch/custom_class.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 namespace memfine {
@@ -17,8 +26,9 @@ using RecomputeFn = std::function<TensorList(const TensorList& activations)>;
 
 // `activations` are the tensors `fn` reads from outside that may carry gradients other than
 // parameters; `fn` must use those given to it. `params` are leaves `fn` uses directly (from its
-// closure): they are listed so that their gradients flow. The outputs of `fn` must be tensors
-// that are either differentiable or not needed in backward.
+// closure): listed so that the region's output needs a gradient even when no activation does;
+// their gradients are accumulated into their .grad during the region's backward. The outputs of
+// `fn` must be tensors that are either differentiable or not needed in backward.
 TensorList recompute(const RecomputeFn& fn, const TensorList& activations, const TensorList& params);
 
 // Keeps any C++ object alive inside an autograd context until its backward has run.
@@ -41,7 +51,22 @@ T& kept(const c10::IValue& v) {
 // anyway (MemFine's chunked MoE) may skip computing them.
 bool recomputing_for_backward();
 
-// Runs autograd::grad for the outputs that need it; gradients of `inputs` (undefined where unused).
-TensorList backprop(const TensorList& outputs, const TensorList& grad_outputs, const TensorList& inputs);
+// Inputs of a region run again inside backward: detached copies (no data copied) of `saved`;
+// those that needed a gradient pass through a node that takes the gradient as it arrives, into
+// `grads` (undefined where none came).
+struct RegionInputs {
+  TensorList tensors;
+  std::shared_ptr<TensorList> grads;
+};
+RegionInputs region_inputs(const TensorList& saved);
+
+// Backpropagates `grads` from `outputs` (pairs with an undefined gradient, or an output without
+// graph, are skipped), accumulating into every leaf's .grad as loss.backward() does. Both lists
+// are taken by value and let go of before the graph runs, so pass them with std::move.
+void backward_into_leaves(TensorList outputs, TensorList grads);
+
+// A gradient that autograd handed to a custom function's backward, as a tensor that the caller
+// alone owns when that is safe (see recompute.cpp); otherwise the gradient itself.
+at::Tensor take_gradient(at::Tensor& grad);
 
 }  // namespace memfine

@@ -385,6 +385,15 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
         std::cerr << yaml << ": parallel.ep is " << p.config.ep << " but WORLD_SIZE is " << dist->world()
                   << ": run one rank per expert-parallel rank\n";
         return 2;
+      } else if (p.config.verify) {
+        // Checking a rank needs the whole global batch computed in one process beside it; the
+        // tests do that (tests/test_dist.cpp), a measured run does not.
+        const YAML::Node v = YAML::LoadFile(yaml)["verify"];
+        std::cerr << yaml << ":" << (v ? v.Mark().line + 1 : 1)
+                  << ": verify: not available on real ranks (memfine launch, or RANK set); set it to false. "
+                     "tests/test_dist.cpp holds real ranks to one process computing the whole batch (1e-10, fp64); "
+                     "memfine run of the same file verifies the emulated rank\n";
+        return 2;
       }
   }
   const ExperimentConfig& base = points.front().config;

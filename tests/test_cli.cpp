@@ -267,6 +267,14 @@ strategies: [full_recompute, {name: memfine, chunks: 4}]
   }
   // A wrong rank count is refused.
   EXPECT_EQ(run("launch --nproc 3 " + file + " --out " + fresh_dir("launch_bad")).code, 2);
+  // verify: true cannot be checked on real ranks: refused with its line, nothing run.
+  std::string verified = yaml;
+  verified.replace(verified.find("threads: 1"), 10, "threads: 1\nverify: true");
+  const std::string vdir = fresh_dir("launch_verify");
+  Result v = run("launch --nproc 2 " + write("launch_verify.yaml", verified) + " --out " + vdir);
+  EXPECT_NE(v.code, 0);
+  EXPECT_NE(v.err.find("launch_verify.yaml:4: verify: not available on real ranks"), std::string::npos) << v.err;
+  EXPECT_FALSE(fs::exists(vdir + "/results.jsonl"));
 }
 
 TEST(Cli, CudaOnACpuOnlyBuildIsABadInputNotACrash) {

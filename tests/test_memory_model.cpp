@@ -44,6 +44,9 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
         const int64_t measured = measured_peak(c, sp);
         const double err = double(p.activation_bytes - measured) / double(measured);
         worst = std::max(worst, std::abs(err));
+        if (std::getenv("MEMFINE_MODEL_ROWS"))
+          std::cout << kind << " " << attention << " " << sp.label() << " predicted " << p.activation_bytes
+                    << " measured " << measured << " err " << err << " (" << p.phase << ")\n";
         EXPECT_LT(std::abs(err), 0.05) << kind << " " << attention << " " << sp.label() << ": predicted "
                                        << p.activation_bytes << ", measured " << measured << " (" << p.phase << ")";
         // Static memory is exact: it is allocated before the step from the same shapes.
