@@ -64,6 +64,7 @@ def compare(yaml_path, point, memfine, work, threads):
             "ours_loss": r["loss"], "pytorch_loss": ref["no_recompute"]["loss"], "dropless": dropless,
             "ours_ms": (r.get("step_ms") or {}).get("median"), "pytorch_ms": p["step_ms"]["median"],
         })
+    meta["env"] = ours[0]["env"] if ours else None  # machine, commit, threads, BLAS, date
     return meta, ref, rows
 
 
@@ -124,7 +125,8 @@ def main():
     print(table(meta, ref, rows))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"config": meta["config"], "point": meta["point"], "pytorch": ref, "rows": rows}, f, indent=1)
+            json.dump({"config": meta["config"], "point": meta["point"], "env": meta["env"], "pytorch": ref, "rows": rows}, f,
+                      indent=1)
     if a.check:
         problems = check(rows)
         for p in problems:

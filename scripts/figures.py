@@ -9,6 +9,7 @@ in. Run through scripts/python (an interpreter with matplotlib), e.g.
 """
 import argparse
 import csv
+import glob
 import json
 import math
 import os
@@ -553,6 +554,41 @@ def strategies(path, out_dir, stem, title):
     return out + save(fig, out_dir, stem, source_line(path, recs) + " | " + config_line(recs[0]))
 
 
+def pytorch_reference_lines(results_dir):
+    """REPORT.md's table of our baselines against the same model in eager PyTorch."""
+    folder = os.path.join(results_dir, "pytorch_reference")
+    files = sorted(glob.glob(os.path.join(folder, "*.json"))) if os.path.isdir(folder) else []
+    if not files:
+        return []
+    lines = ["## Our baselines against PyTorch's checkpoint",
+             "The same model in eager PyTorch (`tests/pytorch_reference.py`: a loop over experts with index_select / "
+             "index_add_, `torch.utils.checkpoint` per decoder layer, `torch.optim.Adam`), fed our weights, data and "
+             "routing (`memfine export`); its peak measured by PyTorch's profiler, ours by our meter. Activation peak "
+             "in MiB; `scripts/compare-pytorch experiments/<name>.yaml` prints each (a ctest checks the first two).", "",
+             "| experiment | no_recompute: ours / PyTorch | full_recompute / checkpoint | PyTorch reentrant | "
+             "memfine (chunks: peak) | largest loss difference |",
+             "|---|---|---|---|---|---|"]
+    for path in files:
+        with open(path) as f:
+            j = json.load(f)
+        rows = {r["strategy"]: r for r in j["rows"]}
+        ref = j["pytorch"]
+        m = lambda b: f"{b / 2**20:.2f}" if b is not None else "-"
+        no, full = rows.get("no_recompute"), rows.get("full_recompute")
+        mf = ", ".join(f"{k.split('chunks=')[1].rstrip(')')}: {m(r['ours_peak'])}" for k, r in rows.items()
+                       if k.startswith("memfine(chunks="))
+        loss = max(abs(r["ours_loss"] - r["pytorch_loss"]) / abs(r["pytorch_loss"]) for r in rows.values()
+                   if r["dropless"] and r["ours_loss"] is not None)
+        lines.append(f"| {j['config']['name']} | {m(no['ours_peak'])} / {m(no['pytorch_peak'])} | "
+                     f"{m(full['ours_peak'])} / {m(full['pytorch_peak'])} ({full['ours_peak'] / full['pytorch_peak']:.3f}x) | "
+                     f"{m(ref['checkpoint_reentrant']['peak_activation_bytes'])} | {mf} | {loss:.1e} |")
+    lines += ["", "Full recomputation here keeps a layer's input and, in its backward, accumulates each weight gradient "
+              "into its .grad as it is produced, lets go of the recomputed output and hands the incoming gradient on "
+              "as its only owner (`core/recompute.h`); every ratio against full recomputation in this report is "
+              "against that baseline. Sources: `" + os.path.relpath(folder) + "/*.json`.", ""]
+    return lines
+
+
 def report(results_dir, predictions, out_dir):
     """paper_figures/REPORT.md: the paper's claims and ours, side by side."""
     f5 = os.path.join(results_dir, "paper_figure5", "results.jsonl")
@@ -627,6 +663,7 @@ def report(results_dir, predictions, out_dir):
         "- The paper's activation numbers are ~10% below Eq. 2 with s' from its own Figure 2 (8 local experts at the "
         "largest p99); the exact s' behind Table 4 is not given.",
         "",
+    ] + pytorch_reference_lines(results_dir) + [
         "## Sources",
         f"- measured: `{os.path.relpath(f5)}` (experiments/paper_figure5.yaml)",
         f"- paper scale: `{os.path.relpath(predictions)}` (`memfine predict experiments/paper_table4.yaml`)",
