@@ -71,7 +71,8 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
     // chunk's are the layer's); weight gradients into the experts' .grad, chunk after chunk.
     at::Tensor gx, gp;
     if (call.chunks > 1) gx = at::zeros_like(x), gp = at::zeros_like(probs);
-    at::Tensor g_out = take_gradient(grad[0]);
+    // The incoming gradient is the residual branch's too (y is added to it): read it, never own it.
+    const at::Tensor g_out = grad[0];
     for (int64_t c = 0; c < call.chunks; ++c) {
       auto [a, b] = call.range(c, n);
       if (a == b) continue;
@@ -82,7 +83,7 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
         out = moe_range(in.tensors[0], in.tensors[1], *call.weights, call.routing, a, b);
       }
       in.tensors.clear();
-      at::Tensor gy = !g_out.defined() ? at::Tensor() : call.chunks > 1 ? g_out.narrow(0, a, b - a) : std::move(g_out);
+      at::Tensor gy = !g_out.defined() ? at::Tensor() : call.chunks > 1 ? g_out.narrow(0, a, b - a) : g_out;
       backward_into_leaves({std::move(out.y), std::move(out.peer_loss)}, {std::move(gy), grad[1]});
       TensorList& g = *in.grads;
       if (call.chunks == 1) {

@@ -215,7 +215,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     // A recomputed layer's output is let go before its backward runs (only its graph is needed).
     const double kept = (s.recompute_layer ? o.total() - o.output : resident[size_t(l)]) - o.shared;
     // Once the shared expert's backward has run, its input gradient waits for the MoE's to be
-    // added to it; under layer recomputation its weight gradients stay captured too.
+    // added to it (its weight gradients are in .grad already).
     const double shared_grads = o.shared == 0 ? 0 : act;
     if (o.shared > 0) {
       // The shared expert's backward comes first, with the whole layer still kept: two gradients
@@ -244,8 +244,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       consider(moe_backward_peak(z, whole[size_t(l)], below + kept + shared_grads + grad + moe), at + ", MoE");
     }
     // Then attention's backward: the softmax's two [b, heads, s, s] gradients, with the
-    // attention block's stored tensors and, under recomputation, the layer's captured weight
-    // gradients still alive.
+    // attention block's stored tensors still alive.
     if (z.attention)
       consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s,
                at + ", attention");

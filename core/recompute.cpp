@@ -5,7 +5,6 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 
-
 namespace memfine {
 
 using torch::autograd::AutogradContext;
@@ -37,6 +36,26 @@ struct TakeGrad : torch::autograd::Function<TakeGrad> {
     return {at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+// A custom function's backward receives its gradient through three handles of one tensor: the
+// engine's input list, CppNode::apply's copy and backward's own by-value list (LibTorch 1.13 and
+// 2.x). With no handle besides those and no other tensor on its storage, nothing else can read it
+// (a gradient shared with a residual branch has more handles): its storage moves to a new tensor
+// that the caller alone owns, and the engine's handles are left empty. Otherwise it is returned as
+// it is, which costs memory, never correctness.
+constexpr long kEngineHandles = 3;
+
+at::Tensor take_gradient(at::Tensor& grad) {
+  if (!grad.defined() || grad.use_count() > kEngineHandles || !grad.has_storage() ||
+      grad.storage().use_count() != 1 || grad.requires_grad())
+    return grad;
+  at::NoGradGuard no_grad;
+  at::Tensor own = at::empty({0}, grad.options());
+  own.set_(grad.storage(), grad.storage_offset(), grad.sizes(), grad.strides());
+  grad.set_();
+  grad = at::Tensor();
+  return own;
+}
 
 thread_local int g_recompute_depth = 0;
 
@@ -112,26 +131,6 @@ void backward_into_leaves(TensorList outputs, TensorList grads) {
   torch::autograd::Engine::get_default_engine().execute({torch::autograd::Edge(source, 0)}, {one},
                                                         /*keep_graph=*/false, /*create_graph=*/false,
                                                         /*accumulate_grad=*/true);
-}
-
-// A custom function's backward receives its gradient through three handles of one tensor: the
-// engine's input list, CppNode::apply's copy and backward's own by-value list (LibTorch 1.13 and
-// 2.x). With no handle besides those and no other tensor on its storage, nothing else can read it
-// (a gradient shared with a residual branch has more handles): its storage moves to a new tensor
-// that the caller alone owns, and the engine's handles are left empty. Otherwise it is returned as
-// it is, which costs memory, never correctness.
-constexpr long kEngineHandles = 3;
-
-at::Tensor take_gradient(at::Tensor& grad) {
-  if (!grad.defined() || grad.use_count() > kEngineHandles || !grad.has_storage() ||
-      grad.storage().use_count() != 1 || grad.requires_grad())
-    return grad;
-  at::NoGradGuard no_grad;
-  at::Tensor own = at::empty({0}, grad.options());
-  own.set_(grad.storage(), grad.storage_offset(), grad.sizes(), grad.strides());
-  grad.set_();
-  grad = at::Tensor();
-  return own;
 }
 
 bool recomputing_for_backward() { return g_recompute_depth > 0; }

@@ -65,8 +65,4 @@ RegionInputs region_inputs(const TensorList& saved);
 // are taken by value and let go of before the graph runs, so pass them with std::move.
 void backward_into_leaves(TensorList outputs, TensorList grads);
 
-// A gradient that autograd handed to a custom function's backward, as a tensor that the caller
-// alone owns when that is safe (see recompute.cpp); otherwise the gradient itself.
-at::Tensor take_gradient(at::Tensor& grad);
-
 }  // namespace memfine

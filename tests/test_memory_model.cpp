@@ -11,20 +11,6 @@
 using namespace memfine;
 using memfine::test_util::spec;
 
-namespace {
-
-int64_t measured_peak(const ExperimentConfig& c, const StrategySpec& sp) {
-  MemoryMeter& meter = MemoryMeter::get("cpu");
-  auto st = make_train_state(c);
-  auto s = make_strategy(sp);
-  meter.reset_peak();
-  const int64_t start = meter.current_bytes();
-  train_step(*st, *s, 0);
-  return meter.peak_bytes() - start;
-}
-
-}  // namespace
-
 // The implementation model against the meter: every dropless strategy, chunks 1..16, imbalanced
 // and balanced routing, with and without attention and a shared expert. Target: within 5%.
 // (experiments/model_accuracy.yaml runs a larger grid; paper_figures/model_error_table.md.)
@@ -41,12 +27,9 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
       const EmulatedRank rank = make_emulated_rank(c, -1);
       for (const auto& sp : specs) {
         const Prediction p = predict_step(c, rank, strategy_shape(sp));
-        const int64_t measured = measured_peak(c, sp);
+        const int64_t measured = test_util::step_peak(c, sp);
         const double err = double(p.activation_bytes - measured) / double(measured);
         worst = std::max(worst, std::abs(err));
-        if (std::getenv("MEMFINE_MODEL_ROWS"))
-          std::cout << kind << " " << attention << " " << sp.label() << " predicted " << p.activation_bytes
-                    << " measured " << measured << " err " << err << " (" << p.phase << ")\n";
         EXPECT_LT(std::abs(err), 0.05) << kind << " " << attention << " " << sp.label() << ": predicted "
                                        << p.activation_bytes << ", measured " << measured << " (" << p.phase << ")";
         // Static memory is exact: it is allocated before the step from the same shapes.

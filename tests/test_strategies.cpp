@@ -141,19 +141,6 @@ TEST(Strategies, Bfloat16RunsAndAgreesToItsPrecision) {
     EXPECT_NEAR(loss_and_grads(c, s).loss, ref, 2e-2 * std::abs(ref)) << s.label();
 }
 
-namespace {
-int64_t step_peak(const ExperimentConfig& c, const StrategySpec& sp) {
-  MemoryMeter& meter = MemoryMeter::get("cpu");
-  auto st = make_train_state(c);
-  auto s = make_strategy(sp);
-  train_step(*st, *s, 0);  // the measured step starts from the steady state
-  meter.reset_peak();
-  const int64_t start = meter.current_bytes();
-  train_step(*st, *s, 1);
-  return meter.peak_bytes() - start;
-}
-}  // namespace
-
 // Recomputation stores less than storing everything, and chunking never stores more than full
 // recomputation (1%), even at one chunk (where it may be lower: its MoE activations are not held
 // while the shared expert's backward runs), lower with more under imbalance. The eager-PyTorch
@@ -163,10 +150,10 @@ TEST(Strategies, MemFineNeverAboveFullRecompute) {
   for (const char* kind : {"balanced", "zipf"}) {
     ExperimentConfig c = tiny_config("float32", kind, 4);
     c.model.hidden = 64, c.model.ffn_hidden = 128, c.model.seq = 64;
-    const int64_t full = step_peak(c, spec("full_recompute"));
-    EXPECT_LT(full, step_peak(c, spec("no_recompute"))) << kind;
+    const int64_t full = test_util::step_peak(c, spec("full_recompute"), 1);
+    EXPECT_LT(full, test_util::step_peak(c, spec("no_recompute"), 1)) << kind;
     for (const char* chunks : {"1", "2", "4", "8"}) {
-      const int64_t mf = step_peak(c, spec("memfine", {{"chunks", chunks}}));
+      const int64_t mf = test_util::step_peak(c, spec("memfine", {{"chunks", chunks}}), 1);
       EXPECT_LE(double(mf), double(full) * 1.01) << kind << " chunks " << chunks;
       if (std::string(kind) == "zipf" && std::string(chunks) == "4") EXPECT_LT(double(mf), double(full) * 0.8) << kind;
     }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "core/config.h"
+#include "core/memory_meter.h"
+#include "core/strategy.h"
 #include "core/train_step.h"
 
 namespace memfine::test_util {
@@ -36,6 +38,19 @@ inline StrategySpec spec(const std::string& name, std::map<std::string, std::str
   s.name = name;
   for (auto& [k, v] : params) s.params[k] = YAML::Load(v);
   return s;
+}
+
+// The activation peak of one training step on the CPU meter: bytes allocated beyond those in use
+// when the step began. `warm_steps` run first, unmeasured (state settled, as in a timed step).
+inline int64_t step_peak(const ExperimentConfig& c, const StrategySpec& sp, int64_t warm_steps = 0) {
+  MemoryMeter& meter = MemoryMeter::get("cpu");
+  auto st = make_train_state(c);
+  auto s = make_strategy(sp);
+  for (int64_t i = 0; i < warm_steps; ++i) train_step(*st, *s, i);
+  meter.reset_peak();
+  const int64_t start = meter.current_bytes();
+  train_step(*st, *s, warm_steps);
+  return meter.peak_bytes() - start;
 }
 
 // Loss and gradients (parameters, then the input) after one step without the update.
