@@ -37,16 +37,41 @@ struct TakeGrad : torch::autograd::Function<TakeGrad> {
   }
 };
 
-// A custom function's backward receives its gradient through three handles of one tensor: the
-// engine's input list, CppNode::apply's copy and backward's own by-value list (LibTorch 1.13 and
-// 2.x). With no handle besides those and no other tensor on its storage, nothing else can read it
-// (a gradient shared with a residual branch has more handles): its storage moves to a new tensor
-// that the caller alone owns, and the engine's handles are left empty. Otherwise it is returned as
-// it is, which costs memory, never correctness.
-constexpr long kEngineHandles = 3;
+// A custom function's backward receives its gradient through a few handles of one tensor that the
+// engine holds (its input buffer, CppNode::apply's copy, backward's by-value list: three in
+// LibTorch 1.13, fewer in 2.x). With no handle besides those and no other tensor on its storage,
+// nothing else can read it (a gradient shared with a residual branch has more handles): its storage
+// moves to a new tensor that the caller alone owns, and the engine's handles are left empty.
+// Otherwise it is returned as it is, which costs memory, never correctness. How many handles the
+// engine holds is measured once on a gradient known to be unshared, not assumed: taking a shared
+// one would empty the other branch's gradient.
+struct CountHandles : torch::autograd::Function<CountHandles> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t* count) {
+    ctx->saved_data["count"] = reinterpret_cast<int64_t>(count);
+    return x.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    auto* count = reinterpret_cast<int64_t*>(ctx->saved_data["count"].toInt());
+    const bool alone = grad[0].defined() && grad[0].has_storage() && grad[0].storage().use_count() == 1;
+    *count = alone ? int64_t(grad[0].use_count()) : 0;
+    return {grad[0], at::Tensor()};
+  }
+};
+
+int64_t engine_handles() {
+  static const int64_t handles = [] {
+    int64_t count = 0;
+    at::AutoGradMode grad_on(true);
+    at::Tensor x = at::ones({2}).requires_grad_(true);
+    // The product's backward makes a fresh tensor: CountHandles gets a gradient nothing else holds.
+    (CountHandles::apply(x, &count) * 2.0).sum().backward();
+    return count;
+  }();
+  return handles;
+}
 
 at::Tensor take_gradient(at::Tensor& grad) {
-  if (!grad.defined() || grad.use_count() > kEngineHandles || !grad.has_storage() ||
+  if (!grad.defined() || int64_t(grad.use_count()) > engine_handles() || !grad.has_storage() ||
       grad.storage().use_count() != 1 || grad.requires_grad())
     return grad;
   at::NoGradGuard no_grad;
@@ -67,6 +92,7 @@ struct RecomputeScope {
 struct Recompute : torch::autograd::Function<Recompute> {
   static variable_list forward(AutogradContext* ctx, at::TensorList activations, at::TensorList params,
                                const RecomputeFn* fn) {
+    engine_handles();  // measured here, outside any backward
     TensorList outs;
     {
       at::NoGradGuard no_grad;
