@@ -4,8 +4,8 @@
 // tokens first). With pad: true every expert's input is padded to the most it can receive.
 #include <cmath>
 
-#include "core/capacity.h"
-#include "core/strategy.h"
+#include "core/moe/capacity.h"
+#include "core/strategy/strategy.h"
 
 namespace memfine {
 namespace {
@@ -24,6 +24,14 @@ class Capacity : public Strategy {
       throw std::invalid_argument("recompute must be 'none' or 'full', got '" + recompute_ + "'");
   }
   bool dropless() const override { return false; }
+  void begin_step(int64_t) override { assignments_ = dropped_ = 0; }
+  json step_counters() const override {
+    return {{"assignments", assignments_}, {"dropped", dropped_},
+            {"dropped_fraction", assignments_ > 0 ? double(dropped_) / double(assignments_) : 0.0}};
+  }
+  std::string unmodelled_why() const override {
+    return "the implementation model does not cover capacity capping (dropped rows) yet";
+  }
 
   void cap_routing(MoeRouting& r, const at::Tensor& probs) override {
     const RankRouting& rr = *r.rank;
@@ -40,8 +48,8 @@ class Capacity : public Strategy {
     at::Tensor peer_priority = policy_ == "probs" ? rr.peer_score : -rr.peer_pos.to(at::kDouble);
     r.peer_keep = keep_within_capacity(group, peer_priority, cap);
     if (pad_) r.pad_rows = cap * rr.ep;
-    stats_.assignments += T * k + rr.peer_pos.numel();
-    stats_.dropped += (T * k - r.own_keep.sum().item<int64_t>()) + (rr.peer_pos.numel() - r.peer_keep.sum().item<int64_t>());
+    assignments_ += T * k + rr.peer_pos.numel();
+    dropped_ += (T * k - r.own_keep.sum().item<int64_t>()) + (rr.peer_pos.numel() - r.peer_keep.sum().item<int64_t>());
   }
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
@@ -52,6 +60,7 @@ class Capacity : public Strategy {
   double factor_;
   std::string policy_, recompute_;
   bool pad_;
+  int64_t assignments_ = 0, dropped_ = 0;
 };
 
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{

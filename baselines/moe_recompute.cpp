@@ -1,7 +1,7 @@
 // Baseline: store attention, recompute the MoE part as one block (Megatron's
 // --recompute-modules moe). Against memfine it isolates what chunking adds.
-#include "core/recompute.h"
-#include "core/strategy.h"
+#include "core/strategy/recompute.h"
+#include "core/strategy/strategy.h"
 
 namespace memfine {
 namespace {
@@ -24,6 +24,11 @@ class MoeRecompute : public Strategy {
   using Strategy::Strategy;
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
     return layer_forward(x, in, *this, moe_as_one_block);
+  }
+  std::optional<StrategyShape> memory_shape() const override {
+    StrategyShape s;
+    s.moe = MoeMode::RecomputedBlock;
+    return s;
   }
 };
 

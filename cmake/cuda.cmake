@@ -17,7 +17,7 @@ find_library(MEMFINE_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${MEMFINE_PIP_NC
              /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
 find_path(MEMFINE_NCCL_INCLUDE nccl.h HINTS ${MEMFINE_PIP_NCCL}/include ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
 
-file(GLOB MEMFINE_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/core/*.cu)
+file(GLOB_RECURSE MEMFINE_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/core/*.cu)
 add_library(memfine_cuda STATIC ${MEMFINE_CUDA_SOURCES})
 set_target_properties(memfine_cuda PROPERTIES CUDA_ARCHITECTURES "${MEMFINE_CUDA_ARCH}")
 target_include_directories(memfine_cuda PUBLIC ${CMAKE_SOURCE_DIR})
@@ -36,7 +36,7 @@ endif()
 
 # Links the kernels and NCCL into a runnable check: on a GPU it runs them against the host
 # reference, elsewhere it says why not.
-add_executable(memfine_cuda_check core/cuda_check_main.cpp core/moe_kernels_host.cpp)
+add_executable(memfine_cuda_check core/cli/cuda_check_main.cpp core/moe/kernels_host.cpp)
 target_link_libraries(memfine_cuda_check PRIVATE memfine_cuda)
 set_target_properties(memfine_cuda_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 
@@ -52,8 +52,8 @@ else()
   # for one generated header the package leaves out.
   find_path(MEMFINE_TORCH_NCCL_HEADER torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp HINTS ${TORCH_INCLUDE_DIRS})
   if(MEMFINE_TORCH_NCCL_HEADER)
-    add_library(memfine_torch_cuda_compile_check OBJECT core/dist.cpp core/memory_meter.cpp core/results.cpp
-                core/moe_fused.cpp core/timer.cpp)
+    add_library(memfine_torch_cuda_compile_check OBJECT core/dist/dist.cpp core/meter/memory_meter.cpp core/record/environment.cpp
+                core/moe/fused.cpp core/meter/timer.cpp)
     target_include_directories(memfine_torch_cuda_compile_check BEFORE PRIVATE ${CMAKE_SOURCE_DIR}
                                ${CMAKE_SOURCE_DIR}/cmake/torch_cuda_shim)
     target_compile_definitions(memfine_torch_cuda_compile_check PRIVATE MEMFINE_TORCH_CUDA=1 MEMFINE_KERNELS=1

@@ -19,12 +19,14 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/moe_fused.h"
-#include "core/process.h"
-#include "core/timer.h"
-#include "core/strategy.h"
-#include "core/train_step.h"
+#include "core/record/environment.h"
+#include "core/run/validate.h"
+#include "core/config/config.h"
+#include "core/moe/fused.h"
+#include "core/dist/process.h"
+#include "core/meter/timer.h"
+#include "core/strategy/strategy.h"
+#include "core/run/train_step.h"
 
 namespace {
 
@@ -94,7 +96,7 @@ void register_dispatch_combine(const std::string& file) {
     }
   } else {
     std::vector<std::string> errors;
-    auto points = load_experiment(file, errors);
+    auto points = load_and_validate(file, errors);
     if (!errors.empty()) {
       for (const auto& e : errors) std::cerr << e << "\n";
       std::exit(2);
@@ -197,6 +199,7 @@ int main(int argc, char** argv) {
   register_dispatch_combine(moe_config);
   benchmark::AddCustomContext("moe_config", moe_config.empty() ? "(built in)" : moe_config);
   benchmark::AddCustomContext("libtorch", TORCH_VERSION);
+  benchmark::AddCustomContext("cpu_model", memfine::cpu_name());  // a cost model fitted here names its machine
   const char* threads = std::getenv("MEMFINE_THREADS");
   at::set_num_threads(threads ? std::atoi(threads) : 2);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(at::get_num_threads()));

@@ -171,10 +171,10 @@ def table4_measured(path, out_dir):
     rows = []
     claims = {"memfine(chunks=8)": "-83.84% (Model I)", "memfine(bins=[1, 2, 4, 8],chunks=auto)": "-48.03% act. (Model I); +4.42% TGS (Model II)"}
     # Full recomputation's need: measured where it fits (a budget only decides whether it fits).
-    full_ok = [r for r in recs if r["strategy"] == "full_recompute" and r["status"] == "ok"]
+    full_ok = [r for r in of_role(recs, "baseline") if r["status"] == "ok"]
     ref_act = max(activation(r) for r in full_ok) if full_ok else None
     for point, group in sorted(by_point(recs).items()):
-        full = next((r for r in group if r["strategy"] == "full_recompute"), None)
+        full = next(iter(of_role(group, "baseline")), None)
         ref_ms = full["step_ms"]["median"] if full and full["status"] == "ok" else None
         budget = group[0].get("budget_bytes")
         for r in group:
@@ -346,8 +346,8 @@ def chunks(path, out_dir):
     a2.plot([c for c, _ in mem], [activation(r) / MIB for _, r in mem], "o-", label="memfine")
     for name, r in refs.items():
         if r["status"] == "ok":
-            a1.axhline(r["step_ms"]["median"], ls="--", lw=1, color="C1" if name == "full_recompute" else "C2", label=name)
-            a2.axhline(activation(r) / MIB, ls="--", lw=1, color="C1" if name == "full_recompute" else "C2", label=name)
+            a1.axhline(r["step_ms"]["median"], ls="--", lw=1, color="C1" if r.get("role") == "baseline" else "C2", label=name)
+            a2.axhline(activation(r) / MIB, ls="--", lw=1, color="C1" if r.get("role") == "baseline" else "C2", label=name)
     for ax, yl, t in ((a1, "median step time (ms), band: min-max", "step time against chunk count"),
                       (a2, "activation peak (MiB)", "activation peak against chunk count")):
         ax.set_xscale("log", base=2)
@@ -364,7 +364,7 @@ def chunks(path, out_dir):
 def capacity(path, out_dir):
     recs = load(path)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    dropless = next((r for r in recs if r["strategy"] == "no_recompute" and r["status"] == "ok"), None)
+    dropless = next((r for r in of_role(recs, "reference") if r["status"] == "ok"), None)
     for policy in ("probs", "position"):
         pts = []
         for r in recs:
@@ -377,7 +377,7 @@ def capacity(path, out_dir):
         a1.plot([f for f, _ in ok], [100 * r["dropped_fraction"] for _, r in ok], label=f"drop policy {policy}", **style)
         a2.plot([f for f, _ in ok], [activation(r) / MIB for _, r in ok], label=f"drop policy {policy}", **style)
     if dropless:
-        a2.axhline(activation(dropless) / MIB, ls="--", color="0.4", label="dropless (no_recompute)")
+        a2.axhline(activation(dropless) / MIB, ls="--", color="0.4", label=f"dropless ({dropless['strategy']})")
     a1.set_xlabel("capacity factor")
     a1.set_ylabel("assignments dropped (%)")
     a1.set_title("dropped share (the policy picks which, not how many)")
@@ -390,8 +390,20 @@ def capacity(path, out_dir):
     return save(fig, out_dir, "capacity_dropped", source_line(path, recs) + " | " + config_line(recs[0]))
 
 
+def of_role(records, role):
+    """The records of the strategy registered with `role` ("baseline": the paper's, the ratios'
+    denominator; "reference": the plain computation), as the records say."""
+    return [r for r in records if r.get("role") == role]
+
+
 def model_error(path, out_dir):
-    recs = [r for r in load(path) if r["status"] == "ok" and r.get("predicted_activation_bytes")]
+    everything = load(path)
+    recs = [r for r in everything if r["status"] == "ok" and r.get("predicted_activation_bytes")]
+    # Strategies the model does not cover are listed, not dropped: with the reason the records give.
+    unpredicted = {}
+    for r in everything:
+        if r["status"] == "ok" and not r.get("predicted_activation_bytes") and r["strategy"] not in {x["strategy"] for x in recs}:
+            unpredicted.setdefault(r["strategy"], [0, r.get("unpredicted_why") or "no prediction recorded"])[0] += 1
     by_strategy = {}
     for r in recs:
         err = (r["predicted_activation_bytes"] - activation(r)) / activation(r)
@@ -402,10 +414,13 @@ def model_error(path, out_dir):
         mean_abs = sum(abs(e) for e, _ in errs) / len(errs)
         rows.append([s, len(errs), f"{100 * mean_abs:.2f}%", f"{100 * min(e for e, _ in errs):+.2f}%",
                      f"{100 * max(e for e, _ in errs):+.2f}%", f"{100 * worst[0]:+.2f}% at {worst[1]}"])
+    for s, (n, why) in unpredicted.items():
+        rows.append([s, n, "not predicted: " + why, "-", "-", "-"])
     all_errs = [e for errs in by_strategy.values() for e, _ in errs]
     within = sum(abs(e) <= 0.05 for e in all_errs)
-    notes = [f"{within} of {len(all_errs)} points within 5%; worst {100 * max(all_errs, key=abs):+.2f}%.",
-             "error = (predicted - measured) / measured activation peak; the model is core/memory_model.cpp.",
+    worst = f"{100 * max(all_errs, key=abs):+.2f}%" if all_errs else "-"
+    notes = [f"{within} of {len(all_errs)} points within 5%; worst {worst}.",
+             "error = (predicted - measured) / measured activation peak; the model is core/predict/memory_model.cpp.",
              source_line(path, recs)]
     return write_table(out_dir, "model_error_table", "Implementation memory model: predicted against measured activation peak",
                        ["strategy", "points", "mean |error|", "min", "max", "worst"], rows, notes)
@@ -502,14 +517,15 @@ def bf16_peak(records):
 
 
 def strategies(path, out_dir, stem, title):
-    """Every strategy's activation peak, step time and achieved rate, per point, against full
-    recomputation at the same point; with a bar chart of both."""
+    """Every strategy's activation peak, step time and achieved rate, per point, against the
+    baseline strategy (full recomputation, as its registration says) at the same point; with a
+    bar chart of both."""
     recs = load(path)
     peak_name, peak = bf16_peak(recs)
     unit, div = ("GiB", 2.0 ** 30) if max((activation(r) or 0) for r in recs) > 2 ** 30 else ("MiB", MIB)
     rows = []
     for point, rs in by_point(recs).items():
-        full = next((r for r in rs if r["strategy"] == "full_recompute" and r["status"] == "ok"), None)
+        full = next((r for r in of_role(rs, "baseline") if r["status"] == "ok"), None)
         for r in rs:
             ok = r["status"] == "ok"
             tf = r.get("tflops") if ok else None
@@ -527,7 +543,7 @@ def strategies(path, out_dir, stem, title):
     notes = [f"activation, predicted (implementation model) and static in {unit}; step = median (min-max) ms over the timed steps; "
              "vs full = activation change and speed (full recomputation's step time / this one's) at the same point.",
              "s' = rows the hottest rank's experts receive per layer (the paper's s'); out-of-memory points are results (status oom).",
-             ("TFLOP/s = the step's model FLOPs (core/flops.cpp, recomputation not counted) / median step time; "
+             ("TFLOP/s = the step's model FLOPs (core/meter/flops.cpp, recomputation not counted) / median step time; "
               + (f"% peak against the {peak_name}'s dense bf16 peak of {peak:.0f} TFLOP/s (NVIDIA datasheet)."
                  if peak else "no bf16 peak known for this device.")),
              device_label(recs) + "; " + config_line(recs[0]),
@@ -584,7 +600,7 @@ def pytorch_reference_lines(results_dir):
                      f"{m(ref['checkpoint_reentrant']['peak_activation_bytes'])} | {mf} | {loss:.1e} |")
     lines += ["", "Full recomputation here keeps a layer's input and, in its backward, accumulates each weight gradient "
               "into its .grad as it is produced, lets go of the recomputed output and hands the incoming gradient on "
-              "as its only owner (`core/recompute.h`); every ratio against full recomputation in this report is "
+              "as its only owner (`core/strategy/recompute.h`); every ratio against full recomputation in this report is "
               "against that baseline. Sources: `" + os.path.relpath(folder) + "/*.json`.", ""]
     return lines
 

@@ -1,6 +1,6 @@
 // The configuration the multi-rank tests run on every rank and in the single-process reference.
 #pragma once
-#include "core/config.h"
+#include "core/config/config.h"
 
 namespace memfine::test_util {
 

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <iostream>
 
-#include "core/dist.h"
-#include "core/strategy.h"
-#include "core/train_step.h"
+#include "core/dist/dist.h"
+#include "core/strategy/strategy.h"
+#include "core/run/train_step.h"
 #include "dist_config.h"
 
 int main(int argc, char** argv) {
@@ -40,7 +40,12 @@ int main(int argc, char** argv) {
   put(at::tensor({loss}, at::kDouble));
   for (const auto& p : st->model.parameters()) put(p.grad());
   put(st->input.grad());
-  at::Tensor chunks = at::tensor(s->stats().chunks.empty() ? std::vector<int64_t>{0} : s->stats().chunks, at::kLong);
+  const json counters = s->step_counters();
+  const std::vector<int64_t> chosen =
+      counters.contains("chunks") ? counters["chunks"].get<std::vector<int64_t>>() : std::vector<int64_t>{0};
+  at::Tensor chunks = at::tensor(chosen, at::kLong);
   put(chunks.to(at::kDouble));
+  // The tests' own strategy counts the rows its expert saw (tests/probe_strategy.cpp): -1 for others.
+  put(at::tensor({counters.contains("expert_rows") ? counters["expert_rows"].get<double>() : -1.0}, at::kDouble));
   return 0;
 }

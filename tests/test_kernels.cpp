@@ -4,11 +4,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "core/memory_meter.h"
-#include "core/moe_fused.h"
-#include "core/moe_rows.h"
-#include "core/strategy.h"
-#include "core/train_step.h"
+#include "core/meter/memory_meter.h"
+#include "core/moe/fused.h"
+#include "core/moe/rows.h"
+#include "core/strategy/strategy.h"
+#include "core/run/train_step.h"
 #include "testing.h"
 
 using namespace memfine;

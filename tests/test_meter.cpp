@@ -1,4 +1,4 @@
-#include "core/memory_meter.h"
+#include "core/meter/memory_meter.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>

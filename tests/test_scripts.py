@@ -23,7 +23,9 @@ MIB = 2 ** 20
 def record(point, strategy, status="ok", act=10, ms=10.0, **extra):
     """A fixture record; `act` in MiB."""
     act = act * MIB
-    r = {"experiment": "fx", "point": point, "strategy": strategy, "status": status, "error": None if status == "ok" else "x",
+    # Roles as the baselines register them (records carry them; the scripts never match names).
+    role = {"full_recompute": "baseline", "no_recompute": "reference"}.get(strategy)
+    r = {"experiment": "fx", "point": point, "strategy": strategy, "role": role, "status": status, "error": None if status == "ok" else "x",
          "static_bytes": 50 * MIB, "peak_activation_bytes": act if status == "ok" else None, "budget_bytes": 100 * MIB,
          "step_ms": {"median": ms, "min": ms, "max": ms} if status == "ok" else None,
          "step_ms_all": [ms, ms, ms] if status == "ok" else [ms], "overload_factor": 2.0, "chunks": None,

@@ -5,8 +5,8 @@
 #include <fstream>
 #include <numeric>
 
-#include "core/ep_rank.h"
-#include "core/workload.h"
+#include "core/workload/ep_rank.h"
+#include "core/workload/workload.h"
 #include "testing.h"
 
 using namespace memfine;

@@ -3,10 +3,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/memory_meter.h"
-#include "core/strategy.h"
-#include "core/train_step.h"
+#include "core/config/config.h"
+#include "core/meter/memory_meter.h"
+#include "core/strategy/strategy.h"
+#include "core/run/train_step.h"
 
 namespace memfine::test_util {
 

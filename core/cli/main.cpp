@@ -1,0 +1,220 @@
+// memfine: the command line. One harness, one flag set, one table for every strategy.
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+#include "core/run/validate.h"
+#include "core/config/config.h"
+#include "core/run/export.h"
+#include "core/meter/memory_meter.h"
+#include "core/dist/process.h"
+#include "core/dist/launch.h"
+#include "core/run/predict.h"
+#include "core/run/runner.h"
+#include "core/strategy/strategy.h"
+
+namespace {
+
+const char* kUsage = R"(memfine - memory-aware MoE training benchmarks (MemFine, arXiv 2511.21431)
+
+usage: memfine <command> [options]
+
+commands:
+  run FILE.yaml [--out DIR] [--resume] [--threads N]
+                        run an experiment sweep; one JSON line per point and strategy in
+                        DIR/results.jsonl (default results/<device class>/<experiment name>/)
+  validate FILE.yaml    check an experiment file without running it (exit 2 on problems)
+  launch --nproc N FILE.yaml [run options]
+                        run FILE.yaml as N local expert-parallel ranks (c10d, Gloo on loopback);
+                        `run` alone joins a job started by torchrun-style launchers (RANK,
+                        WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+  predict FILE.yaml     print the memory model's predictions, one JSON line per point and strategy
+  strategies            list the registered strategies and their parameters
+  export FILE.yaml --out DIR [--point N]
+                        write a point's weights, data and routing for an outside reference
+                        (scripts/compare-pytorch checks our baselines against eager PyTorch)
+
+Run 'memfine <command> --help' for a command's options. Experiment keys: experiments/README.md.
+)";
+
+const char* kRunHelp = R"(usage: memfine run FILE.yaml [--out DIR] [--resume] [--threads N] [--no-progress]
+
+Runs every sweep point of FILE.yaml. For each point the strategies run interleaved, step by step
+(warmup steps, then `repeats` timed steps), so their ratios are fair on a noisy machine.
+A point that exceeds memory.budget is recorded with status "oom"; the sweep goes on.
+
+  --out DIR      results folder (default results/<device class>/<experiment name>)
+  --resume       continue DIR/results.jsonl: skip recorded points, repair a torn last line
+  --threads N    LibTorch intra-op threads (0 = all cores); overrides the YAML's `threads`
+  --no-progress  no progress bar on stderr
+
+exit status: 0 all points measured (oom is a result), 1 a point failed, 2 bad input
+)";
+
+const char* kLaunchHelp = R"(usage: memfine launch --nproc N FILE.yaml [--out DIR] [--resume] [--threads N]
+
+Starts N local ranks of `memfine run FILE.yaml` (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
+MASTER_PORT), one per expert-parallel rank: FILE.yaml's parallel.ep must be N. Tokens really move
+between ranks through c10d's all-to-all (Gloo). Rank 0 gathers every rank's records into the one
+results file; the summary names the hottest rank. A rank that fails ends the job: its exit status
+is reported, and the others stop when their collectives time out (60 s).
+--threads defaults to the cores divided by N.
+)";
+
+const char* kValidateHelp = R"(usage: memfine validate FILE.yaml
+
+Checks FILE.yaml and every point of its sweep without running anything. Prints one line per
+problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 when valid.
+)";
+
+const char* kPredictHelp = R"(usage: memfine predict FILE.yaml
+
+Prints, without running anything, one JSON line per point and strategy with the memory model's
+predictions (static bytes, activation bytes, whether it fits the budget), the emulated rank's
+largest s' (tokens_received: rows it receives in one layer, as `run` records it) and the model
+FLOPs of one training step; on stderr, the FLOPs a `memfine run` of the file would do. Any build
+predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the memory model
+does not need.
+)";
+
+const char* kExportHelp = R"(usage: memfine export FILE.yaml --out DIR [--point N]
+
+Writes what a training step of sweep point N (0-based, default 0) starts from: every parameter,
+the input and target, and the routing of each of the warmup + repeats steps, as DIR/state.bin
+(raw little-endian tensors) and DIR/state.json (the resolved configuration and a table of tensor
+names, dtypes, shapes and byte offsets). tests/pytorch_reference.py reads it; scripts/compare-pytorch
+puts the two side by side. One process only: parallel.ep must be 1, device cpu, routing fixed.
+)";
+
+const char* kStrategiesHelp = R"(usage: memfine strategies
+
+Lists the registered strategies, each with a one-line description and its parameters.
+)";
+
+bool wants_help(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+int usage_error(const std::string& msg, const char* help) {
+  std::cerr << "memfine: " << msg << "\n\n" << help;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  memfine::use_passive_openmp_waits(argv);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  // Count every CPU byte from the start: installed before any tensor exists.
+  memfine::MemoryMeter::get("cpu");
+  try {
+    if (cmd == "run") {
+      if (wants_help(args)) return std::cout << kRunHelp, 0;
+      memfine::RunOptions opt;
+      std::string file;
+      for (size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--out" && i + 1 < args.size()) opt.out_dir = args[++i];
+        else if (a == "--resume") opt.resume = true;
+        else if (a == "--no-progress") opt.progress = false;
+        else if (a == "--threads" && i + 1 < args.size()) {
+          try {
+            opt.threads = std::stoll(args[++i]);
+          } catch (const std::exception&) {
+            return usage_error("--threads needs a number, got '" + args[i] + "'", kRunHelp);
+          }
+          if (opt.threads < 0) return usage_error("--threads must be 0 (all cores) or more", kRunHelp);
+        } else if (!a.empty() && a[0] == '-') return usage_error("unknown option '" + a + "'", kRunHelp);
+        else if (file.empty()) file = a;
+        else return usage_error("one experiment file at a time", kRunHelp);
+      }
+      if (file.empty()) return usage_error("run needs an experiment file", kRunHelp);
+      return memfine::run_experiment(file, opt);
+    }
+    if (cmd == "launch") {
+      if (wants_help(args)) return std::cout << kLaunchHelp, 0;
+      int nproc = 0;
+      std::vector<std::string> rest;
+      bool threads_given = false;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--nproc" && i + 1 < args.size()) {
+          try {
+            nproc = std::stoi(args[++i]);
+          } catch (const std::exception&) {
+            return usage_error("--nproc needs a number", kLaunchHelp);
+          }
+        } else {
+          threads_given |= args[i] == "--threads";
+          rest.push_back(args[i]);
+        }
+      }
+      if (nproc < 1) return usage_error("launch needs --nproc N (1 or more)", kLaunchHelp);
+      if (!threads_given) {
+        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+        rest.push_back("--threads");
+        rest.push_back(std::to_string(std::max(1u, cores / unsigned(nproc))));
+      }
+      return memfine::launch_experiment("/proc/self/exe", nproc, rest);
+    }
+    if (cmd == "validate" || cmd == "predict") {
+      const char* help = cmd == "validate" ? kValidateHelp : kPredictHelp;
+      if (wants_help(args)) return std::cout << help, 0;
+      if (args.size() != 1) return usage_error(cmd + " needs exactly one experiment file", help);
+      if (cmd == "predict") return memfine::predict_experiment(args[0]);
+      std::vector<std::string> errors;
+      auto points = memfine::load_and_validate(args[0], errors);
+      for (const auto& e : errors) std::cerr << e << "\n";
+      if (!errors.empty()) return 2;
+      std::cout << args[0] << ": valid, " << points.size() << " point(s) x " << points[0].config.strategies.size()
+                << " strategies\n";
+      return 0;
+    }
+    if (cmd == "export") {
+      if (wants_help(args)) return std::cout << kExportHelp, 0;
+      std::string file, dir;
+      int64_t point = 0;
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--out" && i + 1 < args.size()) dir = args[++i];
+        else if (args[i] == "--point" && i + 1 < args.size()) {
+          try {
+            point = std::stoll(args[++i]);
+          } catch (const std::exception&) {
+            return usage_error("--point needs a number, got '" + args[i] + "'", kExportHelp);
+          }
+        } else if (!args[i].empty() && args[i][0] == '-') return usage_error("unknown option '" + args[i] + "'", kExportHelp);
+        else if (file.empty()) file = args[i];
+        else return usage_error("one experiment file at a time", kExportHelp);
+      }
+      if (file.empty() || dir.empty()) return usage_error("export needs an experiment file and --out DIR", kExportHelp);
+      return memfine::export_experiment(file, dir, point);
+    }
+    if (cmd == "strategies") {
+      if (wants_help(args)) return std::cout << kStrategiesHelp, 0;
+      for (const auto& [name, info] : memfine::strategy_registry()) {
+        std::cout << name << "\n    " << info.description << "\n";
+        for (const auto& p : info.params) std::cout << "    " << p.name << ": " << p.help << "\n";
+      }
+      return 0;
+    }
+    return usage_error("unknown command '" + cmd + "'", kUsage);
+  } catch (const c10::Error& e) {  // LibTorch's own, without its stack of frames
+    std::cerr << "memfine " << cmd << ": " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "memfine " << cmd << ": " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,123 @@
+// The experiment configuration: what a YAML file says, typed, with the sweep expanded. Parsing
+// only: checks that need strategies, workloads or the memory model are in core/run/validate.h.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace memfine {
+
+struct ModelConfig {
+  int64_t layers = 2;
+  int64_t hidden = 256;
+  int64_t heads = 4;
+  int64_t kv_heads = 2;
+  int64_t head_dim = 64;
+  int64_t ffn_hidden = 512;     // routed expert's SwiGLU hidden size (g_e)
+  int64_t experts = 8;          // routed experts in total, over all expert-parallel ranks
+  int64_t topk = 2;
+  int64_t seq = 256;            // tokens per sequence on one rank (s)
+  int64_t micro_batch = 1;      // sequences per rank (b)
+  int64_t shared_experts = 0;   // shared expert of width shared_experts * ffn_hidden, 0 = none
+  std::string attention = "gqa";  // "gqa" (causal grouped-query) or "none" (MoE-only layers)
+  int64_t tokens() const { return seq * micro_batch; }
+};
+
+struct WorkloadConfig {
+  std::string kind = "balanced";  // balanced | zipf | lognormal | hot | trace
+  double alpha = 1.2;             // zipf exponent
+  double sigma = 1.0;             // lognormal sigma
+  double hot_fraction = 0.5;      // hot: share of all assignments forced onto the hot experts
+  int64_t hot_experts = 1;        // hot: how many experts are hot
+  std::string trace;              // trace: CSV path (resolved against the YAML's folder)
+  // How imbalance changes over training steps and depth. "none": the same routing every step.
+  // "figure5": the shape of the paper's Figures 2 and 5 - calm first steps, a hot middle around
+  // `peak_step` (spread `width` steps), deeper layers more imbalanced; routing redrawn each step.
+  std::string schedule = "none";
+  double peak_step = 8, width = 4;
+  // Imbalance strength in [0, 1] at a step and layer (1 when there is no schedule).
+  double intensity(int64_t step, int64_t layer, int64_t layers) const;
+};
+
+// A strategy as the YAML names it: `memfine` or `{name: memfine, chunks: 4}`.
+struct StrategySpec {
+  std::string name;
+  std::map<std::string, YAML::Node> params;
+  std::string label() const;  // "memfine(chunks=4)": stable, used as the results key
+  int64_t get_int(const std::string& key, int64_t fallback) const;
+  double get_double(const std::string& key, double fallback) const;
+  bool get_bool(const std::string& key, bool fallback) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+  std::vector<int64_t> get_int_list(const std::string& key, std::vector<int64_t> fallback) const;
+};
+
+// Paper-scale projection (memfine predict only): the DeepSeek-V3 shapes the model config does not
+// carry, the device, and where s' comes from. Defaults are DeepSeek-V3's published architecture.
+struct PaperScaleConfig {
+  bool enabled = false;
+  int64_t device_memory = 64000000000;  // bytes ("64 GB per GPU")
+  double alpha = 1.0;                   // Eq. 3: share of device memory available; not given in the paper
+  int64_t pipeline = 4;                 // p
+  int64_t layers_per_stage = 0;         // 0: layers / pipeline
+  int64_t dense_layers = 3, dense_ffn = 18432, vocab = 129280;
+  int64_t q_lora_rank = 1536, kv_lora_rank = 512, qk_nope_dim = 128, qk_rope_dim = 64, v_head_dim = 128;
+  double bytes_param = 2, bytes_grad = 4, bytes_optimizer = 12;  // bf16 weights; fp32 grads, master and 2 moments
+  std::string received = "figure2";  // s': "figure2" (hottest layer's p99 x local experts) or a number
+  std::string figure2;               // CSV of the paper's Figure 2 statistics (layer,p99,...)
+  double m_g = 1;                    // stored layers' worth of activations (1 under full recomputation)
+};
+
+struct ExperimentConfig {
+  std::string name;
+  std::string source;  // the YAML file
+  uint64_t seed = 1;
+  std::string device = "cpu";
+  std::string dtype = "float32";  // float32 | float64 | bfloat16
+  // How dispatch and combine move rows: "aten" (index_select, cat, index_add) or "fused" (the row
+  // kernels of moe_kernels.h). The YAML may say "auto" (fused on CUDA builds' GPUs, else aten);
+  // the loaded config holds what was chosen.
+  std::string kernels = "auto";
+  int64_t threads = 0;            // 0 = all cores
+  int64_t warmup = 1;
+  int64_t repeats = 3;
+  bool verify = false;
+  ModelConfig model;
+  int64_t ep = 1;                 // expert-parallel size emulated on this device
+  int64_t rank = -1;              // emulated rank; -1 = the most loaded one
+  WorkloadConfig workload;
+  int64_t budget = -1;            // bytes; -1 = no budget
+  std::vector<StrategySpec> strategies;
+  PaperScaleConfig paper;
+  // The step-time cost model fitted on this machine (scripts/fit-cost-model): MACT's objective:
+  // time and the records' share of the matmul ceiling. Empty: none (no default: an input is named).
+  std::string cost_model;
+  std::map<std::string, int> lines;  // the YAML line of each key read ("model.seq", "strategies[1].chunks")
+  // "FILE:LINE" of a key (or of its nearest parent that was written), for error messages.
+  std::string where(const std::string& key) const;
+};
+
+struct SweepPoint {
+  std::string id;  // "seq=256,workload.alpha=1.2": stable across runs; "base" without a sweep
+  ExperimentConfig config;
+};
+
+// Reads and expands a YAML experiment, checking types, ranges and unknown keys. Problems are
+// appended to `errors` as "FILE:LINE: key.path: what is wrong"; the returned points are only
+// meaningful if none were. Callers that run or predict use load_and_validate (core/run/validate.h).
+std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors);
+
+// The resolved config as the YAML would write it, every key included: JSON is YAML, so the
+// record's config loads back to the same config (tests/test_cli.cpp holds it to that).
+nlohmann::json config_to_json(const ExperimentConfig& c);
+
+// " (did you mean 'X'?)" for the closest of `known`, or "".
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& known);
+
+// Parses "512MiB", "2GiB", "1e9" or a plain byte count; throws std::invalid_argument.
+int64_t parse_bytes(const std::string& text);
+
+}  // namespace memfine

@@ -1,0 +1,65 @@
+#include "core/dist/launch.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "core/dist/dist.h"
+
+extern char** environ;
+
+namespace memfine {
+
+int launch_experiment(const std::string& self, int nproc, const std::vector<std::string>& run_args) {
+  const int port = free_loopback_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nproc; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      if (kv.rfind("RANK=", 0) && kv.rfind("WORLD_SIZE=", 0) && kv.rfind("MASTER_ADDR=", 0) && kv.rfind("MASTER_PORT=", 0))
+        env.push_back(kv);
+    }
+    for (const std::string& kv : std::initializer_list<std::string>{"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
+                                 std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port)})
+      env.push_back(kv);
+    std::vector<std::string> args = {self, "run"};
+    args.insert(args.end(), run_args.begin(), run_args.end());
+    if (r > 0) args.push_back("--no-progress");
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0) {
+      std::cerr << "memfine launch: cannot start rank " << r << "\n";
+      for (pid_t p : pids) ::kill(p, SIGTERM);
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  int worst = 0;
+  std::string first_failure;
+  for (size_t done = 0; done < pids.size(); ++done) {
+    int status = 0;
+    const pid_t pid = ::wait(&status);
+    const auto it = std::find(pids.begin(), pids.end(), pid);
+    const int rank = int(it - pids.begin());
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && first_failure.empty())
+      first_failure = "rank " + std::to_string(rank) + " exited with status " + std::to_string(code);
+    worst = std::max(worst, code);
+  }
+  if (!first_failure.empty()) {
+    std::cerr << "memfine launch: " << first_failure << " (the others stop when their collectives time out)\n";
+    return worst == 2 ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace memfine

@@ -1,0 +1,137 @@
+#include "core/model/model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "core/workload/workload.h"
+
+namespace memfine {
+
+std::vector<at::Tensor> LayerWeights::replicated() const {
+  std::vector<at::Tensor> out;
+  for (const auto* t : {&norm1, &wq, &wk, &wv, &wo, &norm2, &router, &shared_in, &shared_out})
+    if (t->defined()) out.push_back(*t);
+  return out;
+}
+
+std::vector<at::Tensor> LayerWeights::parameters() const {
+  std::vector<at::Tensor> out = replicated();
+  out.insert(out.end(), w_in.begin(), w_in.end());
+  out.insert(out.end(), w_out.begin(), w_out.end());
+  return out;
+}
+
+std::vector<at::Tensor> Model::parameters() const {
+  std::vector<at::Tensor> out;
+  for (const auto& l : layers)
+    for (auto& p : l.parameters()) out.push_back(p);
+  out.push_back(final_norm);
+  return out;
+}
+
+at::ScalarType dtype_of(const std::string& name) {
+  if (name == "float64") return at::kDouble;
+  if (name == "bfloat16") return at::kBFloat16;
+  return at::kFloat;
+}
+
+at::TensorOptions options_of(const ExperimentConfig& c) {
+  return at::TensorOptions().dtype(dtype_of(c.dtype)).device(c.device == "cuda" ? at::kCUDA : at::kCPU);
+}
+
+namespace {
+// Weights are drawn in float64 on the CPU from their own seed, then cast: identical across ranks,
+// devices and dtypes up to rounding.
+at::Tensor draw(uint64_t seed, at::IntArrayRef shape, double std, const at::TensorOptions& opt) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  at::Tensor t = at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)) * std;
+  return t.to(opt).requires_grad_(true);
+}
+at::Tensor ones(int64_t n, const at::TensorOptions& opt) { return at::ones({n}, opt).requires_grad_(true); }
+}  // namespace
+
+Model make_model(const ExperimentConfig& c, int64_t rank) {
+  Model model;
+  model.cfg = c.model;
+  model.ep = c.ep;
+  model.rank = rank;
+  const ModelConfig& m = c.model;
+  const auto opt = options_of(c);
+  const int64_t h = m.hidden, g = m.ffn_hidden, El = m.experts / c.ep;
+  const double sh = 1.0 / std::sqrt(double(h));
+  for (int64_t l = 0; l < m.layers; ++l) {
+    LayerWeights w;
+    auto s = [&](uint64_t what) { return mix_seed(mix_seed(c.seed, uint64_t(l) + 1), what); };
+    if (m.attention == "gqa") {
+      w.norm1 = ones(h, opt);
+      w.wq = draw(s(1), {h, m.heads * m.head_dim}, sh, opt);
+      w.wk = draw(s(2), {h, m.kv_heads * m.head_dim}, sh, opt);
+      w.wv = draw(s(3), {h, m.kv_heads * m.head_dim}, sh, opt);
+      w.wo = draw(s(4), {m.heads * m.head_dim, h}, 1.0 / std::sqrt(double(m.heads * m.head_dim)), opt);
+    }
+    w.norm2 = ones(h, opt);
+    w.router = draw(s(5), {h, m.experts}, sh, opt);
+    for (int64_t e = 0; e < El; ++e) {
+      const uint64_t ge = uint64_t(rank * El + e);
+      w.w_in.push_back(draw(s(100 + 2 * ge), {h, 2 * g}, sh, opt));
+      w.w_out.push_back(draw(s(101 + 2 * ge), {g, h}, 1.0 / std::sqrt(double(g)), opt));
+    }
+    if (m.shared_experts > 0) {
+      const int64_t gs = g * m.shared_experts;
+      w.shared_in = draw(s(6), {h, 2 * gs}, sh, opt);
+      w.shared_out = draw(s(7), {gs, h}, 1.0 / std::sqrt(double(gs)), opt);
+    }
+    model.layers.push_back(std::move(w));
+  }
+  model.final_norm = ones(h, opt);
+  return model;
+}
+
+int64_t parameter_count(const ModelConfig& m, int64_t ep) {
+  const int64_t h = m.hidden, g = m.ffn_hidden;
+  int64_t per_layer = h + h * m.experts + (m.experts / ep) * 3 * h * g;
+  if (m.attention == "gqa")
+    per_layer += h + 2 * h * m.heads * m.head_dim + 2 * h * m.kv_heads * m.head_dim;
+  if (m.shared_experts > 0) per_layer += 3 * h * g * m.shared_experts;
+  return per_layer * m.layers + h;
+}
+
+int64_t static_bytes_lower_bound(const ExperimentConfig& c) {
+  const int64_t elem = int64_t(c10::elementSize(dtype_of(c.dtype)));
+  return elem * (4 * parameter_count(c.model, c.ep) + 2 * c.model.tokens() * c.model.hidden);
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-6) * weight;
+}
+
+at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m) {
+  const int64_t b = m.micro_batch, s = m.seq, H = m.heads, KV = m.kv_heads, d = m.head_dim;
+  at::Tensor q = at::matmul(x, w.wq).view({b, s, H, d}).transpose(1, 2);
+  auto kv = [&](const at::Tensor& wt) {
+    // Grouped-query: each kv head serves H / KV query heads.
+    return at::matmul(x, wt).view({b, s, KV, 1, d}).expand({b, s, KV, H / KV, d}).reshape({b, s, H, d}).transpose(1, 2);
+  };
+  at::Tensor k = kv(w.wk), v = kv(w.wv);
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d));
+  at::Tensor causal = at::ones({s, s}, x.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+  at::Tensor ctx = at::matmul(at::softmax(scores, -1), v);
+  return at::matmul(ctx.transpose(1, 2).reshape({b * s, H * d}), w.wo);
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out) {
+  at::Tensor gate_up = at::matmul(x, w_in);
+  auto halves = gate_up.chunk(2, -1);
+  return at::matmul(at::silu(halves[0]) * halves[1], w_out);
+}
+
+Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk) {
+  at::Tensor probs = at::softmax(at::matmul(x_norm, w.router), -1);
+  if (expert_ids.defined()) return {probs.gather(1, expert_ids.to(probs.device())), expert_ids};
+  auto top = probs.topk(topk, -1);
+  return {std::get<0>(top), std::get<1>(top).cpu()};
+}
+
+}  // namespace memfine

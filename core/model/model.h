@@ -1,0 +1,61 @@
+// The model: a small DeepSeek-style decoder stack as seen by one expert-parallel rank. Each layer
+// is RMSNorm -> causal grouped-query attention -> residual -> RMSNorm -> MoE (route, dispatch,
+// experts, combine; see moe_stages.h) plus an optional shared expert -> residual.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "core/config/config.h"
+
+namespace memfine {
+
+struct LayerWeights {
+  at::Tensor norm1, wq, wk, wv, wo;   // attention (undefined when attention is "none")
+  at::Tensor norm2, router;           // router: [hidden, experts] over all experts
+  // This rank's routed experts, one tensor each (as Megatron-Core's SequentialMLP), so each
+  // expert's gradient accumulates in place: [h, 2g] (gate and up) and [g, h].
+  std::vector<at::Tensor> w_in, w_out;
+  at::Tensor shared_in, shared_out;   // shared expert (undefined when shared_experts is 0)
+  // Everything but the routed experts: what expert-parallel ranks all hold a copy of.
+  std::vector<at::Tensor> replicated() const;
+  std::vector<at::Tensor> parameters() const;  // replicated(), then w_in, then w_out
+};
+
+struct Model {
+  ModelConfig cfg;
+  int64_t ep = 1, rank = 0;
+  std::vector<LayerWeights> layers;
+  at::Tensor final_norm;
+  int64_t local_experts() const { return cfg.experts / ep; }
+  int64_t first_expert() const { return rank * local_experts(); }
+  std::vector<at::Tensor> parameters() const;
+};
+
+at::ScalarType dtype_of(const std::string& name);
+at::TensorOptions options_of(const ExperimentConfig& c);
+
+// Parameters drawn from `seed` so that a global expert's weights are the same whichever rank
+// holds it (an emulated rank and a real one then compute the same thing). Parameters require grad.
+Model make_model(const ExperimentConfig& c, int64_t rank);
+
+// Stages outside the MoE. `x` holds a rank's tokens as rows: [micro_batch * seq, hidden].
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight);
+at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m);
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out);
+// Route: router softmax over all experts. The probabilities are read at `expert_ids` when the
+// workload chose the experts, or at the router's own top-k when `expert_ids` is undefined.
+struct Routed {
+  at::Tensor probs;       // [tokens, topk], differentiable
+  at::Tensor expert_ids;  // [tokens, topk], int64
+};
+Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk);
+
+// Static bytes known before anything is built: parameters, gradients and Adam's two moments,
+// plus the input and target (the routing tables add a little on top). Validation uses it.
+int64_t static_bytes_lower_bound(const ExperimentConfig& c);
+
+// Number of elements of every parameter of the rank's model, from shapes alone (no allocation).
+int64_t parameter_count(const ModelConfig& m, int64_t ep);
+
+}  // namespace memfine

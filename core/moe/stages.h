@@ -1,0 +1,72 @@
+// The MoE stages, named as in Megatron-Core: route (model.h), dispatch, experts, combine.
+// Strategies change how these run (stored, recomputed, chunked, capped), never their math.
+// Every call handles the token range [begin, end) of the rank's own tokens plus the peer rows
+// whose sender position falls in that range: a chunk in MemFine's sense (sender-side split).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <vector>
+
+#include "core/workload/ep_rank.h"
+#include "core/model/model.h"
+
+namespace memfine {
+
+class Dist;
+
+// One expert's computation on its rows (SwiGLU by default). A strategy that changes what an
+// expert stores or recomputes supplies its own (Strategy::expert); every path that runs experts
+// (one process, real ranks through all-to-all, ATen or fused rows) calls it through run_expert.
+using ExpertFn = std::function<at::Tensor(const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out)>;
+
+// What one layer's MoE routes; capacity capping fills the keep masks and the padding.
+struct MoeRouting {
+  const Dist* dist = nullptr;  // set: real ranks exchange rows through all-to-all (moe_alltoall.cpp)
+  const RankRouting* rank = nullptr;
+  const EmulatedRank* tables = nullptr;
+  at::Tensor expert_ids;   // [tokens, topk] this layer's own assignments
+  at::Tensor own_keep;     // [tokens, topk] bool; undefined = keep all
+  at::Tensor peer_keep;    // [P] bool; undefined = keep all
+  int64_t pad_rows = 0;    // pad each expert's input to this many rows; 0 = no padding
+  bool fused = false;      // dispatch and combine through the fused row ops (moe_fused.h)
+  double loss_norm = 1;    // the peers' loss terms are divided by this (same scale as the main loss)
+  ExpertFn expert;         // empty: SwiGLU
+};
+
+at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out);
+
+struct Dispatched {
+  int64_t begin = 0, end = 0;
+  std::vector<at::Tensor> inputs;     // per local expert: own rows, then peer rows, then padding
+  std::vector<int64_t> own_rows, peer_rows;
+  std::vector<at::Tensor> own_token;  // per expert: token index within [begin, end)
+  std::vector<at::Tensor> own_slot;   // per expert: flat (token * topk + j) index into the probs
+  std::vector<at::Tensor> peer_key;   // per expert: rows of the peer tables
+  at::Tensor remote_token, remote_slot, remote_key;  // own assignments to other ranks' experts
+};
+
+// dispatch: permute the range's tokens by local expert and receive the peers' rows.
+Dispatched dispatch(const at::Tensor& x_range, const MoeRouting& mr, int64_t begin, int64_t end);
+// experts: each local expert's SwiGLU on its rows.
+std::vector<at::Tensor> experts(const Dispatched& d, const LayerWeights& w, const MoeRouting& mr);
+// combine: weight own rows by router probability and un-permute into [end - begin, hidden]; the
+// outputs computed for peers go back to them (their loss term, see PeerSink in moe_stages.cpp).
+struct Combined {
+  at::Tensor y;          // [end - begin, hidden]
+  at::Tensor peer_loss;  // scalar
+};
+Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, const at::Tensor& probs_range,
+                 const MoeRouting& mr);
+
+// The same stages across real ranks: dispatch sends each row to the rank of its expert (counts
+// first, the paper's "notify", then the rows), experts run on what arrived, combine sends the
+// outputs back and weights them. Every rank must call it for every range (chunk), even an empty one.
+Combined moe_range_alltoall(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,
+                            const MoeRouting& mr, int64_t begin, int64_t end);
+
+// dispatch -> experts -> combine for one range: the unit that MemFine chunks and recomputes.
+Combined moe_range(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,
+                   const MoeRouting& mr, int64_t begin, int64_t end);
+
+}  // namespace memfine

@@ -1,0 +1,27 @@
+// The step-time cost model fitted by scripts/cost_model.py from memfine_bench (a JSON file under
+// results/<device class>/): what `memfine` with `objective: time` uses to pick, among the chunk
+// counts that fit the budget, the fastest.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config/config.h"
+
+namespace memfine {
+
+class CostModel {
+ public:
+  // Throws std::runtime_error naming the file when it is missing or malformed.
+  static CostModel load(const std::string& path);
+  // Predicted milliseconds of one layer's training step receiving `rows` on `local_experts`
+  // experts: chunks 0 = stored (no recomputation), c >= 1 = MemFine with c chunks.
+  double layer_ms(const ModelConfig& m, int64_t local_experts, int64_t rows, int64_t chunks) const;
+
+ private:
+  double expert_ms(double rows) const;  // one expert's forward + backward
+  double s0_ = 0, m1_ = 0, per_chunk_ = 0, ref_flops_ = 1;
+  std::vector<std::pair<double, double>> fwd_bwd_;  // (rows, ms)
+};
+
+}  // namespace memfine

@@ -1,0 +1,226 @@
+#include "core/predict/memory_model.h"
+
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/model/model.h"
+
+namespace memfine {
+
+namespace {
+
+// Rows of one MoE call (a token range of a layer) per local expert.
+struct MoeRows {
+  std::vector<int64_t> own, peer;  // per local expert
+  int64_t remote = 0;               // own assignments sent to other ranks
+  int64_t tokens = 0;
+};
+
+MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t begin, int64_t end) {
+  MoeRows m;
+  m.tokens = end - begin;
+  m.own.assign(size_t(r.local_experts), 0);
+  m.peer.assign(size_t(r.local_experts), 0);
+  if (!r.own_experts.defined()) {  // the router decides: single rank, all rows local; assume even
+    for (int64_t e = 0; e < r.local_experts; ++e) m.own[size_t(e)] = (end - begin) * topk / r.local_experts;
+    return m;
+  }
+  auto ids = r.own_experts.accessor<int64_t, 2>();
+  for (int64_t t = begin; t < end; ++t)
+    for (int64_t j = 0; j < topk; ++j) {
+      const int64_t e = ids[t][j] - r.first_expert;
+      if (e >= 0 && e < r.local_experts) ++m.own[size_t(e)];
+      else ++m.remote;
+    }
+  auto pos = r.peer_pos.accessor<int64_t, 1>();
+  auto ex = r.peer_expert.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < r.peer_pos.numel(); ++i)
+    if (pos[i] >= begin && pos[i] < end) ++m.peer[size_t(ex[i])];
+  return m;
+}
+
+// Bytes the stages of one layer keep for backward, from the tensors autograd saves in this code.
+struct Sizes {
+  double E;  // bytes per element
+  double T, h, g, gs, experts, heads_dim, b, H, s, k;
+  bool attention;
+};
+
+// MoE (dispatch -> experts -> combine) with activations stored: what stays until backward.
+// Per expert: its input rows, gate|up (2g), silu(gate) (g), silu*up (g); where it has own rows,
+// its output (kept by the probability weighting), the weighted rows (kept by index_add) and the
+// gathered probabilities; index tensors. Remote rows: what arrived and its weighted copy.
+double moe_stored(const Sizes& z, const MoeRows& m) {
+  double bytes = 0;
+  for (size_t e = 0; e < m.own.size(); ++e) {
+    const double own = double(m.own[e]), rows = own + double(m.peer[e]);
+    if (rows == 0) continue;
+    bytes += z.E * rows * (z.h + 4 * z.g);
+    if (own > 0) bytes += z.E * (rows * z.h + own * z.h + own);
+    bytes += 8 * (2 * own + double(m.peer[e]));
+  }
+  bytes += z.E * (2 * double(m.remote) * z.h + double(m.remote)) + 16 * double(m.remote);
+  return bytes;
+}
+
+// Peak of the MoE's backward on top of `stored` (everything alive when it starts). Autograd
+// runs combine's backward for every expert first (it was recorded last): each expert's output
+// is replaced by its gradient and the weighted rows are freed, with one expert's gradients in
+// flight at a time. The experts then run in reverse order, each peaking in its down
+// projection's backward (gradient of silu*up and of the weight) or in the product's backward
+// (two gradients of width g), and scattering its input gradient back to token order.
+double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
+  double freed_by_combine = z.E * 2 * double(m.remote) * z.h, in_flight = 0;
+  for (size_t e = 0; e < m.own.size(); ++e) {
+    const double own = double(m.own[e]), rows = own + double(m.peer[e]);
+    if (rows == 0) continue;
+    if (own > 0) freed_by_combine += z.E * own * z.h;
+    in_flight = std::max(in_flight, z.E * (rows + own) * z.h);
+  }
+  double peak = stored + in_flight;
+  double cur = stored - freed_by_combine;
+  const double tokens_grad = z.E * double(m.tokens) * z.h;  // gradient of the MoE input, accumulated
+  bool first = true;
+  for (size_t i = m.own.size(); i-- > 0;) {
+    const double rows = double(m.own[i] + m.peer[i]);
+    if (rows == 0) continue;
+    const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
+    peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg});
+    cur -= z.E * rows * (z.h + 4 * z.g) + rh;  // its stored rows and its output gradient
+    // Its input gradient is scattered back to token order (a zero-filled [tokens, hidden]) and
+    // added to the accumulated one.
+    peak = std::max(peak, cur + rh + tokens_grad + (first ? 0 : tokens_grad));
+    if (first) cur += tokens_grad, first = false;
+  }
+  return peak;
+}
+
+// RMSNorm's mean of squares: LibTorch 1.13's mean over a dimension keeps its input (the squares,
+// one [tokens, hidden] tensor) for backward; 2.x keeps only the sizes (MeanBackward1 in the
+// generated autograd headers of 2.6 and 2.14; 2.0 as the cut is assumed, not checked).
+constexpr double kNormKeptWithGrad = TORCH_VERSION_MAJOR < 2 ? 3 : 2;
+
+// What a layer keeps outside the MoE, by stage. RMSNorm keeps 2 [tokens, hidden] tensors (its
+// output included) when its input needs no gradient; when it does, a [tokens] one besides and,
+// on LibTorch 1.13, the squares; only the first layer's input needs none.
+struct Outside {
+  double norm1 = 0, attention = 0, h1 = 0, norm2 = 0, router = 0, shared = 0, output = 0;
+  double total() const { return norm1 + attention + h1 + norm2 + router + shared + output; }
+};
+
+Outside outside_moe(const Sizes& z, bool input_needs_grad) {
+  const double act = z.E * z.T * z.h;
+  auto norm = [&](bool needs_grad) { return needs_grad ? kNormKeptWithGrad * act + z.E * z.T : 2 * act; };
+  Outside o;
+  if (z.attention) {
+    o.norm1 = norm(input_needs_grad);
+    // q, k, v and the attention context as contiguous copies, the softmax output, the causal mask.
+    o.attention = z.E * (4 * z.T * z.heads_dim + z.b * z.H * z.s * z.s) + z.s * z.s;
+    o.h1 = act;
+  }
+  o.norm2 = norm(z.attention || input_needs_grad);
+  o.router = z.E * z.T * z.experts;
+  o.shared = z.E * 4 * z.gs * z.T;
+  o.output = act;
+  return o;
+}
+
+}  // namespace
+
+Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategyShape& s,
+                        const std::vector<int64_t>& chunks_per_layer) {
+  const ModelConfig& m = c.model;
+  Sizes z;
+  z.E = double(c10::elementSize(dtype_of(c.dtype)));
+  z.T = double(m.tokens()), z.h = double(m.hidden), z.g = double(m.ffn_hidden), z.gs = double(m.ffn_hidden * m.shared_experts);
+  z.experts = double(m.experts), z.heads_dim = double(m.heads * m.head_dim), z.b = double(m.micro_batch);
+  z.H = double(m.heads), z.s = double(m.seq), z.k = double(m.topk), z.attention = m.attention == "gqa";
+  const int64_t L = m.layers, T = m.tokens();
+  const double act = z.E * z.T * z.h;  // one [tokens, hidden] tensor
+
+  Prediction p;
+  p.static_bytes = int64_t(z.E) * (4 * parameter_count(m, c.ep) + 2 * T * m.hidden) + rank.input_bytes();
+
+  std::vector<MoeRows> whole;
+  for (int64_t l = 0; l < L; ++l) whole.push_back(moe_rows(rank.layers[size_t(l)], m.topk, T, 0, T));
+  // The loss: final RMSNorm (its input needs a gradient; its output is not kept) and the
+  // difference to the target; its backward holds four [tokens, hidden] gradients at once.
+  const double final_stored = kNormKeptWithGrad * act + z.E * z.T, final_backward = 4 * act;
+  double peak = 0;
+  int64_t current = -1;  // the layer whose backward is being considered; -1: the loss
+  p.layer_peak.assign(size_t(L), 0);
+  auto consider = [&](double bytes, const std::string& where) {
+    if (bytes > peak) peak = bytes, p.phase = where;
+    int64_t& slot = current < 0 ? p.loss_peak : p.layer_peak[size_t(current)];
+    slot = std::max(slot, int64_t(bytes));
+  };
+
+  // Bytes each layer keeps from its forward until its backward, under the strategy.
+  std::vector<Outside> out(static_cast<size_t>(L));
+  std::vector<double> resident(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    out[size_t(l)] = outside_moe(z, l > 0);  // the first layer's input is data, without gradient
+    if (s.recompute_layer) resident[size_t(l)] = act;  // its output, saved as the next layer's input
+    else if (s.moe == MoeMode::RecomputedBlock) resident[size_t(l)] = out[size_t(l)].total() + z.E * z.T * z.k;
+    else resident[size_t(l)] = out[size_t(l)].total() + moe_stored(z, whole[size_t(l)]);
+  }
+  double below = 0;
+  for (int64_t l = 0; l < L; ++l) below += resident[size_t(l)];
+  consider(below + final_stored + final_backward, "backward of the loss");
+  for (int64_t l = L - 1; l >= 0; --l) {
+    current = l;
+    below -= resident[size_t(l)];
+    const Outside& o = out[size_t(l)];
+    const std::string at = "backward of layer " + std::to_string(l);
+    const double grad = act;  // gradient of the layer's output
+    // Under recomputation, everything outside the MoE is kept again during the layer's backward;
+    // the shared expert (recorded after the routed ones) has run its backward before the MoE's.
+    // A recomputed layer's output is let go before its backward runs (only its graph is needed).
+    const double kept = (s.recompute_layer ? o.total() - o.output : resident[size_t(l)]) - o.shared;
+    // Once the shared expert's backward has run, its input gradient waits for the MoE's to be
+    // added to it (its weight gradients are in .grad already).
+    const double shared_grads = o.shared == 0 ? 0 : act;
+    if (o.shared > 0) {
+      // The shared expert's backward comes first, with the whole layer still kept: two gradients
+      // of its width, or one and its weight's.
+      const double moe_kept = s.recompute_layer && s.moe == MoeMode::Stored ? moe_stored(z, whole[size_t(l)])
+                              : s.moe == MoeMode::Stored ? 0 : z.E * z.T * z.k;
+      const double rg = z.E * z.T * z.gs;
+      consider(below + kept + o.shared + moe_kept + grad + std::max(2 * rg, rg + z.E * z.gs * z.h), at + ", shared expert");
+    }
+    if (s.moe == MoeMode::Chunked) {
+      // MoE in chunks: one chunk's stored bytes and transients at a time; weight gradients go
+      // into the experts' .grad as they are produced.
+      const int64_t chunks = chunks_per_layer.empty() ? s.chunks : chunks_per_layer[size_t(l)];
+      // With more than one chunk, the MoE's input and probability gradients are assembled in
+      // layer-sized buffers; with one, the chunk's are the layer's.
+      const double base = below + kept + shared_grads + grad + (chunks > 1 ? act + z.E * z.T * z.k : 0);
+      for (int64_t ci = 0; ci < chunks; ++ci) {
+        const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
+        if (a == b) continue;
+        const MoeRows r = moe_rows(rank.layers[size_t(l)], m.topk, T, a, b);
+        consider(moe_backward_peak(z, r, base + moe_stored(z, r)),
+                 at + ", MoE chunk " + std::to_string(ci));
+      }
+    } else {
+      const double moe = s.moe == MoeMode::Stored && !s.recompute_layer ? 0 : moe_stored(z, whole[size_t(l)]);
+      consider(moe_backward_peak(z, whole[size_t(l)], below + kept + shared_grads + grad + moe), at + ", MoE");
+    }
+    // Then attention's backward: the softmax's two [b, heads, s, s] gradients, with the
+    // attention block's stored tensors still alive.
+    if (z.attention)
+      consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s,
+               at + ", attention");
+  }
+  p.activation_bytes = int64_t(peak);
+  if (s.moe == MoeMode::Chunked) p.chunks = chunks_per_layer.empty() ? std::vector<int64_t>(size_t(L), s.chunks) : chunks_per_layer;
+  return p;
+}
+
+}  // namespace memfine
+

@@ -1,0 +1,47 @@
+// The implementation memory model (the paper's own model is in paper_model.h): byte-level accounting of what this code keeps during a step (the
+//    tensors autograd saves, stage by stage) and the transients on top, for a config, strategy,
+//    chunk count and routing. MACT uses it when running for real.
+//    It accounts ATen's dispatch and combine (kernels: aten). With the fused kernels a step keeps
+//    less, and the model mostly reads high: -1.4% .. +16.3% on experiments/kernels.yaml
+//    (paper_figures/kernels_table.md); MACT's headroom covers the low side. Accounting the fused
+//    ops' smaller saved set alone is not enough (it then reads up to 6% low under imbalance): with
+//    less kept for backward, the peak moves to the hottest expert's SwiGLU in the (recomputed)
+//    forward, a transient this model does not account yet.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/workload/ep_rank.h"
+
+namespace memfine {
+
+// ---- Implementation model ----
+// How the MoE of a layer runs, as the model needs it.
+enum class MoeMode { Stored, RecomputedBlock, Chunked };
+
+// What a strategy stores, in the model's terms; each strategy declares its own
+// (Strategy::memory_shape), the model never asks for a name.
+struct StrategyShape {
+  bool recompute_layer = false;  // only the layer's input is kept; the layer is recomputed in backward
+  MoeMode moe = MoeMode::Stored;
+  int64_t chunks = 1;            // Chunked only
+};
+
+struct Prediction {
+  int64_t static_bytes = 0;
+  int64_t activation_bytes = 0;
+  std::string phase;                // where the peak happens, e.g. "backward of layer 1, MoE chunk 0"
+  std::vector<int64_t> layer_peak;  // the peak while each layer's backward runs
+  int64_t loss_peak = 0;            // the peak of the loss's backward (no chunking changes it)
+  std::vector<int64_t> chunks;      // the chunk count per layer it was made for (0: stored); empty: none
+};
+
+// Predicts static bytes and the activation peak of one training step of the emulated rank.
+// `chunks_per_layer` overrides the chunk count per layer (MACT); empty = the shape's.
+Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategyShape& s,
+                        const std::vector<int64_t>& chunks_per_layer = {});
+
+}  // namespace memfine
+

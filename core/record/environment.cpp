@@ -1,0 +1,106 @@
+#include "core/record/environment.h"
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+
+#ifdef MEMFINE_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace memfine {
+
+using json = nlohmann::json;
+
+namespace {
+std::string run_command(const char* cmd) {
+  std::array<char, 256> buf{};
+  std::string out;
+  FILE* p = popen(cmd, "r");
+  if (!p) return "";
+  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+
+// The BLAS actually loaded (Debian switches libblas.so.3 through alternatives).
+std::string blas_name() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("openblas") != std::string::npos) return "OpenBLAS (" + line.substr(line.find('/')) + ")";
+    if (line.find("libmkl") != std::string::npos) return "MKL";
+    if (line.find("libblis") != std::string::npos) return "BLIS";
+  }
+  for (std::string line; std::getline(maps, line);)
+    if (line.find("libblas") != std::string::npos) return "reference BLAS";
+  return "unknown";
+}
+}  // namespace
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown cpu";
+}
+
+json environment(const ExperimentConfig& c) {
+  json env;
+  // The checkout does not change during a run: ask git once per process, not once per point.
+  static const std::string commit = [] {
+    std::string c = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" rev-parse --short=12 HEAD 2>/dev/null");
+    if (c.empty()) c = MEMFINE_GIT_COMMIT;
+    const std::string dirty =
+        run_command("git -C \"" MEMFINE_SOURCE_DIR "\" status --porcelain --untracked-files=no 2>/dev/null");
+    return c + (dirty.empty() ? "" : "-dirty");
+  }();
+  env["git_commit"] = commit;
+  env["libtorch"] = TORCH_VERSION;
+  env["device"] = c.device;
+  env["device_name"] = cpu_name();
+#ifdef MEMFINE_TORCH_CUDA
+  if (c.device == "cuda") {
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, c10::cuda::current_device());
+    env["device_name"] = std::string(prop.name);
+  }
+#endif
+  env["threads"] = at::get_num_threads();
+  env["blas"] = blas_name();
+  env["omp_wait_policy"] = std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default";
+  static const std::string host = run_command("hostname 2>/dev/null");
+  env["hostname"] = host;
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  env["date"] = buf;
+  return env;
+}
+
+std::string device_class(const std::string& device) {
+#ifdef MEMFINE_TORCH_CUDA
+  if (device == "cuda") {
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, c10::cuda::current_device());
+    std::string name = prop.name;
+    for (const char* k : {"H100", "H200", "A100", "B200", "L40", "A10"})
+      if (name.find(k) != std::string::npos) {
+        std::string s = k;
+        for (auto& ch : s) ch = char(std::tolower(ch));
+        return s;
+      }
+    return "cuda";
+  }
+#endif
+  return device;
+}
+
+}  // namespace memfine

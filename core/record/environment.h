@@ -1,0 +1,20 @@
+// Where and with what a record was measured.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "core/config/config.h"
+
+namespace memfine {
+
+// Git commit, LibTorch version, device, threads, BLAS, host, date.
+nlohmann::json environment(const ExperimentConfig& c);
+
+// This machine's CPU model ("AMD EPYC 7B13"), as /proc/cpuinfo names it.
+std::string cpu_name();
+
+// "cpu", or the GPU's class ("h100", "h200", ...): results/<device class>/<experiment>/.
+std::string device_class(const std::string& device);
+
+}  // namespace memfine

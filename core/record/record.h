@@ -1,0 +1,57 @@
+// One record schema. The runner fills typed results (Measured, PointRouting); this file alone
+// turns them into records, the lines of results.jsonl; `memfine predict`'s lines and failure
+// records start from the same head (new_record). A strategy's own statistics arrive as its
+// counters (Strategy::record_counters) and are written as they are found.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+
+namespace memfine {
+
+using json = nlohmann::json;
+
+// What one strategy did at a point.
+struct Measured {
+  StrategySpec spec;
+  std::string status = "ok", error;  // ok | oom | error
+  int64_t static_bytes = 0;
+  std::vector<double> ms, peaks;     // per timed step
+  double loss = 0;
+  json counters = json::object();    // the strategy's own (Strategy::record_counters)
+  json predicted_activation_bytes;   // the implementation model's, or null
+  std::string unpredicted_why;       // why there is no prediction
+  double grad_err = -1;              // verify: largest relative gradient error; -1: not checked
+};
+
+// The routing of a point as this rank saw it.
+struct PointRouting {
+  int64_t rank = 0, world = 1;
+  std::string backend;              // real ranks' process group; empty: one process
+  int64_t tokens_received = 0;      // largest s' over layers
+  int64_t tokens_received_sum = 0;  // over layers (FLOPs)
+  double overload = 0;
+  json per_layer = json::array(), expert_tokens = json::array(), per_step = json::array();
+  int64_t expert_tokens_step = 0;
+};
+
+// The head every record has: experiment, point, strategy (its label, the results key), its
+// registered name and role, status, error, seed, ep, the whole resolved config and the environment.
+json new_record(const ExperimentConfig& c, const std::string& point, const StrategySpec& s, const std::string& status,
+                const std::string& error = "");
+
+// The records of a measured point, one per strategy. `matmul_ceiling_flops` (0: unknown) gives
+// each its share of the machine's dense matmul rate.
+std::vector<json> measured_records(const SweepPoint& pt, const PointRouting& routing, const std::vector<Measured>& ms,
+                                   double matmul_ceiling_flops);
+
+// The table printed after a run: ratios against the strategy of Role::Baseline.
+std::string summary_table(const std::vector<json>& records);
+
+// "1.5 MiB"
+std::string fmt_bytes(double bytes);
+
+}  // namespace memfine

@@ -1,0 +1,183 @@
+#include "core/run/measure.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "core/dist/dist.h"
+#include "core/meter/memory_meter.h"
+#include "core/meter/timer.h"
+#include "core/run/train_step.h"
+#include "core/strategy/strategy.h"
+#include "core/workload/workload.h"
+
+namespace memfine {
+namespace {
+
+struct Contender {
+  Measured m;
+  std::unique_ptr<Strategy> strategy;
+  std::unique_ptr<TrainState> state;
+  std::vector<json> step_counters;  // per timed step
+};
+
+// Largest relative gradient difference over parameters (and the input when it has one).
+double max_rel_err(TrainState& a, TrainState& b) {
+  auto pa = a.model.parameters(), pb = b.model.parameters();
+  if (a.input.requires_grad()) pa.push_back(a.input), pb.push_back(b.input);
+  double worst = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const double scale = pb[i].grad().abs().max().item<double>();
+    const double diff = (pa[i].grad() - pb[i].grad()).abs().max().item<double>();
+    worst = std::max(worst, diff / std::max(scale, 1e-30));
+  }
+  return worst;
+}
+
+// Correctness: loss and gradients of each dropless strategy against the reference strategy (the
+// plain computation), one step on fresh states with the input's gradient included.
+void verify(const ExperimentConfig& c, std::vector<Contender>& cs) {
+  const std::string ref_name = strategy_of_role(Role::Reference);
+  if (ref_name.empty()) throw std::logic_error("verify: no strategy is registered as the reference");
+  auto reference = make_train_state(c, true);
+  auto ref_strategy = make_strategy(StrategySpec{ref_name, {}});
+  train_step(*reference, *ref_strategy, 0, false);
+  for (auto& k : cs) {
+    if (!k.strategy->dropless()) continue;
+    auto st = make_train_state(c, true);
+    auto s = make_strategy(k.m.spec);
+    train_step(*st, *s, 0, false);
+    k.m.grad_err = max_rel_err(*st, *reference);
+  }
+}
+
+// Static memory: allocated when a state is made, audited against what the meter saw on the CPU.
+void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist* dist) {
+  MemoryMeter& meter = MemoryMeter::get(c.device);
+  for (auto& k : cs) {
+    const int64_t before = meter.current_bytes();
+    k.state = dist ? make_rank_state(c, *dist) : make_train_state(c);
+    k.m.static_bytes = k.state->static_bytes();
+    const int64_t counted = meter.current_bytes() - before;
+    if (c.device == "cpu" && counted < k.m.static_bytes)
+      throw std::logic_error("static accounting: " + std::to_string(k.m.static_bytes) + " bytes claimed, " +
+                             std::to_string(counted) + " allocated");
+    if (c.budget >= 0 && k.m.static_bytes > c.budget) {
+      k.m.status = "oom";
+      k.m.error = "static memory " + fmt_bytes(double(k.m.static_bytes)) + " exceeds the budget " + fmt_bytes(double(c.budget));
+      k.state.reset();
+    }
+  }
+}
+
+// Warmup and timed steps, each strategy in turn within a step; out of memory is a result.
+void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std::function<void()>& tick,
+               const Dist* dist) {
+  MemoryMeter& meter = MemoryMeter::get(c.device);
+  const int64_t steps = c.warmup + c.repeats;
+  for (int64_t it = 0; it < steps; ++it) {
+    for (auto& k : cs) {
+      if (k.m.status != "ok") {
+        tick();
+        continue;
+      }
+      route_step(k.state->rank, c, it);  // a scheduled workload routes differently each step
+      k.m.static_bytes = k.state->static_bytes();
+      meter.reset_peak();
+      const int64_t start = meter.current_bytes();
+      const int64_t limit = c.budget >= 0 ? start - k.m.static_bytes + c.budget : -1;
+      Timer t(c.device);
+      try {
+        MemoryLimitGuard guard(meter, limit);
+        k.m.loss = train_step(*k.state, *k.strategy, it);
+      } catch (const std::exception& e) {
+        // A real rank cannot skip a step alone: the others wait in its collectives. End the job.
+        if (dist) throw;
+        k.m.status = is_out_of_memory(e) ? "oom" : "error";
+        std::string msg = e.what();
+        k.m.error = msg.substr(0, msg.find('\n'));
+        if (k.m.status == "oom")
+          k.m.error = "step " + std::to_string(it) + ": activation peak exceeds the budget " + fmt_bytes(double(c.budget)) +
+                      " - static " + fmt_bytes(double(k.m.static_bytes)) + " (" + k.m.error + ")";
+        k.state.reset();
+      }
+      const double ms = t.elapsed_ms();
+      if (k.m.status == "ok" && it >= c.warmup) {
+        k.m.ms.push_back(ms);
+        k.m.peaks.push_back(double(meter.peak_bytes() - start));
+        k.step_counters.push_back(k.strategy->step_counters());
+      }
+      tick();
+    }
+  }
+}
+
+PointRouting point_routing(const ExperimentConfig& c, const EmulatedRank& er, const Dist* dist) {
+  PointRouting rt;
+  rt.rank = er.rank;
+  rt.world = dist ? dist->world() : 1;
+  if (dist) rt.backend = dist->backend();
+  // Tokens each expert receives per layer (all ranks), for Figure 2-style plots; with a schedule,
+  // at its peak step.
+  rt.expert_tokens_step = c.workload.schedule == "none" ? 0 : int64_t(c.workload.peak_step);
+  if (c.workload.kind != "router" && c.model.experts * c.model.layers <= 8192)
+    for (int64_t l = 0; l < c.model.layers; ++l)
+      rt.expert_tokens.push_back(expert_counts(c.workload, c.model, c.ep, l, c.seed, rt.expert_tokens_step));
+  if (c.workload.schedule != "none") {  // s' per timed step and layer
+    EmulatedRank stepped = er;
+    for (int64_t it = c.warmup; it < c.warmup + c.repeats; ++it) {
+      route_step(stepped, c, it);
+      json row = json::array();
+      for (const auto& l : stepped.layers) row.push_back(l.tokens_received);
+      rt.per_step.push_back(row);
+    }
+  }
+  for (const auto& l : er.layers) {
+    rt.tokens_received = std::max(rt.tokens_received, l.tokens_received);
+    rt.tokens_received_sum += l.tokens_received;
+    rt.overload = std::max(rt.overload, l.overload_factor);
+    rt.per_layer.push_back(l.tokens_received);
+  }
+  return rt;
+}
+
+}  // namespace
+
+PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& skip,
+                          const std::function<void()>& tick, const Dist* dist) {
+  const ExperimentConfig& c = pt.config;
+  std::vector<Contender> cs;
+  for (const auto& spec : c.strategies) {
+    if (std::find(skip.begin(), skip.end(), spec.label()) != skip.end()) continue;
+    Contender k;
+    k.m.spec = spec;
+    k.strategy = make_strategy(spec);
+    cs.push_back(std::move(k));
+  }
+  PointResult out;
+  if (cs.empty()) return out;
+  if (c.verify && !dist) verify(c, cs);  // real ranks: tests/test_dist.cpp checks them against one process
+  allocate(c, cs, dist);
+  run_steps(c, cs, tick, dist);
+
+  // Routing only: cheap next to a step. A real rank's routing is its own.
+  const EmulatedRank er = make_emulated_rank(c, dist ? dist->rank() : c.rank);
+  out.routing = point_routing(c, er, dist);
+  for (auto& k : cs) {
+    k.m.counters = k.strategy->record_counters(k.step_counters, c.warmup);
+    // The prediction is for the step whose peak the record reports (a schedule routes each step
+    // differently); the step before the first timed one when none was measured.
+    const int64_t worst = k.m.peaks.empty() ? 0 : int64_t(std::max_element(k.m.peaks.begin(), k.m.peaks.end()) - k.m.peaks.begin());
+    EmulatedRank at = er;
+    route_step(at, c, c.warmup + worst);
+    try {
+      k.m.predicted_activation_bytes = k.strategy->predict(c, at).activation_bytes;
+    } catch (const std::exception& e) {  // not modelled, or nothing it may choose fits
+      k.m.predicted_activation_bytes = nullptr;
+      k.m.unpredicted_why = e.what();
+    }
+    out.strategies.push_back(std::move(k.m));
+  }
+  return out;
+}
+
+}  // namespace memfine

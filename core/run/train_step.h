@@ -1,0 +1,47 @@
+// One rank's training state and step: forward through the layers as the strategy says, loss,
+// backward, Adam. Static memory (parameters, gradients, optimizer state, inputs) is allocated
+// when the state is made, so a step's allocations are its activations alone.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <memory>
+
+#include "core/config/config.h"
+#include "core/dist/dist.h"
+#include "core/workload/ep_rank.h"
+#include "core/model/model.h"
+#include "core/model/optimizer.h"
+#include "core/strategy/strategy.h"
+
+namespace memfine {
+
+struct TrainState {
+  ExperimentConfig cfg;
+  Model model;
+  EmulatedRank rank;
+  at::Tensor input;   // [tokens, hidden] the first layer's input (embedding output stand-in)
+  at::Tensor target;  // [tokens, hidden] regression target of the final RMSNorm
+  std::unique_ptr<Adam> adam;
+  const Dist* dist = nullptr;  // real ranks: this is rank dist->rank() of the expert-parallel group
+  // Parameters + gradients + optimizer state + inputs: the paper's static memory for this rank.
+  int64_t static_bytes() const;
+};
+
+// `input_requires_grad` makes the input a leaf with a gradient (gradient tests).
+std::unique_ptr<TrainState> make_train_state(const ExperimentConfig& c, bool input_requires_grad = false);
+
+// The single-process computation of the whole global batch that `ep` real ranks share: every
+// rank's tokens (as micro-batches), every expert, the same weights, routing and data. Real ranks'
+// loss and gradients must equal it.
+std::unique_ptr<TrainState> make_global_reference(const ExperimentConfig& c, bool input_requires_grad = false);
+
+// For real ranks: make this rank's state (its tokens, its experts).
+std::unique_ptr<TrainState> make_rank_state(const ExperimentConfig& c, const Dist& dist, bool input_requires_grad = false);
+
+// Forward and loss only (the graph is kept for a later backward).
+at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step);
+
+// A full step; returns the loss. Gradients are zeroed first; `update` false skips Adam (tests).
+double train_step(TrainState& st, Strategy& s, int64_t step, bool update = true);
+
+}  // namespace memfine

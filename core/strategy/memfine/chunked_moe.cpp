@@ -1,0 +1,98 @@
+#include "core/strategy/memfine/chunked_moe.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "core/strategy/recompute.h"
+
+namespace memfine {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct ChunkedCall {
+  MoeRouting routing;
+  const LayerWeights* weights = nullptr;
+  int64_t chunks = 1;
+  std::pair<int64_t, int64_t> range(int64_t c, int64_t n) const { return {c * n / chunks, (c + 1) * n / chunks}; }
+};
+
+TensorList expert_params(const LayerWeights& w) {
+  TensorList p = w.w_in;
+  p.insert(p.end(), w.w_out.begin(), w.w_out.end());
+  return p;
+}
+
+struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& probs,
+                               at::TensorList params, const ChunkedCall* call) {
+    const int64_t n = x.size(0);
+    at::Tensor peer_loss = at::zeros({}, x.options());
+    ctx->save_for_backward({x, probs});
+    ctx->saved_data["call"] = keep(*call);
+    ctx->saved_data["n_params"] = int64_t(params.size());
+    // The enclosing layer is being recomputed for its backward: this output's value is never
+    // read, and backward below recomputes every chunk anyway. Skip a third MoE forward.
+    if (recomputing_for_backward()) return {at::zeros({1, 1}, x.options()).expand_as(x), peer_loss};
+    at::Tensor y = at::empty_like(x);
+    {
+      at::NoGradGuard no_grad;
+      for (int64_t c = 0; c < call->chunks; ++c) {
+        auto [a, b] = call->range(c, n);
+        if (a == b) continue;
+        Combined out = moe_range(x.narrow(0, a, b - a), probs.narrow(0, a, b - a), *call->weights, call->routing, a, b);
+        y.narrow(0, a, b - a).copy_(out.y);
+        peer_loss += out.peer_loss;
+      }
+    }
+    return {y, peer_loss};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const ChunkedCall& call = kept<ChunkedCall>(ctx->saved_data["call"]);
+    variable_list saved = ctx->get_saved_variables();
+    const at::Tensor x = saved[0], probs = saved[1];
+    saved.clear();
+    const int64_t n = x.size(0);
+    // The chunks' input gradients go straight into their rows of the layer's (one chunk: the
+    // chunk's are the layer's); weight gradients into the experts' .grad, chunk after chunk.
+    at::Tensor gx, gp;
+    if (call.chunks > 1) gx = at::zeros_like(x), gp = at::zeros_like(probs);
+    // The incoming gradient is the residual branch's too (y is added to it): read it, never own it.
+    const at::Tensor g_out = grad[0];
+    for (int64_t c = 0; c < call.chunks; ++c) {
+      auto [a, b] = call.range(c, n);
+      if (a == b) continue;
+      RegionInputs in = region_inputs({x.narrow(0, a, b - a), probs.narrow(0, a, b - a)});
+      Combined out;
+      {
+        at::AutoGradMode grad_on(true);
+        out = moe_range(in.tensors[0], in.tensors[1], *call.weights, call.routing, a, b);
+      }
+      in.tensors.clear();
+      at::Tensor gy = !g_out.defined() ? at::Tensor() : call.chunks > 1 ? g_out.narrow(0, a, b - a) : g_out;
+      backward_into_leaves({std::move(out.y), std::move(out.peer_loss)}, {std::move(gy), grad[1]});
+      TensorList& g = *in.grads;
+      if (call.chunks == 1) {
+        gx = std::move(g[0]), gp = std::move(g[1]);
+        break;
+      }
+      if (g[0].defined()) gx.narrow(0, a, b - a).copy_(g[0]);
+      if (g[1].defined()) gp.narrow(0, a, b - a).copy_(g[1]);
+    }
+    variable_list result = {gx, gp};
+    result.resize(2 + size_t(ctx->saved_data["n_params"].toInt()) + 1);  // parameters: in .grad; the call
+    return result;
+  }
+};
+
+}  // namespace
+
+Combined chunked_moe(const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& routing, const LayerWeights& w,
+                     int64_t chunks) {
+  ChunkedCall call{routing, &w, chunks};
+  variable_list out = ChunkedMoe::apply(xn, probs, at::TensorList(expert_params(w)), &call);
+  return Combined{out[0], out[1]};
+}
+
+}  // namespace memfine

@@ -1,0 +1,270 @@
+// The `memfine` strategy. FCDA (chunked_moe.h) runs the MoE in token chunks; the rest of the layer
+// is recomputed as in full_recompute, so memfine never stores more than full_recompute does.
+//
+// MACT (memory-aware chunk tuning, `chunks: auto`): before each step, for every layer, read the
+// rows it will receive (the paper's "notify") and take the smallest bin whose predicted peak fits
+// the budget, from the implementation model (default) or the paper's Eq. 8-9 (`model: paper`).
+// With `store_when_fits: true` the step stores everything when the model says that fits.
+#include <algorithm>
+
+#include "core/predict/cost_model.h"
+#include "core/dist/dist.h"
+#include "core/meter/memory_meter.h"
+#include "core/predict/memory_model.h"
+#include "core/predict/paper_model.h"
+#include "core/strategy/memfine/chunked_moe.h"
+#include "core/strategy/strategy.h"
+
+namespace memfine {
+namespace {
+
+// `chunks: auto` (MACT) rather than a count: read here only.
+bool tuned(const StrategySpec& spec) {
+  auto it = spec.params.find("chunks");
+  return it != spec.params.end() && it->second.IsScalar() && it->second.as<std::string>() == "auto";
+}
+
+// A step's choice: chunks per layer (0: stored without recomputation) and, under objective: time,
+// the cost model's step time.
+struct Plan {
+  std::vector<int64_t> chunks;
+  double predicted_ms = -1;
+};
+
+class MemFine : public Strategy {
+ public:
+  explicit MemFine(StrategySpec spec) : Strategy(std::move(spec)) {
+    if (tuned(spec_)) {
+      chunks_ = 0;
+    } else {
+      chunks_ = spec_.get_int("chunks", 1);
+      if (chunks_ < 1) throw std::invalid_argument("chunks must be 1 or more, or 'auto', got " + std::to_string(chunks_));
+    }
+    bins_ = spec_.get_int_list("bins", {1, 2, 4, 8});
+    model_ = spec_.get_string("model", "implementation");
+    store_when_fits_ = spec_.get_bool("store_when_fits", false);
+    headroom_ = spec_.get_double("headroom", 0.05);
+    objective_ = spec_.get_string("objective", "memory");
+    if (objective_ != "memory" && objective_ != "time")
+      throw std::invalid_argument("objective must be 'memory' (smallest bin that fits) or 'time' (fastest that fits)");
+    if (headroom_ < 0 || headroom_ >= 1) throw std::invalid_argument("headroom must be in [0, 1)");
+    if (bins_.empty() || !std::is_sorted(bins_.begin(), bins_.end()) || bins_.front() < 1)
+      throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
+    if (model_ != "implementation" && model_ != "paper")
+      throw std::invalid_argument("model must be 'implementation' or 'paper', got '" + model_ + "'");
+    for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
+      if (chunks_ > 0 && spec_.params.count(k)) throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
+  }
+
+  void begin_step(int64_t step) override {
+    step_chunks_.clear();
+    step_ = step;
+  }
+
+  LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
+    if (chunks_ == 0 && in.layer == 0) {
+      plan_ = plan(*in.config, *in.rank);
+      if (in.dist) {
+        // Every rank takes part in every chunk's all-to-all: agree on the largest need.
+        at::Tensor agreed = in.dist->allreduce_max(at::tensor(plan_.chunks, at::kLong));
+        plan_.chunks.assign(agreed.data_ptr<int64_t>(), agreed.data_ptr<int64_t>() + agreed.numel());
+      }
+    }
+    const int64_t chunks = chunks_ > 0 ? chunks_ : plan_.chunks[size_t(in.layer)];
+    step_chunks_.push_back(chunks);
+    if (chunks == 0) return layer_forward(x, in, *this, moe_stored);
+    MoeFn chunked = [chunks](const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& routing,
+                             const LayerWeights& w) { return chunked_moe(xn, probs, routing, w, chunks); };
+    return layer_recomputed(x, in, *this, chunked);
+  }
+
+  // Fixed: the chunk count of each layer; MACT: per layer and timed step, with the steps' indices.
+  json step_counters() const override {
+    json j = {{"chunks", step_chunks_}, {"step", step_}};
+    if (plan_.predicted_ms >= 0) j["predicted_step_ms"] = plan_.predicted_ms;
+    return j;
+  }
+  json record_counters(const std::vector<json>& steps, int64_t first_step) const override {
+    json r = json::object();
+    if (steps.empty()) return r;
+    const json& last = steps.back();
+    if (chunks_ > 0) {
+      r["chunks"] = chunks_;
+      return r;
+    }
+    r["chunks"] = json::array(), r["chunk_steps"] = json::array();  // [timed step][layer]; 0 = stored
+    for (const auto& s : steps) r["chunks"].push_back(s["chunks"]), r["chunk_steps"].push_back(s["step"]);
+    if (last.contains("predicted_step_ms")) r["predicted_step_ms"] = last["predicted_step_ms"];
+    return r;
+  }
+
+  std::optional<StrategyShape> memory_shape() const override {
+    if (chunks_ == 0) return std::nullopt;  // chosen per step: predict() plans it
+    return chunked(chunks_);
+  }
+
+  // MACT's prediction is its plan's: everything stored, or chunked as it chooses per layer (a
+  // layer it would store is modelled as one chunk).
+  Prediction predict(const ExperimentConfig& c, const EmulatedRank& rank) const override {
+    if (chunks_ > 0) return Strategy::predict(c, rank);
+    std::vector<int64_t> chosen = plan(c, rank).chunks;
+    Prediction p;
+    if (std::all_of(chosen.begin(), chosen.end(), [](int64_t v) { return v == 0; })) {
+      p = predict_step(c, rank, StrategyShape{});
+    } else {
+      std::vector<int64_t> as_chunks = chosen;
+      std::replace(as_chunks.begin(), as_chunks.end(), int64_t(0), int64_t(1));
+      p = predict_step(c, rank, chunked(1), as_chunks);
+    }
+    p.chunks = chosen;
+    return p;
+  }
+
+  std::optional<PaperChunks> paper_chunks(double received, double s_recv_max) const override {
+    if (chunks_ > 0) return PaperChunks{chunks_, chunks_};
+    const int64_t c = chunks_for(received, s_recv_max, bins_);
+    return PaperChunks{c, c > 0 ? c : bins_.back()};
+  }
+
+ private:
+  static StrategyShape chunked(int64_t chunks) {
+    StrategyShape s;
+    s.recompute_layer = true;
+    s.moe = MoeMode::Chunked;
+    s.chunks = chunks;
+    return s;
+  }
+
+  // Chooses a step's chunk count per layer (0 = store without recomputation).
+  Plan plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
+    const int64_t L = c.model.layers;
+    Plan plan{std::vector<int64_t>(size_t(L), bins_.front())};
+    if (objective_ == "time") return plan_for_time(c, rank, predict_step(c, rank, StrategyShape{}));
+    if (c.budget < 0) {  // no budget: everything fits
+      if (store_when_fits_) plan.chunks.assign(size_t(L), 0);
+      return plan;
+    }
+    const Prediction stored = predict_step(c, rank, StrategyShape{});
+    const int64_t room = activation_room(c, stored);
+    if (store_when_fits_ && stored.activation_bytes <= room) {
+      plan.chunks.assign(size_t(L), 0);
+      return plan;
+    }
+    if (model_ == "paper") {
+      PaperModel pm;
+      const ModelConfig& m = c.model;
+      pm.D_t = double(c10::elementSize(dtype_of(c.dtype)));
+      pm.b = double(m.micro_batch), pm.s = double(m.seq), pm.h = double(m.hidden), pm.a = double(m.heads);
+      pm.h_d = double(m.head_dim), pm.k_a = double(m.kv_heads), pm.e_n = double(m.experts), pm.g_e = double(m.ffn_hidden);
+      pm.static_bytes = double(stored.static_bytes), pm.device_bytes = double(c.budget);
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t need = rank.layers[size_t(l)].tokens_received;  // notify: rows to receive
+        const int64_t b = chunks_for(double(need), pm.s_recv_max(), bins_);
+        if (b < 0)
+          throw OutOfMemory(int64_t(pm.activation(double(need), double(bins_.back()))), stored.static_bytes, c.budget);
+        plan.chunks[size_t(l)] = b;
+      }
+      return plan;
+    }
+    const auto peaks = layer_peaks(c, rank);
+    for (int64_t l = 0; l < L; ++l) {
+      size_t i = 0;
+      while (i < bins_.size() && peaks[i][size_t(l)] > room) ++i;
+      if (i == bins_.size()) {
+        const int64_t need = peaks.back()[size_t(l)];
+        throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) + " needs " +
+                                 std::to_string(need) + " activation bytes even with " + std::to_string(bins_.back()) +
+                                 " chunks; the budget leaves " + std::to_string(room) + " (short by " +
+                                 std::to_string(need - room) + ")");
+      }
+      plan.chunks[size_t(l)] = bins_[i];
+    }
+    return plan;
+  }
+
+  // objective: time: per layer, the fastest bin that fits by the cost model; the whole step
+  // stored when that fits and is predicted faster.
+  Plan plan_for_time(const ExperimentConfig& c, const EmulatedRank& rank, const Prediction& stored) const {
+    if (!cost_loaded_) cost_ = CostModel::load(c.cost_model), cost_loaded_ = true;
+    const int64_t L = c.model.layers, El = c.model.experts / c.ep;
+    Plan plan{std::vector<int64_t>(size_t(L), bins_.front())};
+    const int64_t room = c.budget < 0 ? INT64_MAX : activation_room(c, stored);
+    const auto peaks = layer_peaks(c, rank);
+    double total = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t rows = rank.layers[size_t(l)].tokens_received;
+      double best = -1;
+      for (size_t i = 0; i < bins_.size(); ++i) {
+        if (peaks[i][size_t(l)] > room) continue;
+        const double t = cost_.layer_ms(c.model, El, rows, bins_[i]);
+        if (best < 0 || t < best) best = t, plan.chunks[size_t(l)] = bins_[i];
+      }
+      if (best < 0)
+        throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) +
+                                 " fits the budget with none of the bins");
+      total += best;
+    }
+    double stored_total = 0;
+    for (int64_t l = 0; l < L; ++l) stored_total += cost_.layer_ms(c.model, El, rank.layers[size_t(l)].tokens_received, 0);
+    if (stored.activation_bytes <= room && stored_total < total) {
+      plan.chunks.assign(size_t(L), 0);
+      total = stored_total;
+    }
+    plan.predicted_ms = total;
+    return plan;
+  }
+
+  // The implementation model is within a few percent of the meter, so MACT keeps `headroom` of
+  // the activation room free rather than planning to the last byte.
+  int64_t activation_room(const ExperimentConfig& c, const Prediction& stored) const {
+    return int64_t(double(c.budget - stored.static_bytes) * (1.0 - headroom_));
+  }
+
+  // Each layer's predicted peak for every bin, [bin][layer]. A recomputed layer keeps only its
+  // output until its backward, so one layer's chunk count does not change another's peak: one
+  // prediction per bin covers every layer.
+  std::vector<std::vector<int64_t>> layer_peaks(const ExperimentConfig& c, const EmulatedRank& rank) const {
+    std::vector<std::vector<int64_t>> peaks;
+    for (int64_t b : bins_)
+      peaks.push_back(predict_step(c, rank, chunked(b), std::vector<int64_t>(size_t(c.model.layers), b)).layer_peak);
+    return peaks;
+  }
+
+  int64_t chunks_ = 1;  // 0: auto
+  std::string objective_ = "memory";
+  mutable CostModel cost_;  // the experiment's, loaded when first needed
+  mutable bool cost_loaded_ = false;
+  std::vector<int64_t> bins_;
+  std::string model_;
+  bool store_when_fits_ = false;
+  double headroom_ = 0.05;
+  Plan plan_;                        // this step's (MACT)
+  std::vector<int64_t> step_chunks_;  // per layer, this step
+  int64_t step_ = 0;
+};
+
+MEMFINE_REGISTER_STRATEGY(StrategyInfo{
+    "memfine",
+    "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer recomputed",
+    {{"chunks", "number of token chunks (integer >= 1), or 'auto' (MACT: per layer and step, from the budget)"},
+     {"bins", "auto: the chunk counts MACT may choose (default [1, 2, 4, 8])"},
+     {"model", "auto: 'implementation' (this code's byte-level model, default) or 'paper' (Eq. 8-9)"},
+     {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"},
+     {"headroom", "auto: share of the budget's activation room kept free for the model's error (default 0.05)"},
+     {"objective", "auto: 'memory' (smallest bin that fits, the paper's MACT; default) or 'time' (fastest that fits, "
+                   "by the experiment's cost_model)"}},
+    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
+    [](const StrategySpec& s, const ExperimentConfig& c) {
+      if (tuned(s)) {
+        if (s.get_string("objective", "memory") == "time" && c.cost_model.empty())
+          throw std::invalid_argument("objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
+                                      "writes results/<device>/cost_model.json)");
+        return;
+      }
+      if (s.get_int("chunks", 1) > c.model.tokens())
+        throw std::invalid_argument("chunks (" + std::to_string(s.get_int("chunks", 1)) + ") exceeds the tokens per rank (" +
+                                    std::to_string(c.model.tokens()) + ")");
+    }});
+
+}  // namespace
+}  // namespace memfine

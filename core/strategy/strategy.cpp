@@ -1,0 +1,77 @@
+#include "core/strategy/strategy.h"
+
+#include "core/strategy/recompute.h"
+
+namespace memfine {
+
+LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s, const MoeFn& moe) {
+  const ModelConfig& m = in.model->cfg;
+  const LayerWeights& w = *in.weights;
+  const RankRouting& rr = in.rank->layers[size_t(in.layer)];
+  at::Tensor h = m.attention == "gqa" ? x + attention(rms_norm(x, w.norm1), w, m) : x;
+  at::Tensor xn = rms_norm(h, w.norm2);
+  Routed r = route(xn, w, rr.own_experts, m.topk);
+  MoeRouting routing;
+  routing.dist = in.dist;
+  routing.rank = &rr;
+  routing.tables = in.rank;
+  routing.expert_ids = r.expert_ids;
+  routing.loss_norm = double(x.numel());
+  routing.fused = in.config->kernels == "fused";
+  routing.expert = s.expert();
+  s.cap_routing(routing, r.probs.detach());
+  Combined c = moe(xn, r.probs, routing, w);
+  at::Tensor y = c.y;
+  if (w.shared_in.defined()) y = y + swiglu(xn, w.shared_in, w.shared_out);
+  return {h + y, c.peer_loss};
+}
+
+Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
+                    const LayerWeights& w) {
+  return moe_range(x_norm, probs, w, routing, 0, x_norm.size(0));
+}
+
+LayerOutput layer_recomputed(const at::Tensor& x, const LayerInput& in, Strategy& s, const MoeFn& moe) {
+  Strategy* sp = &s;
+  RecomputeFn fn = [in, sp, moe](const TensorList& a) {
+    LayerOutput o = layer_forward(a[0], in, *sp, moe);
+    return TensorList{o.hidden, o.aux_loss};
+  };
+  TensorList out = recompute(fn, {x}, in.weights->parameters());
+  return {out[0], out[1]};
+}
+
+Prediction Strategy::predict(const ExperimentConfig& c, const EmulatedRank& rank) const {
+  const std::optional<StrategyShape> shape = memory_shape();
+  if (!shape) throw NotModelled(unmodelled_why());
+  return predict_step(c, rank, *shape);
+}
+
+namespace {
+std::map<std::string, StrategyInfo>& registry() {
+  static std::map<std::string, StrategyInfo> r;
+  return r;
+}
+}  // namespace
+
+const std::map<std::string, StrategyInfo>& strategy_registry() { return registry(); }
+
+bool register_strategy(StrategyInfo info) {
+  const std::string name = info.name;
+  registry()[name] = std::move(info);
+  return true;
+}
+
+std::string strategy_of_role(Role role) {
+  for (const auto& [name, info] : registry())
+    if (info.role == role) return name;
+  return "";
+}
+
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec) {
+  auto it = registry().find(spec.name);
+  if (it == registry().end()) throw std::invalid_argument("unknown strategy '" + spec.name + "'");
+  return it->second.make(spec);
+}
+
+}  // namespace memfine

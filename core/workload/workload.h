@@ -1,0 +1,36 @@
+// Routing workloads (kind "router" lets the router's own top-k decide, single rank only): how imbalanced the token-to-expert assignment is. The router still runs and
+// gets gradients; the workload only decides which experts each token goes to (as Megatron-Core's
+// benchmark routing overrides do), so imbalance is a controlled input, not a training accident.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+
+namespace memfine {
+
+std::vector<std::string> workload_kinds();
+
+// Throws std::invalid_argument with a readable message (bad trace file, impossible counts...).
+void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep);
+
+// Assignments each expert receives in one layer, summed over all `ep` ranks' tokens; the counts
+// add up to ep * tokens * topk and none exceeds ep * tokens (a token picks an expert once).
+// With a schedule, `step` selects the step's routing and its imbalance strength.
+std::vector<int64_t> expert_counts(const WorkloadConfig& w, const ModelConfig& m, int64_t ep, int64_t layer,
+                                   uint64_t seed, int64_t step = 0);
+
+// Expert ids [ep * tokens, topk] (int64) realising `counts` exactly, distinct within each row, with
+// tokens shuffled under `seed` so the hot assignments are spread over positions and ranks.
+at::Tensor assign_experts(const std::vector<int64_t>& counts, int64_t total_tokens, int64_t topk, uint64_t seed);
+
+// Per-expert counts from a trace CSV (`layer,expert,tokens`), for `layer` (cycled if absent).
+std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts);
+
+// Deterministic hash used to derive per-layer seeds and table keys.
+uint64_t mix_seed(uint64_t a, uint64_t b);
+
+}  // namespace memfine

@@ -1,0 +1,39 @@
+// A strategy that exists only in the tests: what a user adding a baseline writes, in one file.
+// It stores everything (as no_recompute) but runs its own expert, SwiGLU written out here, and
+// counts the rows that expert saw. The tests hold it to what the suite promises a new strategy:
+// the memory model predicts it (within 5%) from the shape it declares, `verify` covers it, it runs
+// on real ranks through the same expert hook (tests/test_dist.cpp), its counters reach the record,
+// and the figures' tables list it (tests/CMakeLists.txt: extension_in_figures).
+#include <atomic>
+
+#include "core/strategy/strategy.h"
+
+namespace memfine {
+namespace {
+
+std::atomic<int64_t> g_expert_rows{0};  // over every instance: an expert hook is a plain function
+
+class ExpertProbe : public Strategy {
+ public:
+  using Strategy::Strategy;
+  void begin_step(int64_t) override { g_expert_rows = 0; }
+  LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
+    return layer_forward(x, in, *this, moe_stored);
+  }
+  ExpertFn expert() const override {
+    return [](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
+      g_expert_rows += rows.size(0);
+      auto gate_up = at::matmul(rows, w_in).chunk(2, -1);
+      return at::matmul(at::silu(gate_up[0]) * gate_up[1], w_out);
+    };
+  }
+  json step_counters() const override { return {{"expert_rows", g_expert_rows.load()}}; }
+  std::optional<StrategyShape> memory_shape() const override { return StrategyShape{}; }  // stores what no_recompute does
+};
+
+MEMFINE_REGISTER_STRATEGY(StrategyInfo{
+    "expert_probe", "tests only: stores everything, runs its own SwiGLU expert and counts the rows it saw", {},
+    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new ExpertProbe(s)); }});
+
+}  // namespace
+}  // namespace memfine
