@@ -17,7 +17,7 @@ class Capacity : public Strategy {
     policy_ = spec_.get_string("drop_policy", "probs");
     pad_ = spec_.get_bool("pad", false);
     recompute_ = spec_.get_string("recompute", "none");
-    if (!(factor_ > 0)) throw std::invalid_argument("capacity_factor must be positive");
+    if (!(factor_ > 0 && factor_ <= 1e6)) throw std::invalid_argument("capacity_factor must be a finite number in (0, 1e6]");
     if (policy_ != "probs" && policy_ != "position")
       throw std::invalid_argument("drop_policy must be 'probs' or 'position', got '" + policy_ + "'");
     if (recompute_ != "none" && recompute_ != "full")

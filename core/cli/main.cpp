@@ -102,6 +102,18 @@ bool wants_help(const std::vector<std::string>& args) {
   return false;
 }
 
+// A whole decimal integer in [lo, hi]: "1e3", "2.9", "2x" and values past the range are refused,
+// not cut to what a prefix reads as.
+bool parse_flag_int(const std::string& text, int64_t lo, int64_t hi, int64_t& out) {
+  if (text.empty() || text.size() > 19) return false;
+  for (char ch : text)
+    if (ch < '0' || ch > '9') return false;
+  const long long v = std::stoll(text);
+  if (v < lo || v > hi) return false;
+  out = v;
+  return true;
+}
+
 int usage_error(const std::string& msg, const char* help) {
   std::cerr << "memfine: " << msg << "\n\n" << help;
   return 2;
@@ -127,16 +139,17 @@ int main(int argc, char** argv) {
       std::string file;
       for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
-        if (a == "--out" && i + 1 < args.size()) opt.out_dir = args[++i];
-        else if (a == "--resume") opt.resume = true;
+        if (a == "--out") {
+          if (i + 1 >= args.size() || args[i + 1].empty()) return usage_error("--out needs a folder", kRunHelp);
+          opt.out_dir = args[++i];
+        } else if (a == "--resume") opt.resume = true;
         else if (a == "--no-progress") opt.progress = false;
-        else if (a == "--threads" && i + 1 < args.size()) {
-          try {
-            opt.threads = std::stoll(args[++i]);
-          } catch (const std::exception&) {
-            return usage_error("--threads needs a number, got '" + args[i] + "'", kRunHelp);
-          }
-          if (opt.threads < 0) return usage_error("--threads must be 0 (all cores) or more", kRunHelp);
+        else if (a == "--threads") {
+          if (i + 1 >= args.size() || !parse_flag_int(args[i + 1], 0, 1024, opt.threads))
+            return usage_error("--threads needs a whole number in [0, 1024] (0: all cores), got '" +
+                                   (i + 1 < args.size() ? args[i + 1] : std::string()) + "'",
+                               kRunHelp);
+          ++i;
         } else if (!a.empty() && a[0] == '-') return usage_error("unknown option '" + a + "'", kRunHelp);
         else if (file.empty()) file = a;
         else return usage_error("one experiment file at a time", kRunHelp);
@@ -150,12 +163,14 @@ int main(int argc, char** argv) {
       std::vector<std::string> rest;
       bool threads_given = false;
       for (size_t i = 0; i < args.size(); ++i) {
-        if (args[i] == "--nproc" && i + 1 < args.size()) {
-          try {
-            nproc = std::stoi(args[++i]);
-          } catch (const std::exception&) {
-            return usage_error("--nproc needs a number", kLaunchHelp);
-          }
+        if (args[i] == "--nproc") {
+          int64_t n = 0;
+          if (i + 1 >= args.size() || !parse_flag_int(args[i + 1], 1, 1024, n))
+            return usage_error("--nproc needs a whole number in [1, 1024], got '" +
+                                   (i + 1 < args.size() ? args[i + 1] : std::string()) + "'",
+                               kLaunchHelp);
+          nproc = int(n);
+          ++i;
         } else {
           threads_given |= args[i] == "--threads";
           rest.push_back(args[i]);
@@ -187,13 +202,14 @@ int main(int argc, char** argv) {
       std::string file, dir;
       int64_t point = 0;
       for (size_t i = 0; i < args.size(); ++i) {
-        if (args[i] == "--out" && i + 1 < args.size()) dir = args[++i];
-        else if (args[i] == "--point" && i + 1 < args.size()) {
-          try {
-            point = std::stoll(args[++i]);
-          } catch (const std::exception&) {
-            return usage_error("--point needs a number, got '" + args[i] + "'", kExportHelp);
-          }
+        if (args[i] == "--out") {
+          if (i + 1 >= args.size() || args[i + 1].empty()) return usage_error("--out needs a folder", kExportHelp);
+          dir = args[++i];
+        } else if (args[i] == "--point") {
+          if (i + 1 >= args.size() || !parse_flag_int(args[i + 1], 0, int64_t(memfine::kMaxSweepPoints), point))
+            return usage_error("--point needs a whole number, got '" + (i + 1 < args.size() ? args[i + 1] : std::string()) + "'",
+                               kExportHelp);
+          ++i;
         } else if (!args[i].empty() && args[i][0] == '-') return usage_error("unknown option '" + args[i] + "'", kExportHelp);
         else if (file.empty()) file = args[i];
         else return usage_error("one experiment file at a time", kExportHelp);

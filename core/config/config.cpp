@@ -1,6 +1,10 @@
 #include "core/config/config.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -52,8 +56,10 @@ struct Problems {
   std::string file;
   std::vector<std::string>& out;
   std::map<std::string, int>* lines = nullptr;  // where each key of the config being read is
+  std::map<std::string, int> sweep_lines;        // a swept key's line, for keys the sweep created
   void add(const YAML::Node& at, const std::string& path, const std::string& msg) {
     int line = at.IsDefined() && at.Mark().line >= 0 ? at.Mark().line + 1 : 1;
+    if (!(at.IsDefined() && at.Mark().line >= 0) && sweep_lines.count(path)) line = sweep_lines.at(path);
     std::string s = file + ":" + std::to_string(line) + ": " + path + ": " + msg;
     for (const auto& e : out)
       if (e == s) return;  // the same problem in many sweep points is reported once
@@ -66,6 +72,19 @@ class MapReader {
  public:
   MapReader(const YAML::Node& node, std::string path, Problems& p) : node_(node), path_(std::move(path)), p_(p) {
     if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) p_.add(node_, path_.empty() ? "(top)" : path_, "must be a map");
+    if (!node_.IsMap()) return;
+    // yaml-cpp keeps the first of two equal keys: a second `model:` would silently lose a block.
+    std::map<std::string, int> seen;
+    for (const auto& kv : node_) {
+      if (!kv.first.IsScalar()) {
+        p_.add(kv.first, path_.empty() ? "(top)" : path_, "keys must be plain names");
+        continue;
+      }
+      const std::string k = kv.first.Scalar();
+      const int line = kv.first.Mark().line + 1;
+      if (!seen.emplace(k, line).second)
+        p_.add(kv.first, key(k), "given twice (also at line " + std::to_string(seen[k]) + ")");
+    }
   }
   std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
   YAML::Node child(const std::string& k) {
@@ -80,15 +99,38 @@ class MapReader {
     YAML::Node n = child(k);
     if (!n.IsDefined() || n.IsNull()) return;
     try {
-      if (!n.IsScalar()) throw YAML::Exception(n.Mark(), "");
+      if (!n.IsScalar() || !plain_tag(n)) throw YAML::Exception(n.Mark(), "");
       dst = n.as<T>();
     } catch (const YAML::Exception&) {
       p_.add(n, key(k), std::string("expected ") + type + ", got '" + dump(n) + "'");
     }
   }
-  void read_positive(const std::string& k, int64_t& dst) {
+  // An integer in [lo, hi]; the limits are experiments/README.md's.
+  void read_int(const std::string& k, int64_t& dst, int64_t lo, int64_t hi) {
+    const int64_t before = dst;
     read(k, dst, "an integer");
-    if (dst <= 0) p_.add(child(k), key(k), "must be positive, got " + std::to_string(dst));
+    if (dst < lo || dst > hi) {
+      p_.add(child(k), key(k), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(dst));
+      dst = before;  // later checks divide by it: keep a sane value
+    }
+  }
+  void read_positive(const std::string& k, int64_t& dst, int64_t hi = int64_t(1) << 20) { read_int(k, dst, 1, hi); }
+  // A finite number in [lo, hi] (NaN and infinities are refused).
+  void read_number(const std::string& k, double& dst, double lo, double hi) {
+    const double before = dst;
+    read(k, dst, "a number");
+    if (!(dst >= lo && dst <= hi)) {
+      std::ostringstream m;
+      m << "must be a finite number in [" << lo << ", " << hi << "], got " << dst;
+      p_.add(child(k), key(k), m.str());
+      dst = before;
+    }
+  }
+  // Only YAML's own scalar types: `!!binary 256` or a custom tag is not a number.
+  static bool plain_tag(const YAML::Node& n) {
+    const std::string& t = n.Tag();
+    return t.empty() || t == "?" || t == "!" || t == "tag:yaml.org,2002:str" || t == "tag:yaml.org,2002:int" ||
+           t == "tag:yaml.org,2002:float" || t == "tag:yaml.org,2002:bool" || t == "tag:yaml.org,2002:null";
   }
   void read_choice(const std::string& k, std::string& dst, const std::vector<std::string>& allowed) {
     read(k, dst, "a string");
@@ -101,7 +143,8 @@ class MapReader {
   void check_unknown() {
     if (!node_.IsMap()) return;
     for (const auto& kv : node_) {
-      const std::string k = kv.first.as<std::string>();
+      if (!kv.first.IsScalar()) continue;  // reported when the map was opened
+      const std::string k = kv.first.Scalar();
       if (std::find(known_.begin(), known_.end(), k) == known_.end())
         p_.add(kv.first, key(k), "unknown key" + did_you_mean(k, known_));
     }
@@ -121,23 +164,24 @@ class MapReader {
 
 void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p) {
   MapReader r(node, "model", p);
-  r.read_positive("layers", m.layers);
-  r.read_positive("hidden", m.hidden);
-  r.read_positive("heads", m.heads);
-  r.read_positive("kv_heads", m.kv_heads);
-  r.read_positive("head_dim", m.head_dim);
-  r.read_positive("ffn_hidden", m.ffn_hidden);
-  r.read_positive("experts", m.experts);
-  r.read_positive("topk", m.topk);
-  r.read_positive("seq", m.seq);
-  r.read_positive("micro_batch", m.micro_batch);
-  r.read("shared_experts", m.shared_experts, "an integer");
-  if (m.shared_experts < 0) p.add(r.child("shared_experts"), "model.shared_experts", "must be 0 or more");
+  r.read_positive("layers", m.layers, 4096);
+  r.read_positive("hidden", m.hidden, 65536);
+  r.read_positive("heads", m.heads, 1024);
+  r.read_positive("kv_heads", m.kv_heads, 1024);
+  r.read_positive("head_dim", m.head_dim, 4096);
+  r.read_positive("ffn_hidden", m.ffn_hidden, 262144);
+  r.read_positive("experts", m.experts, 65536);
+  r.read_positive("topk", m.topk, 65536);
+  r.read_positive("seq", m.seq, 1 << 20);
+  r.read_positive("micro_batch", m.micro_batch, 65536);
+  r.read_int("shared_experts", m.shared_experts, 0, 64);
   r.read_choice("attention", m.attention, {"gqa", "none"});
   r.check_unknown();
   if (m.topk > m.experts)
     p.add(r.child("topk"), "model.topk", "topk (" + std::to_string(m.topk) + ") exceeds experts (" +
                                              std::to_string(m.experts) + ")");
+  if (m.tokens() > (int64_t(1) << 24))
+    p.add(r.child("seq"), "model.seq", "seq x micro_batch (" + std::to_string(m.tokens()) + " tokens per rank) exceeds 16777216");
   if (m.heads % m.kv_heads != 0)
     p.add(r.child("kv_heads"), "model.kv_heads", "heads (" + std::to_string(m.heads) +
                                                       ") is not divisible by kv_heads (" + std::to_string(m.kv_heads) + ")");
@@ -146,20 +190,15 @@ void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p) {
 void parse_workload(const YAML::Node& node, const std::string& yaml_dir, WorkloadConfig& w, Problems& p) {
   MapReader r(node, "workload", p);
   r.read("kind", w.kind, "a string");  // checked against the registered laws above config (run/validate)
-  r.read("alpha", w.alpha, "a number");
-  r.read("sigma", w.sigma, "a number");
-  r.read("hot_fraction", w.hot_fraction, "a number");
-  r.read("hot_experts", w.hot_experts, "an integer");
+  r.read_number("alpha", w.alpha, 0, 100);
+  r.read_number("sigma", w.sigma, 0, 100);
+  r.read_number("hot_fraction", w.hot_fraction, 0, 1);
+  r.read_positive("hot_experts", w.hot_experts, 65536);
   r.read("trace", w.trace, "a path");
   r.read_choice("schedule", w.schedule, {"none", "figure5"});
-  r.read("peak_step", w.peak_step, "a number");
-  r.read("width", w.width, "a number");
+  r.read_number("peak_step", w.peak_step, -1e6, 1e6);
+  r.read_number("width", w.width, 1e-6, 1e6);
   r.check_unknown();
-  if (w.width <= 0) p.add(r.child("width"), "workload.width", "must be positive");
-  if (w.alpha < 0) p.add(r.child("alpha"), "workload.alpha", "must be 0 or more");
-  if (w.sigma < 0) p.add(r.child("sigma"), "workload.sigma", "must be 0 or more");
-  if (w.hot_fraction < 0 || w.hot_fraction > 1) p.add(r.child("hot_fraction"), "workload.hot_fraction", "must be in [0, 1]");
-  if (w.hot_experts <= 0) p.add(r.child("hot_experts"), "workload.hot_experts", "must be positive");
   if (w.kind == "trace") {
     if (w.trace.empty()) {
       p.add(node, "workload.trace", "kind 'trace' needs a trace file");
@@ -181,6 +220,10 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
     p.add(node, "strategies", "must be a list");
     return;
   }
+  if (node.size() == 0) {
+    p.add(node, "strategies", "is empty: list at least one strategy (see `memfine strategies`)");
+    return;
+  }
   std::set<std::string> labels;
   for (size_t i = 0; i < node.size(); ++i) {
     const YAML::Node item = node[i];
@@ -189,8 +232,10 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
     if (item.IsScalar()) {
       spec.name = item.as<std::string>();
     } else if (item.IsMap()) {
+      MapReader keys(item, path, p);  // duplicate and complex keys
       for (const auto& kv : item) {
-        const std::string k = kv.first.as<std::string>();
+        if (!kv.first.IsScalar()) continue;  // reported by `keys`
+        const std::string k = kv.first.Scalar();
         if (k == "name") spec.name = kv.second.as<std::string>("");
         else spec.params[k] = kv.second;
         if (p.lines) (*p.lines)[path + "." + k] = kv.first.Mark().line + 1;
@@ -210,6 +255,24 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
   }
 }
 
+// The name is a results folder under results/<device>/: one plain folder name.
+std::string folder_name_problem(const std::string& name) {
+  if (name.size() > 128) return "longer than 128 bytes: it names the results folder";
+  if (name == "." || name == "..") return "'" + name + "' is not a folder name";
+  for (unsigned char ch : name)
+    if (ch == '/' || ch < 0x20 || ch == 0x7f) return "must be a plain folder name (no '/' or control characters)";
+  // UTF-8: records are JSON.
+  for (size_t i = 0; i < name.size();) {
+    const unsigned char b = static_cast<unsigned char>(name[i]);
+    const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > name.size()) return "is not UTF-8";
+    for (size_t j = 1; j < n; ++j)
+      if ((static_cast<unsigned char>(name[i + j]) >> 6) != 0x2) return "is not UTF-8";
+    i += n;
+  }
+  return "";
+}
+
 ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, Problems& p) {
   ExperimentConfig c;
   c.source = file;
@@ -220,16 +283,14 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
   r.read_choice("device", c.device, {"cpu", "cuda"});
   r.read_choice("dtype", c.dtype, {"float32", "float64", "bfloat16"});
   r.read_choice("kernels", c.kernels, {"auto", "aten", "fused"});  // auto: resolved in run/validate
-  r.read("threads", c.threads, "an integer");
-  if (c.threads < 0) p.add(r.child("threads"), "threads", "must be 0 (all cores) or more");
-  r.read("warmup", c.warmup, "an integer");
-  if (c.warmup < 0) p.add(r.child("warmup"), "warmup", "must be 0 or more");
-  r.read_positive("repeats", c.repeats);
+  r.read_int("threads", c.threads, 0, 1024);
+  r.read_int("warmup", c.warmup, 0, 1000000);
+  r.read_positive("repeats", c.repeats, 1000000);
   r.read("verify", c.verify, "true or false");
   parse_model(r.child("model"), c.model, p);
   {
     MapReader pr(r.child("parallel"), "parallel", p);
-    pr.read_positive("ep", c.ep);
+    pr.read_positive("ep", c.ep, 65536);
     YAML::Node rank = pr.child("rank");
     if (rank.IsDefined() && !rank.IsNull()) {
       if (rank.IsScalar() && rank.as<std::string>() == "hottest") c.rank = -1;
@@ -270,7 +331,7 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
           p.add(dm, "paper.device_memory", e.what());
         }
       }
-      pr.read("alpha", ps.alpha, "a number");
+      pr.read_number("alpha", ps.alpha, 1e-9, 1);
       pr.read_positive("pipeline", ps.pipeline);
       pr.read("layers_per_stage", ps.layers_per_stage, "an integer");
       pr.read("dense_layers", ps.dense_layers, "an integer");
@@ -281,14 +342,13 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
       pr.read_positive("qk_nope_dim", ps.qk_nope_dim);
       pr.read_positive("qk_rope_dim", ps.qk_rope_dim);
       pr.read_positive("v_head_dim", ps.v_head_dim);
-      pr.read("bytes_param", ps.bytes_param, "a number");
-      pr.read("bytes_grad", ps.bytes_grad, "a number");
-      pr.read("bytes_optimizer", ps.bytes_optimizer, "a number");
+      pr.read_number("bytes_param", ps.bytes_param, 0, 64);
+      pr.read_number("bytes_grad", ps.bytes_grad, 0, 64);
+      pr.read_number("bytes_optimizer", ps.bytes_optimizer, 0, 64);
       pr.read("received", ps.received, "'figure2' or a number");
       pr.read("figure2", ps.figure2, "a path");
-      pr.read("m_g", ps.m_g, "a number");
+      pr.read_number("m_g", ps.m_g, 1e-9, 1e6);
       pr.check_unknown();
-      if (ps.alpha <= 0 || ps.alpha > 1) p.add(pr.child("alpha"), "paper.alpha", "must be in (0, 1]");
       if (!ps.figure2.empty()) {
         std::filesystem::path fp(ps.figure2);
         const std::string dir = std::filesystem::path(file).parent_path().string();
@@ -310,6 +370,7 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
   r.child("sweep");  // expanded by the caller
   r.check_unknown();
   if (c.name.empty()) p.add(root, "name", "missing: every experiment needs a name (it names the results folder)");
+  else if (const std::string why = folder_name_problem(c.name); !why.empty()) p.add(r.child("name"), "name", why);
   p.lines = nullptr;
   return c;
 }
@@ -406,16 +467,38 @@ int64_t parse_bytes(const std::string& text) {
   if (used != t.size() || t.empty())
     throw std::invalid_argument("'" + text + "' is not a size (use bytes or units such as 512MiB, 2GiB)");
   if (!(v > 0) || !std::isfinite(v)) throw std::invalid_argument("must be positive, got '" + text + "'");
+  // Beyond 2^62 bytes (4 EiB) a size is a typo, and int64 arithmetic on it overflows.
+  if (v * scale >= 4.611686018427388e18) throw std::invalid_argument("'" + text + "' is larger than 4 EiB");
   return static_cast<int64_t>(std::llround(v * scale));
 }
 
 std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors) {
   Problems p{path, errors};
+  // A regular file only: a FIFO would block the reader, a folder is no experiment.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    errors.push_back(path + ": cannot read: " + std::strerror(errno));
+    return {};
+  }
+  if (!S_ISREG(st.st_mode)) {
+    errors.push_back(path + ": not a regular file" + (S_ISDIR(st.st_mode) ? " (a folder)" : ""));
+    return {};
+  }
+  if (st.st_size > (1 << 24)) {
+    errors.push_back(path + ": larger than 16 MiB: not an experiment");
+    return {};
+  }
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    std::vector<YAML::Node> docs = YAML::LoadAllFromFile(path);
+    if (docs.size() > 1) {
+      errors.push_back(path + ":" + std::to_string(docs[1].Mark().line + 1) +
+                       ": (document): a second YAML document; an experiment is one");
+      return {};
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::BadFile&) {
-    errors.push_back(path + ":1: (file): cannot read the file");
+    errors.push_back(path + ": cannot read: " + std::strerror(errno));
     return {};
   } catch (const YAML::ParserException& e) {
     errors.push_back(path + ":" + std::to_string(e.mark.line + 1) + ": (syntax): " + e.msg);
@@ -425,6 +508,7 @@ std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std
     p.add(root, "(top)", "an experiment must be a YAML map");
     return {};
   }
+  MapReader top(root, "", p);  // duplicate and complex keys at the top
   // The base config must be valid on its own, except for keys that the sweep sets.
   std::vector<std::pair<std::string, YAML::Node>> axes;
   YAML::Node sweep = root["sweep"];
@@ -432,42 +516,58 @@ std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std
     if (!sweep.IsMap()) {
       p.add(sweep, "sweep", "must be a map from a dotted key to a list of values");
     } else {
+      MapReader sweep_keys(sweep, "sweep", p);
       for (const auto& kv : sweep) {
-        const std::string k = kv.first.as<std::string>();
+        if (!kv.first.IsScalar()) continue;
+        const std::string k = kv.first.Scalar();
         if (!kv.second.IsSequence() || kv.second.size() == 0) {
           p.add(kv.second, "sweep." + k, "must be a non-empty list of values");
           continue;
         }
-        if (k == "sweep" || k.rfind("sweep.", 0) == 0 || k == "name") {
+        if (k.empty() || k == "sweep" || k.rfind("sweep.", 0) == 0 || k == "name") {
           p.add(kv.first, "sweep." + k, "cannot be swept");
           continue;
         }
         axes.emplace_back(k, kv.second);
+        p.sweep_lines[k] = kv.first.Mark().line + 1;
       }
     }
   }
-  std::vector<SweepPoint> points;
+  // The product of the axes, without overflow; past kMaxPoints it is refused, not run.
   size_t total = 1;
-  for (const auto& a : axes) total *= a.second.size();
+  for (const auto& a : axes) {
+    if (total > kMaxSweepPoints / a.second.size()) {
+      p.add(sweep, "sweep", "more than " + std::to_string(kMaxSweepPoints) + " points: split the experiment");
+      return {};
+    }
+    total *= a.second.size();
+  }
+  if (!errors.empty()) return {};
+  // Each point sets its values into the one parsed tree and is read from it: linear in the points
+  // (re-reading the file per point was quadratic), and the values keep their lines.
+  std::vector<SweepPoint> points;
+  points.reserve(total);
   for (size_t idx = 0; idx < total; ++idx) {
-    // A fresh parse per point (not YAML::Clone, which drops line numbers).
-    YAML::Node copy = YAML::LoadFile(path);
     std::string id;
     size_t rest = idx;
     for (const auto& [key, values] : axes) {
       const YAML::Node v = values[rest % values.size()];
       rest /= values.size();
-      YAML::Node parent = node_at(copy, key);
+      YAML::Node parent = node_at(root, key);
       const std::string leaf = key.substr(key.rfind('.') + 1);
       if (!parent.IsDefined()) {
         p.add(values, "sweep." + key, "does not name a setting");
         continue;
       }
-      parent[leaf] = v;  // keeps the sweep value's line for error messages
+      parent[leaf] = v;  // keeps the sweep value's line for error messages; every point sets every axis
       id += (id.empty() ? "" : ",") + key + "=" + MapReader::dump(v);
     }
-    SweepPoint pt{id.empty() ? "base" : id, parse_config(copy, path, p)};
-    points.push_back(std::move(pt));
+    try {
+      points.push_back(SweepPoint{id.empty() ? "base" : id, parse_config(root, path, p)});
+    } catch (const YAML::Exception& e) {  // a shape no reader expected: still FILE:LINE, exit 2
+      errors.push_back(path + ":" + std::to_string(e.mark.line + 1) + ": (yaml): " + e.msg);
+      return {};
+    }
   }
   return points;
 }

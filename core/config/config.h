@@ -110,6 +110,9 @@ struct SweepPoint {
 // meaningful if none were. Callers that run or predict use load_and_validate (core/run/validate.h).
 std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors);
 
+// The most points a sweep may expand to (experiments/README.md).
+inline constexpr size_t kMaxSweepPoints = 10000;
+
 // The resolved config as the YAML would write it, every key included: JSON is YAML, so the
 // record's config loads back to the same config (tests/test_cli.cpp holds it to that).
 nlohmann::json config_to_json(const ExperimentConfig& c);

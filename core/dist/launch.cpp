@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <thread>
 #include <iostream>
 
 #include "core/dist/dist.h"
@@ -21,11 +24,13 @@ int launch_experiment(const std::string& self, int nproc, const std::vector<std:
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
-      if (kv.rfind("RANK=", 0) && kv.rfind("WORLD_SIZE=", 0) && kv.rfind("MASTER_ADDR=", 0) && kv.rfind("MASTER_PORT=", 0))
+      if (kv.rfind("RANK=", 0) && kv.rfind("WORLD_SIZE=", 0) && kv.rfind("MASTER_ADDR=", 0) && kv.rfind("MASTER_PORT=", 0) &&
+          kv.rfind("MEMFINE_LAUNCHER=", 0))
         env.push_back(kv);
     }
     for (const std::string& kv : std::initializer_list<std::string>{"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
-                                 std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port)})
+                                 std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port),
+                                 "MEMFINE_LAUNCHER=" + std::to_string(::getpid())})
       env.push_back(kv);
     std::vector<std::string> args = {self, "run"};
     args.insert(args.end(), run_args.begin(), run_args.end());
@@ -43,20 +48,45 @@ int launch_experiment(const std::string& self, int nproc, const std::vector<std:
     }
     pids.push_back(pid);
   }
+  // Wait for every rank; once one has failed, the others get a short grace to end on their own
+  // (their collectives fail too) and are then killed: a hung rank cannot hold the job.
+  constexpr auto kGrace = std::chrono::seconds(10);
   int worst = 0;
   std::string first_failure;
-  for (size_t done = 0; done < pids.size(); ++done) {
+  std::chrono::steady_clock::time_point failed_at{};
+  std::vector<bool> running(pids.size(), true);
+  size_t left = pids.size();
+  while (left > 0) {
     int status = 0;
-    const pid_t pid = ::wait(&status);
-    const auto it = std::find(pids.begin(), pids.end(), pid);
-    const int rank = int(it - pids.begin());
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0 && first_failure.empty())
-      first_failure = "rank " + std::to_string(rank) + " exited with status " + std::to_string(code);
-    worst = std::max(worst, code);
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      const auto it = std::find(pids.begin(), pids.end(), pid);
+      if (it == pids.end()) continue;
+      const size_t rank = size_t(it - pids.begin());
+      running[rank] = false, --left;
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0 && first_failure.empty()) {
+        first_failure = "rank " + std::to_string(rank) + " exited with status " + std::to_string(code);
+        failed_at = std::chrono::steady_clock::now();
+      }
+      worst = std::max(worst, code);
+      continue;
+    }
+    if (pid < 0 && errno != EINTR) break;
+    if (!first_failure.empty() && std::chrono::steady_clock::now() - failed_at > kGrace) {
+      for (size_t r = 0; r < pids.size(); ++r)
+        if (running[r]) {
+          std::cerr << "memfine launch: rank " << r << " still running " << kGrace.count()
+                    << " s after " << first_failure << ": killing it\n";
+          ::kill(pids[r], SIGKILL);
+        }
+      first_failure += " (the others were killed)";
+      failed_at = std::chrono::steady_clock::time_point::max() - std::chrono::hours(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (!first_failure.empty()) {
-    std::cerr << "memfine launch: " << first_failure << " (the others stop when their collectives time out)\n";
+    std::cerr << "memfine launch: " << first_failure << "\n";
     return worst == 2 ? 2 : 1;
   }
   return 0;

@@ -1,7 +1,12 @@
 #include "core/record/results.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <array>
 #include <chrono>
@@ -31,16 +36,75 @@ std::vector<json> read_results(const std::string& path) {
       throw std::runtime_error(path + ":" + std::to_string(n) + ": not a JSON record (" + e.what() + ")");
     }
     for (const char* key : {"experiment", "point", "strategy", "status"})
-      if (!out.back().contains(key))
-        throw std::runtime_error(path + ":" + std::to_string(n) + ": record has no '" + key + "'");
+      if (!out.back().is_object() || !out.back().contains(key) || !out.back()[key].is_string())
+        throw std::runtime_error(path + ":" + std::to_string(n) + ": record has no string '" + key + "'");
   }
   return out;
 }
 
-ResultsFile::ResultsFile(const std::string& dir, bool resume) {
-  fs::create_directories(dir);
+namespace {
+
+std::string os_reason() { return std::strerror(errno); }
+
+// Writes all of `data` to `fd`, retrying short writes; false with errno set on failure.
+bool write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) {
+      errno = ENOSPC;
+      return false;
+    }
+    data += n, size -= size_t(n);
+  }
+  return true;
+}
+
+// Replaces `path` with `text` through a temporary file whose every write and fsync succeeded;
+// on any failure the original is left as it was and the temporary file removed.
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error(tmp + ": cannot create: " + os_reason() + " (" + path + " was not changed)");
+  if (!write_all(fd, text.data(), text.size()) || ::fsync(fd) != 0) {
+    const std::string why = os_reason();
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(tmp + ": cannot write: " + why + " (" + path + " was not changed)");
+  }
+  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = os_reason();
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(path + ": cannot replace: " + why + " (it was not changed)");
+  }
+}
+
+}  // namespace
+
+ResultsFile::ResultsFile(const std::string& dir, bool resume, bool writer) : writer_(writer) {
+  if (dir.empty()) throw std::runtime_error("the results folder is empty: give --out a folder");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error(dir + ": cannot make the results folder: " + ec.message());
+  if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": not a folder");
   path_ = (fs::path(dir) / "results.jsonl").string();
-  if (!fs::exists(path_)) return;
+  if (writer_) lock(dir);
+  struct stat st {};
+  if (::lstat(path_.c_str(), &st) == 0) {
+    // A symbolic link would be replaced by a regular file on repair, a FIFO would block the reader.
+    if (S_ISLNK(st.st_mode)) throw std::runtime_error(path_ + " is a symbolic link: give --out the folder of the real file");
+    if (!S_ISREG(st.st_mode)) throw std::runtime_error(path_ + " is not a regular file");
+  }
+  if (writer_) {
+    // Found now, not after the first point was measured.
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) throw std::runtime_error(path_ + ": cannot write: " + os_reason());
+    ::close(fd);
+    ::unlink((path_ + ".tmp").c_str());  // a stray one from a run that died while repairing
+  }
   std::string text;
   {
     std::ifstream in(path_, std::ios::binary);
@@ -51,7 +115,8 @@ ResultsFile::ResultsFile(const std::string& dir, bool resume) {
   if (text.empty()) return;
   if (!resume)
     throw std::runtime_error(path_ + " already holds results: pass --resume to continue it, or --out another folder");
-  // Every complete line must parse; an unterminated last line is what a kill leaves behind.
+  // Every complete line must parse; an unterminated last line after good records is what a kill
+  // leaves behind. Anything else is refused with the file untouched.
   size_t pos = 0, good_end = 0;
   int lineno = 0;
   while (pos < text.size()) {
@@ -66,18 +131,20 @@ ResultsFile::ResultsFile(const std::string& dir, bool resume) {
     } catch (const json::exception&) {
       ok = false;
     }
-    if (!ok || !rec.contains("point") || !rec.contains("strategy")) {
-      if (!complete) {
+    ok = ok && rec.is_object() && rec.contains("point") && rec["point"].is_string() && rec.contains("strategy") &&
+         rec["strategy"].is_string();
+    if (!ok) {
+      if (!complete && !records_.empty()) {
         repaired_ = path_ + ":" + std::to_string(lineno) + ": dropped a torn last record (" +
                     std::to_string(line.size()) + " bytes, from an interrupted run); that point runs again";
         break;
       }
       throw std::runtime_error(path_ + ":" + std::to_string(lineno) +
-                               ": corrupt record; fix or remove the line (nothing was changed)");
+                               ": not a results record; fix or remove the line (nothing was changed)");
     }
     if (!complete) {  // a whole record missing only its newline: keep it, end the line
-      good_end = text.size();
       text += "\n";
+      good_end = text.size();
     } else {
       good_end = nl + 1;
     }
@@ -85,14 +152,31 @@ ResultsFile::ResultsFile(const std::string& dir, bool resume) {
     records_.push_back(std::move(rec));
     pos = complete ? nl + 1 : text.size();
   }
-  if (good_end != fs::file_size(path_)) {
-    // Rewrite through a temporary file, so a crash here cannot lose the good records.
-    const std::string tmp = path_ + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out.write(text.data(), std::streamsize(good_end));
-    }
-    fs::rename(tmp, path_);
+  if (writer_ && (good_end != text.size() || text.size() != size_t(fs::file_size(path_))))
+    replace_file(path_, text.substr(0, good_end));
+}
+
+ResultsFile::~ResultsFile() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+// One run per results folder: an exclusive lock on DIR/.memfine.lock for the whole run, with the
+// holder's pid in it, so that a second run fails at once saying who holds it.
+void ResultsFile::lock(const std::string& dir) {
+  const std::string lock_path = (fs::path(dir) / ".memfine.lock").string();
+  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) throw std::runtime_error(lock_path + ": cannot open: " + os_reason());
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {};
+    const ssize_t n = ::pread(lock_fd_, buf, sizeof buf - 1, 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    throw std::runtime_error(dir + " is in use by another run (pid " + (n > 0 ? std::string(buf, size_t(n)) : "unknown") +
+                             "); wait for it, or --out another folder");
+  }
+  const std::string pid = std::to_string(::getpid());
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size())) {
+    // The lock holds without the pid; only the message of a second run loses it.
   }
 }
 
@@ -101,14 +185,25 @@ bool ResultsFile::has(const std::string& point, const std::string& strategy) con
 }
 
 void ResultsFile::append(const json& record) {
-  const std::string line = record.dump() + "\n";
+  std::string line;
+  try {
+    line = record.dump() + "\n";
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path_ + ": cannot write a record: " + e.what());
+  }
   // One write() of the whole line with O_APPEND, then fsync: the line is on disk before we go on.
-  int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) throw std::runtime_error(path_ + ": cannot open for appending");
-  ssize_t written = ::write(fd, line.data(), line.size());
-  ::fsync(fd);
+  // A write that fails part way (a full disk) is cut back off, so no torn line stays behind.
+  int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND);
+  if (fd < 0) throw std::runtime_error(path_ + ": cannot open for appending: " + os_reason());
+  struct stat st {};
+  const off_t before = ::fstat(fd, &st) == 0 ? st.st_size : -1;
+  if (!write_all(fd, line.data(), line.size()) || ::fsync(fd) != 0) {
+    const std::string why = os_reason();
+    if (before >= 0 && ::ftruncate(fd, before) == 0) ::fsync(fd);
+    ::close(fd);
+    throw std::runtime_error(path_ + ": cannot write a record: " + why + " (the records before it are kept)");
+  }
   ::close(fd);
-  if (written != ssize_t(line.size())) throw std::runtime_error(path_ + ": short write");
   done_.insert({record["point"].get<std::string>(), record["strategy"].get<std::string>()});
   records_.push_back(record);
 }

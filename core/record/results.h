@@ -17,8 +17,14 @@ using json = nlohmann::json;
 class ResultsFile {
  public:
   // Opens DIR/results.jsonl. Without `resume`, a file that already holds records is refused
-  // (std::runtime_error) so results are never overwritten.
-  ResultsFile(const std::string& dir, bool resume);
+  // (std::runtime_error) so results are never overwritten. The `writer` (the one process that
+  // appends) locks the folder for its lifetime (a second run is refused, naming the holder's pid),
+  // checks that it can write before anything is measured, and repairs a torn last line; other
+  // ranks only read.
+  ResultsFile(const std::string& dir, bool resume, bool writer = true);
+  ~ResultsFile();
+  ResultsFile(const ResultsFile&) = delete;
+  ResultsFile& operator=(const ResultsFile&) = delete;
   const std::string& path() const { return path_; }
   bool has(const std::string& point, const std::string& strategy) const;
   void append(const json& record);
@@ -26,6 +32,9 @@ class ResultsFile {
   std::string repaired_note() const { return repaired_; }  // non-empty if a torn line was dropped
 
  private:
+  void lock(const std::string& dir);
+  bool writer_ = true;
+  int lock_fd_ = -1;
   std::string path_, repaired_;
   std::vector<json> records_;
   std::set<std::pair<std::string, std::string>> done_;

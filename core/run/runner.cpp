@@ -1,6 +1,11 @@
 #include "core/run/runner.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -38,6 +43,11 @@ double matmul_ceiling(const std::string& cost_model) {
 }  // namespace
 
 int run_experiment(const std::string& yaml, const RunOptions& opt) {
+  // A rank of `memfine launch` dies with it: no orphan keeps writing after the launch is killed.
+  if (const char* launcher = std::getenv("MEMFINE_LAUNCHER")) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (std::to_string(::getppid()) != launcher) return 1;  // it died before we got here
+  }
   std::vector<std::string> errors;
   std::vector<SweepPoint> points = load_and_validate(yaml, errors);
   if (!errors.empty()) {
@@ -46,12 +56,27 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
   }
   std::unique_ptr<Dist> dist;
   try {
-    dist = Dist::from_env(std::chrono::seconds(60), points.front().config.device);
+    // How long a collective waits for a silent rank (MEMFINE_COLLECTIVE_TIMEOUT seconds; 60).
+    const char* t = std::getenv("MEMFINE_COLLECTIVE_TIMEOUT");
+    const long timeout_s = t && std::atol(t) > 0 ? std::atol(t) : 60;
+    dist = Dist::from_env(std::chrono::seconds(timeout_s), points.front().config.device);
   } catch (const std::exception& e) {
     std::cerr << "memfine run: " << yaml << ": " << e.what() << "\n";
     return 2;
   }
   const bool writer = !dist || dist->rank() == 0;
+  // Fault injection for the tests (tests/test_faults.cpp): this rank stops as a hung one would.
+  if (const char* stop = std::getenv("MEMFINE_FAULT_STOP_RANK"); stop && dist && std::atoi(stop) == dist->rank())
+    ::raise(SIGSTOP);
+  // `memfine launch --nproc 1` (WORLD_SIZE=1) of an expert-parallel file would quietly emulate.
+  if (!dist && std::getenv("WORLD_SIZE"))
+    for (const auto& p : points)
+      if (p.config.ep != 1) {
+        std::cerr << p.config.where("parallel.ep") << ": parallel.ep is " << p.config.ep
+                  << " but WORLD_SIZE is 1: run one rank per expert-parallel rank (memfine launch --nproc "
+                  << p.config.ep << "), or memfine run alone to emulate them\n";
+        return 2;
+      }
   if (dist) {
     for (const auto& p : points)
       if (p.config.device != points.front().config.device) {
@@ -82,7 +107,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
                               : opt.out_dir;
   std::unique_ptr<ResultsFile> results;
   try {
-    results = std::make_unique<ResultsFile>(dir, opt.resume);
+    results = std::make_unique<ResultsFile>(dir, opt.resume, writer);
   } catch (const std::exception& e) {
     std::cerr << "memfine run: " << e.what() << "\n";
     return 2;
@@ -122,7 +147,12 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     }
     for (auto& r : recs) {
       if (r["status"] == "error") failed = true;
-      results->append(r);
+      try {
+        results->append(r);
+      } catch (const std::exception& e) {  // a full disk: what is written stays, the run stops
+        std::cerr << "memfine run: " << e.what() << "\n";
+        return 1;
+      }
       fresh.push_back(r);
     }
   }

@@ -103,6 +103,17 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     check_strategies(c, p, parsed);
     if (!parsed || !errors.empty()) continue;
     if (!c.cost_model.empty()) check_cost_model(c, p);
+    // Sizes are each bounded (experiments/README.md), their products are not: refuse what int64
+    // byte counts cannot hold before computing any.
+    const ModelConfig& m = c.model;
+    const double params = double(m.layers) * ((double(m.experts / c.ep) + double(m.shared_experts)) * 3.0 * double(m.hidden) *
+                                                  double(m.ffn_hidden) +
+                                              4.0 * double(m.hidden) * double(m.heads) * double(m.head_dim) +
+                                              double(m.hidden) * double(m.experts));
+    if (params * 8 * 4 > 4.0e18) {
+      p.add(c, "model", "about " + std::to_string(int64_t(params / 1e9)) + " billion parameters on one rank: too large to size");
+      continue;
+    }
     const int64_t floor = static_bytes_lower_bound(c);
     if (c.budget >= 0 && c.budget < floor)
       p.add(c, "memory.budget", "the budget (" + std::to_string(c.budget) +

@@ -1,5 +1,11 @@
 #include "core/workload/workload.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -77,9 +83,31 @@ std::vector<int64_t> counts_from_weights(const std::vector<double>& weights, int
 
 }  // namespace
 
+namespace {
+// A whole integer field ("1.9" and "1e3" are not): the trace counts rows exactly.
+bool parse_int(const std::string& text, int64_t& out) {
+  const char* s = text.c_str();
+  while (*s == ' ') ++s;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s, &end, 10);
+  if (end == s || errno == ERANGE) return false;
+  while (*end == ' ' || *end == '\r') ++end;
+  if (*end != '\0') return false;
+  out = v;
+  return true;
+}
+}  // namespace
+
 std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts) {
+  // A regular file of bounded size: /dev/zero or a FIFO would read forever or block.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument("trace file '" + path + "' is not a regular file");
+  if (st.st_size > (int64_t(1) << 28)) throw std::invalid_argument("trace file '" + path + "' is larger than 256 MiB");
   std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read trace file '" + path + "'");
+  if (!in) throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
   std::map<int64_t, std::vector<int64_t>> by_layer;
   std::string line;
   int lineno = 0;
@@ -92,11 +120,10 @@ std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t 
     if (!std::getline(ss, a, ',') || !std::getline(ss, b, ',') || !std::getline(ss, c, ','))
       throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": expected 'layer,expert,tokens'");
     int64_t l, e, n;
-    try {
-      l = std::stoll(a), e = std::stoll(b), n = std::stoll(c);
-    } catch (const std::exception&) {
+    if (!parse_int(a, l) || !parse_int(b, e) || !parse_int(c, n))
       throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": not integers: '" + line + "'");
-    }
+    if (n > (int64_t(1) << 40))
+      throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": tokens " + std::to_string(n) + " is absurd");
     if (e < 0 || e >= experts || n < 0)
       throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": expert must be in [0, " +
                                   std::to_string(experts) + ") and tokens >= 0");

@@ -47,7 +47,7 @@ class MemFine : public Strategy {
     objective_ = spec_.get_string("objective", "memory");
     if (objective_ != "memory" && objective_ != "time")
       throw std::invalid_argument("objective must be 'memory' (smallest bin that fits) or 'time' (fastest that fits)");
-    if (headroom_ < 0 || headroom_ >= 1) throw std::invalid_argument("headroom must be in [0, 1)");
+    if (!(headroom_ >= 0 && headroom_ < 1)) throw std::invalid_argument("headroom must be in [0, 1)");
     if (bins_.empty() || !std::is_sorted(bins_.begin(), bins_.end()) || bins_.front() < 1)
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
     if (model_ != "implementation" && model_ != "paper")
@@ -256,6 +256,10 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
     [](const StrategySpec& s, const ExperimentConfig& c) {
       if (tuned(s)) {
+        const auto bins = s.get_int_list("bins", {1, 2, 4, 8});
+        if (!bins.empty() && bins.back() > c.model.tokens())
+          throw std::invalid_argument("bins: " + std::to_string(bins.back()) + " chunks exceeds the tokens per rank (" +
+                                      std::to_string(c.model.tokens()) + ")");
         if (s.get_string("objective", "memory") == "time" && c.cost_model.empty())
           throw std::invalid_argument("objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
                                       "writes results/<device>/cost_model.json)");

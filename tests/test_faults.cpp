@@ -1,0 +1,361 @@
+// The runner under faults and hostile input: nothing lost, nothing crashes, nothing hangs. Each
+// case is one a hostile user tried (issue "Nothing lost, nothing crashes, nothing hangs").
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "cli_testing.h"
+#include "core/record/results.h"
+#include "core/run/validate.h"
+
+using namespace memfine::cli_test;
+using memfine::json;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// kTiny with one line replaced (`from` must occur in it).
+std::string tiny_with(const std::string& from, const std::string& to) {
+  std::string t = kTiny;
+  const size_t at = t.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? t : t.replace(at, from.size(), to);
+}
+
+// Validates YAML text in this process: the errors (empty: valid).
+std::vector<std::string> problems(const std::string& text) {
+  const std::string path = write("in.yaml", text);
+  std::vector<std::string> errors;
+  memfine::load_and_validate(path, errors);
+  return errors;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& e : v) s += e + "\n";
+  return s;
+}
+
+}  // namespace
+
+// Every example of the issue: a FILE:LINE: key: problem, exit 2 through the CLI, before anything runs.
+TEST(Hostile, BadValuesAreErrorsWithFileLineAndKey) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      // {replace, with, expected in the errors}
+      {"kv_heads: 1", "kv_heads: 0", "model.kv_heads: must be in [1, 1024]"},
+      {"parallel: {ep: 2}", "parallel: {ep: 0}", "parallel.ep: must be in [1, 65536]"},
+      {"model.seq: [16, 32]", "parallel.ep: [0, 2]", "parallel.ep: must be in [1, 65536]"},
+      {"heads: 2, kv_heads: 1", "heads: -9223372036854775808, kv_heads: -1", "model.heads: must be in"},
+      {"layers: 1,", "layers: 1000000000,", "model.layers: must be in [1, 4096]"},
+      {"model.seq: [16, 32]", "model.seq: [16, 9223372036854775807]", "model.seq: must be in"},
+      {"threads: 1", "threads: 99999", "threads: must be in [0, 1024]"},
+      {"threads: 1", "threads: 9223372036854775807", "threads: must be in [0, 1024]"},
+      {"warmup: 0", "warmup: 9223372036854775807", "warmup: must be in [0, 1000000]"},
+      {"alpha: 2.0", "alpha: .nan", "workload.alpha: must be a finite number"},
+      {"alpha: 2.0", "alpha: 2.0, sigma: .inf", "workload.sigma: must be a finite number"},
+      {"alpha: 2.0", "alpha: 2.0, hot_fraction: .nan", "workload.hot_fraction: must be a finite number"},
+      {"alpha: 2.0", "alpha: 2.0, width: .nan", "workload.width: must be a finite number"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, headroom: .nan}", "headroom must be in [0, 1)"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: .inf}", "capacity_factor must be a finite"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: 1e300}", "capacity_factor must be a finite"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, bins: [1, 1000000000000]}",
+       "exceeds the tokens per rank"},
+      {"name: tiny", "name: tiny\nmemory: {budget: 9223372036854775808}", "memory.budget: '9223372036854775808' is larger"},
+      {"name: tiny", "name: ../../../escaped", "name: must be a plain folder name"},
+      {"name: tiny", "name: /abs/olute", "name: must be a plain folder name"},
+      {"name: tiny", "name: ..", "name: '..' is not a folder name"},
+      {"name: tiny", "name: .", "name: '.' is not a folder name"},
+      {"name: tiny", "name: caf\xE9", "name: is not UTF-8"},
+      {"seed: 2", "seed: 2\nmodel: {layers: 3}", "model: given twice (also at line"},
+      {"strategies:\n  - no_recompute\n  - full_recompute\n  - {name: memfine, chunks: 2}", "strategies: []",
+       "strategies: is empty"},
+      {"seed: 2", "seed: !!binary 256", "seed: expected"},
+      {"seed: 2", "seed: 2\n? [a]\n: 1", "(top): keys must be plain names"},
+      {"model.seq: [16, 32]", "model.sequ: [16, 32]", ":15: model.sequ: unknown key"},
+  };
+  for (const auto& [from, to, want] : cases) {
+    const auto errs = problems(tiny_with(from, to));
+    EXPECT_FALSE(errs.empty()) << "accepted: " << to;
+    if (errs.empty()) continue;
+    EXPECT_NE(joined(errs).find(want), std::string::npos) << to << "\n" << joined(errs);
+    // FILE:LINE: first
+    EXPECT_EQ(errs[0].find(scratch("in.yaml") + ":"), 0u) << errs[0];
+  }
+  // Through the CLI: exit 2 (a crash would be 128 + its signal).
+  for (const char* to : {"parallel: {ep: 0}", "kv_heads: 0"}) {
+    const std::string from = to[0] == 'p' ? "parallel: {ep: 2}" : "kv_heads: 1";
+    for (const char* cmd : {"validate", "predict"}) EXPECT_EQ(run(std::string(cmd) + " " + write("c.yaml", tiny_with(from, to))).code, 2) << to;
+  }
+}
+
+TEST(Hostile, SweepsAreLinearAndBounded) {
+  // 11 keys x 64 values would wrap a size_t product of points: refused, not a segfault.
+  std::string big = "name: big\nstrategies: [no_recompute]\nsweep:\n";
+  for (const char* k : {"seed", "warmup", "repeats", "threads", "model.layers", "model.hidden", "model.heads",
+                        "model.head_dim", "model.ffn_hidden", "model.seq", "model.micro_batch"}) {
+    big += std::string("  ") + k + ": [";
+    for (int i = 1; i <= 64; ++i) big += std::to_string(i) + (i < 64 ? "," : "]\n");
+  }
+  EXPECT_NE(joined(problems(big)).find("sweep: more than 10000 points"), std::string::npos);
+  // 5000 points expand in linear time (was quadratic: 500 points took 35 s and 5 GB).
+  std::string many = "name: many\nstrategies: [no_recompute]\nsweep:\n  seed: [";
+  for (int i = 0; i < 5000; ++i) many += std::to_string(i) + (i < 4999 ? "," : "]\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string path = write("many.yaml", many);
+  std::vector<std::string> errors;
+  EXPECT_EQ(memfine::load_and_validate(path, errors).size(), 5000u);
+  EXPECT_TRUE(errors.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+}
+
+TEST(Hostile, FilesThatAreNotExperiments) {
+  // A missing file gives the OS's reason and no invented line; a folder, a FIFO and a second
+  // document are refused; none hangs.
+  Result missing = run("validate /nonexistent/x.yaml");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("/nonexistent/x.yaml: cannot read: No such file or directory"), std::string::npos) << missing.err;
+  Result folder = run("validate " + ::testing::TempDir());
+  EXPECT_EQ(folder.code, 2);
+  EXPECT_NE(folder.err.find("not a regular file"), std::string::npos) << folder.err;
+  const std::string fifo = scratch("fifo.yaml");
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  Result f = run("validate " + fifo);
+  EXPECT_EQ(f.code, 2);
+  EXPECT_NE(joined(problems(std::string(kTiny) + "---\nname: second\n")).find("a second YAML document"), std::string::npos);
+  // Traces: fractional or exponent fields are not integers; /dev/zero and a FIFO are no trace.
+  const std::string csv = write("t.csv", "layer,expert,tokens\n0,1.9,1e3\n");
+  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: " + csv + "}"))).find("not integers"),
+            std::string::npos);
+  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: /dev/zero}"))).find("not a regular file"),
+            std::string::npos);
+  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: " + fifo + "}"))).find("not a regular file"),
+            std::string::npos);
+}
+
+TEST(Hostile, FlagsAreParsedStrictly) {
+  const std::string yaml = write("tiny.yaml", kTiny);
+  for (const char* t : {"1e3", "2.9", "4294967297", "-1", ""})
+    EXPECT_EQ(run("run " + yaml + " --out " + fresh_dir("f") + " --threads '" + t + "'").code, 2) << t;
+  EXPECT_EQ(run("launch --nproc 2x " + yaml).code, 2);
+  Result out = run("run " + yaml + " --out ''");
+  EXPECT_EQ(out.code, 2);
+  EXPECT_NE(out.err.find("--out needs a folder"), std::string::npos) << out.err;
+  // launch --nproc 1 of an ep: 2 file would quietly emulate: refused.
+  Result one = run("launch --nproc 1 " + yaml + " --out " + fresh_dir("one"));
+  EXPECT_EQ(one.code, 2);
+  EXPECT_NE(one.err.find("WORLD_SIZE is 1"), std::string::npos) << one.err;
+}
+
+TEST(ResultsFolder, DamagedOrOddResultsFilesAreRefusedUntouched) {
+  const std::string yaml = write("tiny.yaml", kTiny);
+  // One line of non-JSON without a newline is not a torn record after good ones: refused.
+  std::string dir = fresh_dir("junk");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/results.jsonl") << "hello";
+  Result r = run("run " + yaml + " --out " + dir + " --resume");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(slurp(dir + "/results.jsonl"), "hello");
+  // A record whose point is a number.
+  std::ofstream(dir + "/results.jsonl", std::ios::trunc) << R"({"experiment":"x","point":3,"strategy":"s","status":"ok"})" << "\n";
+  EXPECT_EQ(run("run " + yaml + " --out " + dir + " --resume").code, 2);
+  // A symbolic link and a FIFO as results.jsonl.
+  dir = fresh_dir("link");
+  fs::create_directories(dir);
+  fs::create_symlink(scratch("elsewhere.jsonl"), dir + "/results.jsonl");
+  Result l = run("run " + yaml + " --out " + dir + " --resume");
+  EXPECT_EQ(l.code, 2);
+  EXPECT_NE(l.err.find("symbolic link"), std::string::npos) << l.err;
+  dir = fresh_dir("fifo");
+  fs::create_directories(dir);
+  ASSERT_EQ(::mkfifo((dir + "/results.jsonl").c_str(), 0644), 0);
+  EXPECT_EQ(run("run " + yaml + " --out " + dir + " --resume").code, 2);
+  // A folder that cannot be made is found before anything is measured, with the OS's reason.
+  const std::string file = write("plain.txt", "x");
+  Result nf = run("run " + yaml + " --out " + file + "/sub");
+  EXPECT_EQ(nf.code, 2);
+  EXPECT_NE(nf.err.find("Not a directory"), std::string::npos) << nf.err;
+}
+
+// A full disk, injected with a file-size limit (RLIMIT_FSIZE: writes past it fail with EFBIG, as
+// writes to a full disk fail with ENOSPC): nothing already written is lost, nothing is torn.
+TEST(ResultsFolder, AFullDiskLosesNothing) {
+  const std::string yaml = write("tiny.yaml", kTiny);
+  const std::string dir = fresh_dir("full");
+  ASSERT_EQ(run("run " + yaml + " --out " + dir).code, 0);
+  const std::string path = dir + "/results.jsonl";
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(path);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  ASSERT_EQ(lines.size(), 6u);
+  // Two whole records and a torn third; resume while the "disk" holds less than their rewrite.
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << lines[0] << "\n" << lines[1] << "\n" << lines[2].substr(0, 100);
+  }
+  const std::string before = slurp(path);
+  const size_t blocks = (lines[0].size() + 1) / 512;  // less than two records
+  const std::string limit = "trap '' XFSZ; ulimit -f " + std::to_string(blocks) + "; ";
+  Result r = run("run " + yaml + " --out " + dir + " --resume", "", limit);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;  // the OS's reason
+  EXPECT_EQ(slurp(path), before);                                       // the original, as it was
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  // Appending past the limit: the run stops at the first record that does not fit, the ones
+  // before stay whole, and a resume with room completes the rest without duplicates.
+  const std::string dir2 = fresh_dir("full2");
+  const size_t room = (lines[0].size() + lines[1].size() + 2 + lines[2].size() / 2) / 512;
+  Result a = run("run " + yaml + " --out " + dir2, "", "trap '' XFSZ; ulimit -f " + std::to_string(room) + "; ");
+  EXPECT_EQ(a.code, 1);
+  EXPECT_NE(a.err.find("cannot write a record"), std::string::npos) << a.err;
+  const auto kept = memfine::read_results(dir2 + "/results.jsonl");  // whole records only
+  EXPECT_GE(kept.size(), 1u);
+  EXPECT_LT(kept.size(), 6u);
+  ASSERT_EQ(run("run " + yaml + " --out " + dir2 + " --resume").code, 0);
+  const auto all = memfine::read_results(dir2 + "/results.jsonl");
+  std::set<std::pair<std::string, std::string>> keys;
+  for (const auto& rec : all) keys.insert({rec["point"].get<std::string>(), rec["strategy"].get<std::string>()});
+  EXPECT_EQ(all.size(), 6u);
+  EXPECT_EQ(keys.size(), 6u);
+}
+
+// One run per results folder: a second fails at once, exit 2, naming the holder's pid.
+TEST(ResultsFolder, ASecondRunIntoOneFolderIsRefused) {
+  const std::string yaml = write("tiny.yaml", kTiny);
+  const std::string dir = fresh_dir("locked");
+  fs::create_directories(dir);
+  const int fd = ::open((dir + "/.memfine.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string pid = std::to_string(::getpid());
+  ASSERT_EQ(::pwrite(fd, pid.data(), pid.size(), 0), ssize_t(pid.size()));
+  for (const char* extra : {"", " --resume"}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Result r = run("run " + yaml + " --out " + dir + extra);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("in use by another run (pid " + pid + ")"), std::string::npos) << r.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  }
+  EXPECT_FALSE(fs::exists(dir + "/results.jsonl") && fs::file_size(dir + "/results.jsonl") > 0);
+  ::close(fd);  // released: the next run goes ahead
+  EXPECT_EQ(run("run " + yaml + " --out " + dir).code, 0);
+}
+
+// A rank that hangs (stopped) instead of dying: launch ends the job in bounded time.
+TEST(Launch, AHungRankEndsTheJobInBoundedTime) {
+  std::string yaml = tiny_with("verify: true", "verify: false");
+  const std::string path = write("hang.yaml", yaml);
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = run("launch --nproc 2 " + path + " --out " + fresh_dir("hang"), "",
+                 "MEMFINE_COLLECTIVE_TIMEOUT=3 MEMFINE_FAULT_STOP_RANK=1 ");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("killing it"), std::string::npos) << r.err;
+  EXPECT_LT(took, std::chrono::seconds(40));
+}
+
+// Killing launch kills its ranks: no orphan goes on writing.
+TEST(Launch, RanksDieWithTheLauncher) {
+  const std::string path = write("orphans.yaml", tiny_with("verify: true", "verify: false"));
+  const std::string dir = fresh_dir("orphans");
+  const std::string pidfile = scratch("launch.pid");
+  // Rank 1 stops, so the job cannot end by itself before the launcher is killed.
+  const std::string cmd = "MEMFINE_COLLECTIVE_TIMEOUT=60 MEMFINE_FAULT_STOP_RANK=1 " + std::string(MEMFINE_BIN) +
+                          " launch --nproc 2 " + path + " --out " + dir + " >/dev/null 2>&1 & echo $! > " + pidfile;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const pid_t launcher = pid_t(std::stol(slurp(pidfile)));
+  std::vector<pid_t> ranks;
+  {
+    std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+    for (pid_t p; children >> p;) ranks.push_back(p);
+  }
+  ASSERT_EQ(ranks.size(), 2u);
+  ASSERT_EQ(::kill(launcher, SIGKILL), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (pid_t p : ranks) {
+    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+    std::string pid_s, comm, state;
+    stat >> pid_s >> comm >> state;
+    EXPECT_TRUE(!stat || state == "Z") << "rank pid " << p << " still alive (" << state << ")";
+  }
+}
+
+// Hundreds of generated mutants of a valid experiment through validation, each in a child
+// process with a time limit: none crashes (a signal), none hangs.
+TEST(Fuzz, MutantsNeitherCrashNorHang) {
+  const std::string base = slurp(std::string(MEMFINE_TESTS_DIR) + "/../experiments/quickstart.yaml");
+  ASSERT_FALSE(base.empty());
+  const std::vector<std::string> values = {"0", "-1", "1", "2", "3", "7", "-9223372036854775808", "9223372036854775807",
+                                           "18446744073709551616", "1e308", "-1e308", ".nan", ".inf", "-.inf", "0.5",
+                                           "1000000000", "''", "\"\"", "[]", "{}", "[1, 0]", "null", "~", "true",
+                                           "auto", "!!binary 256", "\"\\xff\"", "..", "/", "a: b"};
+  std::mt19937_64 rng(20261123);
+  int crashes = 0, hangs = 0, valid = 0, refused = 0;
+  std::string first_bad;
+  const int kMutants = 400;
+  for (int m = 0; m < kMutants; ++m) {
+    std::string text = base;
+    // 1-3 edits: a scalar value replaced, a line dropped or duplicated, a character flipped.
+    const int edits = 1 + int(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const int kind = int(rng() % 4);
+      std::vector<size_t> starts = {0};
+      for (size_t i = 0; i < text.size(); ++i)
+        if (text[i] == '\n' && i + 1 < text.size()) starts.push_back(i + 1);
+      const size_t line = starts[rng() % starts.size()];
+      const size_t end = text.find('\n', line) == std::string::npos ? text.size() : text.find('\n', line);
+      if (kind == 0) {  // a value after ": "
+        const size_t colon = text.find(": ", line);
+        if (colon == std::string::npos || colon >= end) continue;
+        size_t vend = colon + 2;
+        while (vend < end && text[vend] != ',' && text[vend] != '}' && text[vend] != '#') ++vend;
+        text.replace(colon + 2, vend - colon - 2, values[rng() % values.size()]);
+      } else if (kind == 1) {
+        text.erase(line, end - line);
+      } else if (kind == 2) {
+        text.insert(line, text.substr(line, end - line) + "\n");
+      } else if (!text.empty()) {
+        text[rng() % text.size()] = "{}[]:,-#&*!|>'\"%@ 0\n"[rng() % 20];
+      }
+    }
+    const std::string path = scratch("mutant.yaml");
+    std::ofstream(path, std::ios::trunc) << text;
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::alarm(10);  // a hang ends as SIGALRM, counted below
+      std::vector<std::string> errors;
+      memfine::load_and_validate(path, errors);
+      ::_exit(errors.empty() ? 0 : 2);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ++hangs;
+    else if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2)) ++crashes;
+    else if (WEXITSTATUS(status) == 0) ++valid;
+    else ++refused;
+    if ((WIFSIGNALED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2)) && first_bad.empty()) first_bad = text;
+  }
+  std::cout << kMutants << " mutants: " << valid << " valid, " << refused << " refused, " << crashes << " crashed, " << hangs
+            << " hung\n";
+  EXPECT_EQ(crashes, 0) << "first:\n" << first_bad;
+  EXPECT_EQ(hangs, 0) << "first:\n" << first_bad;
+  EXPECT_GT(refused, kMutants / 4);  // the mutants do reach the checks
+}
