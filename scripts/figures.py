@@ -8,6 +8,7 @@ in. Run through scripts/python (an interpreter with matplotlib), e.g.
         --predictions results/model/paper_table4.jsonl
 """
 import argparse
+import hashlib
 import csv
 import glob
 import json
@@ -257,9 +258,9 @@ def figure4(path, out_dir):
             warm = r["config"]["warmup"]
             if r["status"] == "ok":
                 ax.plot(range(warm, warm + len(times)), [tokens / (t / 1e3) for t in times], "o-", ms=3,
-                        color=COLORS.get(r["strategy"]), label=f"{name}: median {tokens / (r['step_ms']['median'] / 1e3):.0f}")
+                        color=color_of(r["strategy"]), label=f"{name}: median {tokens / (r['step_ms']['median'] / 1e3):.0f}")
             else:
-                ooms.append((warm + len(times), name, COLORS.get(r["strategy"], "tab:red")))
+                ooms.append((warm + len(times), name, color_of(r["strategy"])))
         for step, name, color in ooms:  # out of memory: marked where it happened, not drawn as zero
             ax.axvline(step, color=color, ls=":", lw=1.5, label=f"{name}: out of memory at step {step}")
         ax.set_title(point.replace("memory.budget=", "budget "))
@@ -284,7 +285,9 @@ def figure5(path, out_dir):
     pgrid = [[int(r[f"it{i}"]) for i in range(1, 21)] for r in paper]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     cmap = plt.get_cmap("viridis", 4)
-    for ax, g, title, y0, steps in ((axes[0], grid, f"ours ({rec['point'].replace('memory.budget=', 'budget ')})", 0, rec.get("chunk_steps")),
+    for ax, g, title, y0, steps in ((axes[0], grid, f"ours ({rec['point'].replace('memory.budget=', 'budget ')})", 0,
+                                     # iterations counted from 1, as the paper's (records count steps from 0)
+                                     [i + 1 for i in rec.get("chunk_steps") or range(len(grid[0]))]),
                                     (axes[1], pgrid, "paper (Model I, layers 4-15)", 4, list(range(1, 21)))):
         im = ax.imshow([[math.log2(max(v, 1)) for v in row] for row in g], aspect="auto", cmap=cmap, vmin=-0.5, vmax=3.5,
                        origin="upper")
@@ -295,7 +298,7 @@ def figure5(path, out_dir):
         ax.set_yticklabels([str(y0 + i) for i in range(len(g))], fontsize=7)
         ax.set_xticks(range(len(g[0])))
         ax.set_xticklabels([str(s) for s in (steps or range(len(g[0])))], fontsize=7)
-        ax.set_xlabel("step (iteration)")
+        ax.set_xlabel("iteration (from 1)")
         ax.set_ylabel("layer")
         ax.set_title(title)
     cb = fig.colorbar(im, ax=axes, ticks=[0, 1, 2, 3])
@@ -311,6 +314,24 @@ def mark_oom(ax, x, y_top, label="OOM"):
 
 
 # ---- Memory and time against imbalance ----
+def color_of(strategy):
+    """A strategy's colour from its label alone: adding another strategy to a figure never
+    recolours the ones already there (the paper's methods keep the paper's colours)."""
+    if strategy in COLORS:
+        return COLORS[strategy]
+    palette = plt.get_cmap("tab20").colors
+    return palette[int(hashlib.md5(strategy.encode()).hexdigest(), 16) % len(palette)]
+
+
+def with_drops(recs, strategy):
+    """The label, with the dropped share where the strategy drops assignments (capacity): a lower
+    memory beside dropless strategies is not the same model."""
+    drops = [r.get("dropped_fraction") for r in recs if r["strategy"] == strategy and r.get("dropped_fraction")]
+    if not drops:
+        return strategy
+    return f"{strategy} (drops {100 * min(drops):.0f}-{100 * max(drops):.0f}%)"
+
+
 def imbalance(path, out_dir):
     recs = load(path)
     strategies = list(dict.fromkeys(r["strategy"] for r in recs))
@@ -319,8 +340,8 @@ def imbalance(path, out_dir):
     for s in strategies:
         pts = sorted((r["overload_factor"], r) for r in recs if r["strategy"] == s)
         xs = [x for x, r in pts if r["status"] == "ok"]
-        a1.plot(xs, [activation(r) / MIB for x, r in pts if r["status"] == "ok"], "o-", label=s)
-        a2.plot(xs, [r["step_ms"]["median"] for x, r in pts if r["status"] == "ok"], "o-", label=s)
+        a1.plot(xs, [activation(r) / MIB for x, r in pts if r["status"] == "ok"], "o-", label=with_drops(recs, s), color=color_of(s))
+        a2.plot(xs, [r["step_ms"]["median"] for x, r in pts if r["status"] == "ok"], "o-", label=with_drops(recs, s), color=color_of(s))
         for x, r in pts:
             if r["status"] != "ok":
                 mark_oom(a1, x, top)
@@ -346,8 +367,8 @@ def chunks(path, out_dir):
     a2.plot([c for c, _ in mem], [activation(r) / MIB for _, r in mem], "o-", label="memfine")
     for name, r in refs.items():
         if r["status"] == "ok":
-            a1.axhline(r["step_ms"]["median"], ls="--", lw=1, color="C1" if r.get("role") == "baseline" else "C2", label=name)
-            a2.axhline(activation(r) / MIB, ls="--", lw=1, color="C1" if r.get("role") == "baseline" else "C2", label=name)
+            a1.axhline(r["step_ms"]["median"], ls="--", lw=1, color=color_of(name), label=name)
+            a2.axhline(activation(r) / MIB, ls="--", lw=1, color=color_of(name), label=name)
     for ax, yl, t in ((a1, "median step time (ms), band: min-max", "step time against chunk count"),
                       (a2, "activation peak (MiB)", "activation peak against chunk count")):
         ax.set_xscale("log", base=2)

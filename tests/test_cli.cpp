@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "cli_testing.h"
@@ -91,6 +92,9 @@ TEST(Cli, SweepWritesWellFormedRecords) {
     EXPECT_EQ(rec["status"], "ok");
     EXPECT_GT(rec["peak_activation_bytes"].get<int64_t>(), 0);
     EXPECT_LT(rec["grad_max_rel_err"].get<double>(), 1e-4);
+    // Against this machine's measured GEMM ceiling: a step never runs above it.
+    EXPECT_GT(rec["ceiling_fraction"].get<double>(), 0);
+    EXPECT_LT(rec["ceiling_fraction"].get<double>(), 1);
     for (const char* key : {"median", "min", "max"}) EXPECT_TRUE(rec["step_ms"].contains(key));
     for (const char* key : {"git_commit", "libtorch", "device_name", "threads", "blas", "date"})
       EXPECT_TRUE(rec["env"].contains(key)) << key;
@@ -297,4 +301,47 @@ TEST(Cli, EveryShippedExperimentValidates) {
     ++checked;
   }
   EXPECT_GE(checked, 10);
+}
+
+// `predict` makes MACT's choice as `run` does, per point under each budget, and says when
+// nothing fits where `run` ran out of memory (it is sold for sizing jobs: it must be right).
+TEST(Cli, PredictChoosesAsRunDoesUnderEachBudget) {
+  const std::string yaml = write("mact.yaml", R"(name: mact
+seed: 3
+threads: 2
+warmup: 0
+repeats: 1
+model: {layers: 4, hidden: 64, heads: 2, kv_heads: 1, head_dim: 32, ffn_hidden: 128, experts: 16, topk: 4, seq: 256}
+parallel: {ep: 4}
+workload: {kind: zipf, alpha: 1.5}
+strategies:
+  - full_recompute
+  - {name: memfine, chunks: auto}
+sweep:
+  memory.budget: [8MiB, 10MiB, 12MiB, 16MiB]
+)");
+  const std::string dir = fresh_dir("mact");
+  Result r = run("run " + yaml + " --out " + dir + " --no-progress");
+  ASSERT_LE(r.code, 1) << r.err;
+  Result p = run("predict " + yaml);
+  ASSERT_EQ(p.code, 0) << p.err;
+  std::map<std::string, json> predicted;
+  std::istringstream lines(p.out);
+  for (std::string l; std::getline(lines, l);) {
+    const json j = json::parse(l);
+    if (j["name"] == "memfine") predicted[j["point"]] = j;
+  }
+  std::set<std::string> choices;
+  for (const auto& rec : memfine::read_results(dir + "/results.jsonl")) {
+    if (rec["name"] != "memfine") continue;
+    const json& pr = predicted.at(rec["point"].get<std::string>());
+    if (rec["status"] == "ok") {
+      EXPECT_EQ(pr["fits"], true) << rec["point"];
+      EXPECT_EQ(pr["chunks"], rec["chunks"][0]) << rec["point"];  // run: [timed step][layer]
+      choices.insert(pr["chunks"].dump());
+    } else {
+      EXPECT_EQ(pr["fits"], false) << rec["point"] << ": run " << rec["status"] << " (" << rec["error"] << ")";
+    }
+  }
+  EXPECT_GE(choices.size(), 2u);  // the budgets do change the choice
 }

@@ -7,7 +7,10 @@
 #include <fstream>
 
 #include "core/config/config.h"
+#include "core/record/record.h"
 #include "core/run/validate.h"
+
+#include <sstream>
 
 namespace fs = std::filesystem;
 using namespace memfine;
@@ -67,4 +70,52 @@ TEST(Config, StrategyLabelFormatIsPinned) {
   EXPECT_EQ(cap.label(), "capacity(capacity_factor=1.25,drop_policy=probs)");
   StrategySpec flags{"memfine", {{"chunks", YAML::Load("auto")}, {"store_when_fits", YAML::Load("true")}}};
   EXPECT_EQ(flags.label(), "memfine(chunks=auto,store_when_fits=true)");
+}
+
+// The run table tells the truth at a glance: capacity's dropped share beside dropless strategies,
+// ratios against the baseline where it ran out of memory (its peak at the nearest budget where it
+// fit, marked), the chunk choice of MACT and of a fixed count that ran out of memory, and rows a
+// --resume brought from earlier marked with their machine and commit.
+TEST(Record, SummaryTableShowsDroppedChunksAndWhereRatiosComeFrom) {
+  auto rec = [](const std::string& point, const std::string& strategy, const std::string& status, double act, double ms,
+                nlohmann::json extra = nlohmann::json::object()) {
+    nlohmann::json r = {{"experiment", "x"}, {"point", point}, {"strategy", strategy}, {"status", status},
+                        {"role", strategy == "full_recompute" ? nlohmann::json("baseline") : nlohmann::json(nullptr)},
+                        {"tokens_received", 100}, {"static_bytes", 1 << 20},
+                        {"peak_activation_bytes", status == "ok" ? nlohmann::json(act) : nlohmann::json(nullptr)},
+                        {"step_ms", status == "ok" ? nlohmann::json({{"median", ms}, {"min", ms}, {"max", ms}}) : nlohmann::json(nullptr)},
+                        {"budget_bytes", point == "memory.budget=100MiB" ? nlohmann::json(100 << 20) : nlohmann::json(200 << 20)},
+                        {"env", {{"device_name", "Old CPU"}, {"git_commit", "abc123"}, {"date", "2026-01-01"}}}};
+    for (const auto& [k, v] : extra.items()) r[k] = v;
+    return r;
+  };
+  const std::vector<nlohmann::json> records = {
+      rec("memory.budget=200MiB", "full_recompute", "ok", 100, 10),
+      rec("memory.budget=100MiB", "full_recompute", "oom", 0, 0),
+      rec("memory.budget=100MiB", "memfine(chunks=auto)", "ok", 50, 11,
+          {{"chunks", nlohmann::json::array({{1, 8}, {2, 4}})}}),
+      rec("memory.budget=100MiB", "memfine(chunks=8)", "oom", 0, 0, {{"chunks", 8}}),
+      rec("memory.budget=100MiB", "capacity", "ok", 40, 5, {{"dropped_fraction", 0.54}}),
+  };
+  const std::string t = summary_table(records, 1);
+  auto row = [&](const std::string& strategy, const std::string& point) {
+    std::istringstream in(t);
+    for (std::string l; std::getline(in, l);)
+      if (l.find(" " + strategy + " ") != std::string::npos && l.rfind(point, 0) == 0) return l;
+    return std::string();
+  };
+  EXPECT_NE(row("capacity", "memory.budget=100MiB").find("54.0%"), std::string::npos) << t;
+  EXPECT_NE(row("memfine(chunks=auto)", "memory.budget=100MiB").find(" 1-8 "), std::string::npos) << t;
+  EXPECT_NE(row("memfine(chunks=auto)", "memory.budget=100MiB").find("0.500*"), std::string::npos) << t;
+  EXPECT_NE(row("memfine(chunks=8)", "memory.budget=100MiB").find(" 8 "), std::string::npos) << t;
+  EXPECT_NE(t.find("nearest budget where it fit"), std::string::npos);
+  EXPECT_NE(row("full_recompute", "memory.budget=200MiB^").size(), 0u) << t;  // from before the resume
+  EXPECT_NE(t.find("Old CPU, commit abc123"), std::string::npos) << t;
+  // Every row's columns line up, however long a label.
+  std::istringstream in(t);
+  std::string header, rule;
+  std::getline(in, header), std::getline(in, header), std::getline(in, rule);
+  for (std::string l; std::getline(in, l) && l.find("----") == std::string::npos && !l.empty() && l[0] != '*' && l[0] != '^' &&
+                      l.rfind("dropped", 0) != 0;)
+    EXPECT_EQ(l.size(), header.size()) << l;
 }

@@ -155,8 +155,17 @@ TEST(Hostile, FlagsAreParsedStrictly) {
   Result out = run("run " + yaml + " --out ''");
   EXPECT_EQ(out.code, 2);
   EXPECT_NE(out.err.find("--out needs a folder"), std::string::npos) << out.err;
-  // launch --nproc 1 of an ep: 2 file would quietly emulate: refused.
-  Result one = run("launch --nproc 1 " + yaml + " --out " + fresh_dir("one"));
+  // launch --nproc 1 of an ep: 2 file would quietly emulate, --nproc 3 would start 3 ranks that
+  // each say so: refused once, before any rank starts.
+  for (const char* n : {"1", "3"}) {
+    Result r = run(std::string("launch --nproc ") + n + " " + yaml + " --out " + fresh_dir("n"));
+    EXPECT_EQ(r.code, 2);
+    const std::string msg = std::string("but --nproc is ") + n;
+    EXPECT_NE(r.err.find(msg), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(msg), r.err.rfind(msg)) << "said more than once:\n" << r.err;
+  }
+  // A rank started by another launcher with WORLD_SIZE=1 of an ep: 2 file: refused too.
+  Result one = run("run " + yaml + " --out " + fresh_dir("one"), "", "WORLD_SIZE=1 RANK=0 ");
   EXPECT_EQ(one.code, 2);
   EXPECT_NE(one.err.find("WORLD_SIZE is 1"), std::string::npos) << one.err;
 }

@@ -189,5 +189,19 @@ class Figures(unittest.TestCase):
         self.assertIn("--results", r.stdout)
 
 
+class Ceiling(unittest.TestCase):
+    def test_no_committed_kernel_runs_above_the_ceiling(self):
+        """The committed cost models' ceiling is the best dense GEMM of that machine: no kernel
+        measured there may run above it."""
+        import glob as _glob
+        paths = _glob.glob(os.path.join(ROOT, "results", "*", "cost_model.json"))
+        self.assertTrue(paths)
+        for path in paths:
+            model = json.load(open(path))
+            ceiling = model["matmul_ceiling_flops"]
+            for name, flops in model["kernel_flops"].items():
+                self.assertLessEqual(flops, ceiling * 1.0001, f"{path}: {name} at {flops / ceiling:.2f} of the ceiling")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

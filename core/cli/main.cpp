@@ -177,6 +177,25 @@ int main(int argc, char** argv) {
         }
       }
       if (nproc < 1) return usage_error("launch needs --nproc N (1 or more)", kLaunchHelp);
+      // One rank per expert-parallel rank: a mismatch is said once, before any rank starts.
+      for (size_t i = 0; i < rest.size(); ++i) {
+        if (rest[i] == "--out" || rest[i] == "--threads") {
+          ++i;
+          continue;
+        }
+        if (rest[i].empty() || rest[i][0] == '-') continue;
+        std::vector<std::string> errors;
+        const auto points = memfine::load_and_validate(rest[i], errors);
+        for (const auto& e : errors) std::cerr << e << "\n";
+        if (!errors.empty()) return 2;
+        for (const auto& pt : points)
+          if (pt.config.ep != nproc) {
+            std::cerr << pt.config.where("parallel.ep") << ": parallel.ep is " << pt.config.ep << " but --nproc is " << nproc
+                      << ": launch one rank per expert-parallel rank\n";
+            return 2;
+          }
+        break;
+      }
       if (!threads_given) {
         const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
         rest.push_back("--threads");

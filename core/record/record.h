@@ -48,8 +48,11 @@ json new_record(const ExperimentConfig& c, const std::string& point, const Strat
 std::vector<json> measured_records(const SweepPoint& pt, const PointRouting& routing, const std::vector<Measured>& ms,
                                    double matmul_ceiling_flops);
 
-// The table printed after a run: ratios against the strategy of Role::Baseline.
-std::string summary_table(const std::vector<json>& records);
+// The table printed after a run: ratios against the strategy of Role::Baseline (where it ran out
+// of memory, against it at the nearest budget of the same point where it fit, marked), the dropped
+// share, the chunk choice; the first `earlier` records (from before a --resume) are marked with
+// the machine and commit they came from.
+std::string summary_table(const std::vector<json>& records, size_t earlier = 0);
 
 // "1.5 MiB"
 std::string fmt_bytes(double bytes);

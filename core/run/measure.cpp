@@ -95,9 +95,21 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
         k.m.status = is_out_of_memory(e) ? "oom" : "error";
         std::string msg = e.what();
         k.m.error = msg.substr(0, msg.find('\n'));
-        if (k.m.status == "oom")
-          k.m.error = "step " + std::to_string(it) + ": activation peak exceeds the budget " + fmt_bytes(double(c.budget)) +
-                      " - static " + fmt_bytes(double(k.m.static_bytes)) + " (" + k.m.error + ")";
+        if (k.m.status == "oom") {
+          // In the configured budget's terms, not the meter's process-wide limit.
+          const std::string budget = "the budget " + fmt_bytes(double(c.budget)) + " (static " +
+                                     fmt_bytes(double(k.m.static_bytes)) + ", leaving " +
+                                     fmt_bytes(double(c.budget - k.m.static_bytes)) + " for activations)";
+          const auto* oom = dynamic_cast<const OutOfMemory*>(&e);
+          if (oom)
+            k.m.error = "step " + std::to_string(it) + ": activations exceed " + budget + ": at " +
+                        fmt_bytes(double(oom->in_use - start)) + ", " + fmt_bytes(double(oom->requested)) + " more was asked";
+          else if (msg.find("MACT") != std::string::npos)
+            k.m.error = "step " + std::to_string(it) + ": " + k.m.error.substr(k.m.error.find("MACT"));
+          else
+            k.m.error = "step " + std::to_string(it) + ": activations exceed " + budget + ", having reached " +
+                        fmt_bytes(double(meter.peak_bytes() - start));
+        }
         k.state.reset();
       }
       const double ms = t.elapsed_ms();

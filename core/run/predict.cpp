@@ -62,18 +62,38 @@ int predict_experiment(const std::string& yaml) {
     const int64_t steps = p.config.warmup + p.config.repeats;
     work_tflop += step_tflop * double(steps * int64_t(p.config.strategies.size()));
     ++modelled_points;
+    // The timed steps' routing, as `run` sees them: a scheduled workload routes each step anew, and a
+    // strategy that plans per step (MACT) chooses per step; without a schedule every step is alike.
+    std::vector<int64_t> steps_to_model;
+    if (p.config.workload.schedule == "none") steps_to_model = {p.config.warmup};
+    else
+      for (int64_t it = p.config.warmup; it < p.config.warmup + p.config.repeats; ++it) steps_to_model.push_back(it);
     for (const auto& s : p.config.strategies) {
       json r = new_record(p.config, p.id, s, "predicted");
       r["model"] = "implementation";
       r["rank"] = er.rank, r["tokens_received"] = recv_max, r["step_tflop"] = step_tflop;
       r["predicted_static_bytes"] = nullptr, r["predicted_activation_bytes"] = nullptr, r["fits"] = nullptr;
       try {
-        const Prediction pr = make_strategy(s)->predict(on_host, er);
-        r["predicted_static_bytes"] = pr.static_bytes;
-        r["predicted_activation_bytes"] = pr.activation_bytes;
-        r["peak_phase"] = pr.phase;
-        if (!pr.chunks.empty()) r["chunks"] = pr.chunks;
-        r["fits"] = p.config.budget < 0 ? json(nullptr) : json(pr.static_bytes + pr.activation_bytes <= p.config.budget);
+        const auto strategy = make_strategy(s);
+        Prediction worst;
+        json chunks = json::array();
+        bool chunked = false;
+        for (int64_t it : steps_to_model) {
+          EmulatedRank at = er;
+          route_step(at, on_host, it);
+          const Prediction pr = strategy->predict(on_host, at);
+          if (worst.phase.empty() || pr.activation_bytes > worst.activation_bytes) worst = pr;
+          chunked |= !pr.chunks.empty();
+          chunks.push_back(pr.chunks);
+        }
+        r["predicted_static_bytes"] = worst.static_bytes;
+        r["predicted_activation_bytes"] = worst.activation_bytes;
+        r["peak_phase"] = worst.phase;
+        if (chunked) {  // per layer; per step and layer under a schedule, as run records them
+          r["chunks"] = steps_to_model.size() == 1 ? chunks[0] : chunks;
+          if (steps_to_model.size() > 1) r["chunk_steps"] = steps_to_model;
+        }
+        r["fits"] = p.config.budget < 0 ? json(nullptr) : json(worst.static_bytes + worst.activation_bytes <= p.config.budget);
       } catch (const NotModelled& e) {
         r["status"] = "unpredicted";
         r["note"] = e.what();

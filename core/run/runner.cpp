@@ -15,6 +15,7 @@
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
+#include "core/meter/ceiling.h"
 #include "core/record/environment.h"
 #include "core/record/record.h"
 #include "core/record/results.h"
@@ -24,23 +25,6 @@
 #include "core/run/validate.h"
 
 namespace memfine {
-
-namespace {
-
-// The machine's dense matmul rate (same BLAS and threads) from a fitted cost model
-// (scripts/fit-cost-model), else 0: records then carry no ceiling_fraction.
-double matmul_ceiling(const std::string& cost_model) {
-  if (cost_model.empty()) return 0;
-  std::ifstream cm(cost_model);
-  try {
-    const json j = json::parse(cm);
-    if (j.contains("matmul_ceiling_flops") && j["matmul_ceiling_flops"].is_number()) return j["matmul_ceiling_flops"].get<double>();
-  } catch (const std::exception&) {
-  }
-  return 0;
-}
-
-}  // namespace
 
 int run_experiment(const std::string& yaml, const RunOptions& opt) {
   // A rank of `memfine launch` dies with it: no orphan keeps writing after the launch is killed.
@@ -131,7 +115,11 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     std::vector<json> recs;
     try {
       const PointResult measured = measure_point(p, skip, [&] { progress.tick(p.id); }, dist.get());
-      recs = measured_records(p, measured.routing, measured.strategies, matmul_ceiling(p.config.cost_model));
+      const json env = environment(p.config);
+      const double ceiling = matmul_ceiling_flops(
+          p.config.device, env["device_name"].get<std::string>() + "|" + std::to_string(env["threads"].get<int64_t>()) +
+                               " threads|" + env["blas"].get<std::string>());
+      recs = measured_records(p, measured.routing, measured.strategies, ceiling);
       if (dist) {
         recs = gather_records(*dist, p.id, recs);
         if (!writer) continue;
@@ -157,7 +145,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     }
   }
   if (!writer) return failed ? 1 : 0;
-  std::cout << summary_table(results->records());
+  std::cout << summary_table(results->records(), results->records().size() - fresh.size());
   if (dist) std::cout << hottest_ranks(fresh);
   std::cout << "\nresults: " << results->path() << " (" << fresh.size() << " new records, "
             << results->records().size() << " in all)\n";

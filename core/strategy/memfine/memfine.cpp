@@ -6,6 +6,7 @@
 // the budget, from the implementation model (default) or the paper's Eq. 8-9 (`model: paper`).
 // With `store_when_fits: true` the step stores everything when the model says that fits.
 #include <algorithm>
+#include <cstdio>
 
 #include "core/predict/cost_model.h"
 #include "core/dist/dist.h"
@@ -17,6 +18,12 @@
 
 namespace memfine {
 namespace {
+
+std::string mib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+  return b;
+}
 
 // `chunks: auto` (MACT) rather than a count: read here only.
 bool tuned(const StrategySpec& spec) {
@@ -86,12 +93,12 @@ class MemFine : public Strategy {
   }
   json record_counters(const std::vector<json>& steps, int64_t first_step) const override {
     json r = json::object();
-    if (steps.empty()) return r;
-    const json& last = steps.back();
-    if (chunks_ > 0) {
+    if (chunks_ > 0) {  // also when it ran out of memory: the table says with how many chunks
       r["chunks"] = chunks_;
       return r;
     }
+    if (steps.empty()) return r;
+    const json& last = steps.back();
     r["chunks"] = json::array(), r["chunk_steps"] = json::array();  // [timed step][layer]; 0 = stored
     for (const auto& s : steps) r["chunks"].push_back(s["chunks"]), r["chunk_steps"].push_back(s["step"]);
     if (last.contains("predicted_step_ms")) r["predicted_step_ms"] = last["predicted_step_ms"];
@@ -161,7 +168,11 @@ class MemFine : public Strategy {
         const int64_t need = rank.layers[size_t(l)].tokens_received;  // notify: rows to receive
         const int64_t b = chunks_for(double(need), pm.s_recv_max(), bins_);
         if (b < 0)
-          throw OutOfMemory(int64_t(pm.activation(double(need), double(bins_.back()))), stored.static_bytes, c.budget);
+          throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT (paper model): layer " + std::to_string(l) +
+                                   " needs " + mib(pm.activation(double(need), double(bins_.back()))) +
+                                   " of activations even with " + std::to_string(bins_.back()) + " chunks; the budget " +
+                                   mib(double(c.budget)) + " leaves " + mib(double(c.budget - stored.static_bytes)) +
+                                   " after static " + mib(double(stored.static_bytes)));
         plan.chunks[size_t(l)] = b;
       }
       return plan;
@@ -173,9 +184,10 @@ class MemFine : public Strategy {
       if (i == bins_.size()) {
         const int64_t need = peaks.back()[size_t(l)];
         throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) + " needs " +
-                                 std::to_string(need) + " activation bytes even with " + std::to_string(bins_.back()) +
-                                 " chunks; the budget leaves " + std::to_string(room) + " (short by " +
-                                 std::to_string(need - room) + ")");
+                                 mib(double(need)) + " of activations even with " + std::to_string(bins_.back()) +
+                                 " chunks; the budget " + mib(double(c.budget)) + " leaves " + mib(double(room)) +
+                                 " after static " + mib(double(stored.static_bytes)) + " and " +
+                                 std::to_string(int(headroom_ * 100)) + "% headroom (short by " + mib(double(need - room)) + ")");
       }
       plan.chunks[size_t(l)] = bins_[i];
     }
