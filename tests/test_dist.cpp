@@ -113,6 +113,7 @@ class RealRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(RealRanks, NoRecompute) { expect_same_as_one_process(GetParam(), "no_recompute", "-"); }
 TEST_P(RealRanks, FullRecompute) { expect_same_as_one_process(GetParam(), "full_recompute", "-"); }
+TEST_P(RealRanks, MoeActRecompute) { expect_same_as_one_process(GetParam(), "moe_act_recompute", "-"); }
 // A strategy defined only in the tests (tests/probe_strategy.cpp), with its own expert.
 TEST_P(RealRanks, StrategyDefinedInATestFile) { expect_same_as_one_process(GetParam(), "expert_probe", "-"); }
 TEST_P(RealRanks, MemFineChunks) {

@@ -49,6 +49,8 @@ struct Sizes {
   double E;  // bytes per element
   double T, h, g, gs, experts, heads_dim, b, H, s, k;
   bool attention;
+  bool act_recomputed = false;  // experts keep z = [a | b], not SiLU(a) and SiLU(a) * b
+  double expert_g() const { return act_recomputed ? 2 : 4; }  // stored widths of g per expert row
 };
 
 // MoE (dispatch -> experts -> combine) with activations stored: what stays until backward.
@@ -60,7 +62,7 @@ double moe_stored(const Sizes& z, const MoeRows& m) {
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]);
     if (rows == 0) continue;
-    bytes += z.E * rows * (z.h + 4 * z.g);
+    bytes += z.E * rows * (z.h + z.expert_g() * z.g);
     if (own > 0) bytes += z.E * (rows * z.h + own * z.h + own);
     bytes += 8 * (2 * own + double(m.peer[e]));
   }
@@ -90,8 +92,13 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
     const double rows = double(m.own[i] + m.peer[i]);
     if (rows == 0) continue;
     const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
-    peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg});
-    cur -= z.E * rows * (z.h + 4 * z.g) + rh;  // its stored rows and its output gradient
+    if (z.act_recomputed)
+      // The down projection's backward recomputes SiLU(a) and the product (freed after the
+      // weight gradient), then holds SiLU(a), the product's gradient and z's at once.
+      peak = std::max({peak, cur + 4 * rg + z.E * z.g * z.h, cur - rh + 2 * rg});
+    else
+      peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg});
+    cur -= z.E * rows * (z.h + z.expert_g() * z.g) + rh;  // its stored rows and its output gradient
     // Its input gradient is scattered back to token order (a zero-filled [tokens, hidden]) and
     // added to the accumulated one.
     peak = std::max(peak, cur + rh + tokens_grad + (first ? 0 : tokens_grad));
@@ -140,6 +147,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   z.T = double(m.tokens()), z.h = double(m.hidden), z.g = double(m.ffn_hidden), z.gs = double(m.ffn_hidden * m.shared_experts);
   z.experts = double(m.experts), z.heads_dim = double(m.heads * m.head_dim), z.b = double(m.micro_batch);
   z.H = double(m.heads), z.s = double(m.seq), z.k = double(m.topk), z.attention = m.attention == "gqa";
+  z.act_recomputed = s.expert_act_recomputed;
   const int64_t L = m.layers, T = m.tokens();
   const double act = z.E * z.T * z.h;  // one [tokens, hidden] tensor
 

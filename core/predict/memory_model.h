@@ -27,6 +27,9 @@ struct StrategyShape {
   bool recompute_layer = false;  // only the layer's input is kept; the layer is recomputed in backward
   MoeMode moe = MoeMode::Stored;
   int64_t chunks = 1;            // Chunked only
+  // Each expert keeps its first GEMM's output z = [a | b] but not SiLU(a) * b, recomputed in
+  // backward (Megatron's moe_act selective recompute).
+  bool expert_act_recomputed = false;
 };
 
 struct Prediction {
