@@ -288,14 +288,20 @@ TEST(Launch, RanksDieWithTheLauncher) {
   const std::string cmd = "MEMFINE_COLLECTIVE_TIMEOUT=60 MEMFINE_FAULT_STOP_RANK=1 " + std::string(MEMFINE_BIN) +
                           " launch --nproc 2 " + path + " --out " + dir + " >/dev/null 2>&1 & echo $! > " + pidfile;
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
-  const pid_t launcher = pid_t(std::stol(slurp(pidfile)));
+  // Wait (on a loaded machine, a while) until the launcher has started both ranks.
   std::vector<pid_t> ranks;
-  {
+  pid_t launcher = 0;
+  for (int tries = 0; tries < 200 && ranks.size() < 2; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string pid_text = slurp(pidfile);
+    if (pid_text.empty()) continue;
+    launcher = pid_t(std::stol(pid_text));
+    ranks.clear();
     std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
     for (pid_t p; children >> p;) ranks.push_back(p);
   }
   ASSERT_EQ(ranks.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // both ranks past their start
   ASSERT_EQ(::kill(launcher, SIGKILL), 0);
   std::this_thread::sleep_for(std::chrono::seconds(2));
   for (pid_t p : ranks) {
