@@ -92,12 +92,16 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
     const double rows = double(m.own[i] + m.peer[i]);
     if (rows == 0) continue;
     const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
+    // The first projection's backward makes its input's gradient and its weight's [h, 2g] one
+    // (added into .grad, then freed) beside z's gradient, once the output gradient and the
+    // activation's saved tensors are gone: at large ffn widths the expert's largest transient.
+    const double first_gemm = cur - (z.expert_g() - 2) * rg + 2 * z.E * z.g * z.h;
     if (z.act_recomputed)
       // The down projection's backward recomputes SiLU(a) and the product (freed after the
       // weight gradient), then holds SiLU(a), the product's gradient and z's at once.
-      peak = std::max({peak, cur + 4 * rg + z.E * z.g * z.h, cur - rh + 2 * rg});
+      peak = std::max({peak, cur + 4 * rg + z.E * z.g * z.h, cur - rh + 2 * rg, first_gemm});
     else
-      peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg});
+      peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg, first_gemm});
     cur -= z.E * rows * (z.h + z.expert_g() * z.g) + rh;  // its stored rows and its output gradient
     // Its input gradient is scattered back to token order (a zero-filled [tokens, hidden]) and
     // added to the accumulated one.
