@@ -24,6 +24,14 @@ struct Result {
   std::string out, err;
 };
 
+// A whole file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 // Runs memfine with `args`, in the folder `cwd` when given, after the shell commands `before`
 // (environment, limits).
 inline Result run(const std::string& args, const std::string& cwd = "", const std::string& before = "") {
@@ -31,12 +39,6 @@ inline Result run(const std::string& args, const std::string& cwd = "", const st
   const std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + before + std::string(MEMFINE_BIN) + " " + args + " >" +
                           out + " 2>" + err;
   const int status = std::system(cmd.c_str());
-  auto slurp = [](const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
   return {WEXITSTATUS(status), slurp(out), slurp(err)};
 }
 

@@ -21,13 +21,6 @@ using memfine::json;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // kTiny with one line replaced (`from` must occur in it).
 std::string tiny_with(const std::string& from, const std::string& to) {
   std::string t = kTiny;

@@ -508,7 +508,6 @@ std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std
     p.add(root, "(top)", "an experiment must be a YAML map");
     return {};
   }
-  MapReader top(root, "", p);  // duplicate and complex keys at the top
   // The base config must be valid on its own, except for keys that the sweep sets.
   std::vector<std::pair<std::string, YAML::Node>> axes;
   YAML::Node sweep = root["sweep"];

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <cstdio>
+#include <cmath>
 #include <mutex>
 
 #ifdef MEMFINE_TORCH_CUDA
@@ -25,6 +27,18 @@ OutOfMemory::OutOfMemory(int64_t req, int64_t used, int64_t lim)
                          " bytes with " + std::to_string(used) + " in use exceeds the budget of " +
                          std::to_string(lim) + " bytes"),
       requested(req), in_use(used), limit(lim) {}
+
+PlannedOutOfMemory::PlannedOutOfMemory(const std::string& why)
+    : std::runtime_error(std::string(kOutOfMemoryMarker) + ": " + why), reason(why) {}
+
+std::string fmt_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
 
 bool is_out_of_memory(const std::exception& e) {
   return dynamic_cast<const OutOfMemory*>(&e) != nullptr ||

@@ -14,9 +14,20 @@ class OutOfMemory : public std::runtime_error {
   int64_t requested, in_use, limit;
 };
 
+// Thrown before anything is allocated, when a strategy that plans its step from the memory model
+// (MACT) finds that nothing it may choose fits; `reason` says why in the budget's terms.
+class PlannedOutOfMemory : public std::runtime_error {
+ public:
+  explicit PlannedOutOfMemory(const std::string& reason);
+  std::string reason;
+};
+
 // Marker text in the message: ATen may rethrow our exception wrapped in a c10::Error.
 inline constexpr const char* kOutOfMemoryMarker = "memfine: out of memory";
 bool is_out_of_memory(const std::exception& e);
+
+// "1.5 MiB": bytes in the largest unit below 1024 of it.
+std::string fmt_bytes(double bytes);
 
 class MemoryMeter {
  public:

@@ -46,10 +46,13 @@ std::string blas_name() {
 }  // namespace
 
 std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown cpu";
+  static const std::string name = [] {  // read once per process
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return std::string("unknown cpu");
+  }();
+  return name;
 }
 
 json environment(const ExperimentConfig& c) {
@@ -74,7 +77,8 @@ json environment(const ExperimentConfig& c) {
   }
 #endif
   env["threads"] = at::get_num_threads();
-  env["blas"] = blas_name();
+  static const std::string blas = blas_name();  // the libraries loaded do not change during a run
+  env["blas"] = blas;
   env["omp_wait_policy"] = std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default";
   static const std::string host = run_command("hostname 2>/dev/null");
   env["hostname"] = host;

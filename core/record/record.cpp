@@ -9,20 +9,12 @@
 #include <sstream>
 
 #include "core/meter/flops.h"
+#include "core/meter/memory_meter.h"
 #include "core/meter/timer.h"
 #include "core/record/environment.h"
 #include "core/strategy/strategy.h"
 
 namespace memfine {
-
-std::string fmt_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 4) b /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
-}
 
 namespace {
 const char* role_name(const std::string& strategy) {
@@ -36,21 +28,23 @@ const char* role_name(const std::string& strategy) {
 }
 }  // namespace
 
-json new_record(const ExperimentConfig& c, const std::string& point, const StrategySpec& s, const std::string& status,
-                const std::string& error) {
+PointContext point_context(const ExperimentConfig& c) { return {config_to_json(c), environment(c)}; }
+
+json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::string& point, const StrategySpec& s,
+                const std::string& status, const std::string& error) {
   const char* role = role_name(s.name);
   return {{"experiment", c.name}, {"point", point}, {"strategy", s.label()}, {"name", s.name},
           {"role", role ? json(role) : json(nullptr)}, {"status", status},
           {"error", error.empty() ? json(nullptr) : json(error)}, {"seed", c.seed}, {"ep", c.ep},
-          {"config", config_to_json(c)}, {"env", environment(c)}};
+          {"config", ctx.config}, {"env", ctx.env}};
 }
 
-std::vector<json> measured_records(const SweepPoint& pt, const PointRouting& rt, const std::vector<Measured>& ms,
-                                   double ceiling) {
+std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx, const PointRouting& rt,
+                                   const std::vector<Measured>& ms, double ceiling) {
   const ExperimentConfig& c = pt.config;
   std::vector<json> records;
   for (const auto& k : ms) {
-    json r = new_record(c, pt.id, k.spec, k.status, k.error);
+    json r = new_record(c, ctx, pt.id, k.spec, k.status, k.error);
     if (ceiling > 0) r["env"]["matmul_ceiling_tflops"] = ceiling / 1e12;
     r["rank"] = rt.rank;
     r["world_size"] = rt.world;

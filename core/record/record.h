@@ -38,23 +38,27 @@ struct PointRouting {
   int64_t expert_tokens_step = 0;
 };
 
+// What every record of a point shares, made once per point: the whole resolved config and the
+// environment (git commit, machine, threads, BLAS: reading them is not free).
+struct PointContext {
+  json config, env;
+};
+PointContext point_context(const ExperimentConfig& c);
+
 // The head every record has: experiment, point, strategy (its label, the results key), its
-// registered name and role, status, error, seed, ep, the whole resolved config and the environment.
-json new_record(const ExperimentConfig& c, const std::string& point, const StrategySpec& s, const std::string& status,
-                const std::string& error = "");
+// registered name and role, status, error, seed, ep, the config and the environment.
+json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::string& point, const StrategySpec& s,
+                const std::string& status, const std::string& error = "");
 
 // The records of a measured point, one per strategy. `matmul_ceiling_flops` (0: unknown) gives
 // each its share of the machine's dense matmul rate.
-std::vector<json> measured_records(const SweepPoint& pt, const PointRouting& routing, const std::vector<Measured>& ms,
-                                   double matmul_ceiling_flops);
+std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx, const PointRouting& routing,
+                                   const std::vector<Measured>& ms, double matmul_ceiling_flops);
 
 // The table printed after a run: ratios against the strategy of Role::Baseline (where it ran out
 // of memory, against it at the nearest budget of the same point where it fit, marked), the dropped
 // share, the chunk choice; the first `earlier` records (from before a --resume) are marked with
 // the machine and commit they came from.
 std::string summary_table(const std::vector<json>& records, size_t earlier = 0);
-
-// "1.5 MiB"
-std::string fmt_bytes(double bytes);
 
 }  // namespace memfine

@@ -104,8 +104,8 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
           if (oom)
             k.m.error = "step " + std::to_string(it) + ": activations exceed " + budget + ": at " +
                         fmt_bytes(double(oom->in_use - start)) + ", " + fmt_bytes(double(oom->requested)) + " more was asked";
-          else if (msg.find("MACT") != std::string::npos)
-            k.m.error = "step " + std::to_string(it) + ": " + k.m.error.substr(k.m.error.find("MACT"));
+          else if (const auto* planned = dynamic_cast<const PlannedOutOfMemory*>(&e))
+            k.m.error = "step " + std::to_string(it) + ": " + planned->reason;  // the strategy's own terms
           else
             k.m.error = "step " + std::to_string(it) + ": activations exceed " + budget + ", having reached " +
                         fmt_bytes(double(meter.peak_bytes() - start));

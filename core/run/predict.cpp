@@ -25,8 +25,9 @@ int predict_experiment(const std::string& yaml) {
     if (p.config.paper.enabled) {
       // Paper scale: the paper's equations only (building this model for real is not the point).
       const PaperScale scale = paper_scale(p.config);
+      const PointContext ctx = point_context(p.config);
       for (const auto& s : p.config.strategies) {
-        json r = new_record(p.config, p.id, s, "predicted");
+        json r = new_record(p.config, ctx, p.id, s, "predicted");
         r["model"] = "paper";
         const std::optional<PaperChunks> chunks = make_strategy(s)->paper_chunks(scale.received, scale.s_recv_max);
         if (!chunks) {
@@ -68,8 +69,9 @@ int predict_experiment(const std::string& yaml) {
     if (p.config.workload.schedule == "none") steps_to_model = {p.config.warmup};
     else
       for (int64_t it = p.config.warmup; it < p.config.warmup + p.config.repeats; ++it) steps_to_model.push_back(it);
+    const PointContext ctx = point_context(p.config);
     for (const auto& s : p.config.strategies) {
-      json r = new_record(p.config, p.id, s, "predicted");
+      json r = new_record(p.config, ctx, p.id, s, "predicted");
       r["model"] = "implementation";
       r["rank"] = er.rank, r["tokens_received"] = recv_max, r["step_tflop"] = step_tflop;
       r["predicted_static_bytes"] = nullptr, r["predicted_activation_bytes"] = nullptr, r["fits"] = nullptr;

@@ -7,11 +7,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
 #include <memory>
-#include <thread>
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
@@ -115,11 +112,12 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     std::vector<json> recs;
     try {
       const PointResult measured = measure_point(p, skip, [&] { progress.tick(p.id); }, dist.get());
-      const json env = environment(p.config);
+      const PointContext ctx = point_context(p.config);
+      const json& env = ctx.env;
       const double ceiling = matmul_ceiling_flops(
           p.config.device, env["device_name"].get<std::string>() + "|" + std::to_string(env["threads"].get<int64_t>()) +
                                " threads|" + env["blas"].get<std::string>());
-      recs = measured_records(p, measured.routing, measured.strategies, ceiling);
+      recs = measured_records(p, ctx, measured.routing, measured.strategies, ceiling);
       if (dist) {
         recs = gather_records(*dist, p.id, recs);
         if (!writer) continue;
@@ -130,8 +128,9 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
         return 1;  // the other ranks' collectives time out and they exit too
       }
       // A failure outside any one strategy's step: every strategy of the point records it.
+      const PointContext ctx = point_context(p.config);
       for (const auto& s : p.config.strategies)
-        if (!results->has(p.id, s.label())) recs.push_back(new_record(p.config, p.id, s, "error", e.what()));
+        if (!results->has(p.id, s.label())) recs.push_back(new_record(p.config, ctx, p.id, s, "error", e.what()));
     }
     for (auto& r : recs) {
       if (r["status"] == "error") failed = true;

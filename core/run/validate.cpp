@@ -68,8 +68,7 @@ void check_cost_model(const ExperimentConfig& c, Problems& p) {
     return;
   }
   const std::string fitted_on = j.value("context", nlohmann::json::object()).value("cpu_model", "");
-  static std::set<std::string> warned;  // once per file, not once per point
-  if (fitted_on.empty() && warned.insert(c.cost_model).second)
+  if (fitted_on.empty())
     std::cerr << c.where("cost_model") << ": cost_model: warning: '" << c.cost_model
               << "' does not name the machine it was fitted on (refit with scripts/fit-cost-model)\n";
   else if (!fitted_on.empty() && c.device == "cpu" && fitted_on != cpu_name())
@@ -86,6 +85,7 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
   const bool parsed = errors.empty();
   Problems p{errors};
   const std::vector<std::string> kinds = workload_kinds();
+  std::set<std::string> cost_models;
   for (auto& pt : points) {
     ExperimentConfig& c = pt.config;
 #ifndef MEMFINE_TORCH_CUDA
@@ -102,7 +102,8 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     }
     check_strategies(c, p, parsed);
     if (!parsed || !errors.empty()) continue;
-    if (!c.cost_model.empty()) check_cost_model(c, p);
+    // Read once per file, not once per point.
+    if (!c.cost_model.empty() && cost_models.insert(c.cost_model).second) check_cost_model(c, p);
     // Sizes are each bounded (experiments/README.md), their products are not: refuse what int64
     // byte counts cannot hold before computing any.
     const ModelConfig& m = c.model;

@@ -6,7 +6,6 @@
 // the budget, from the implementation model (default) or the paper's Eq. 8-9 (`model: paper`).
 // With `store_when_fits: true` the step stores everything when the model says that fits.
 #include <algorithm>
-#include <cstdio>
 
 #include "core/predict/cost_model.h"
 #include "core/dist/dist.h"
@@ -18,12 +17,6 @@
 
 namespace memfine {
 namespace {
-
-std::string mib(double bytes) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
-  return b;
-}
 
 // `chunks: auto` (MACT) rather than a count: read here only.
 bool tuned(const StrategySpec& spec) {
@@ -168,11 +161,11 @@ class MemFine : public Strategy {
         const int64_t need = rank.layers[size_t(l)].tokens_received;  // notify: rows to receive
         const int64_t b = chunks_for(double(need), pm.s_recv_max(), bins_);
         if (b < 0)
-          throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT (paper model): layer " + std::to_string(l) +
-                                   " needs " + mib(pm.activation(double(need), double(bins_.back()))) +
+          throw PlannedOutOfMemory("MACT (paper model): layer " + std::to_string(l) +
+                                   " needs " + fmt_bytes(pm.activation(double(need), double(bins_.back()))) +
                                    " of activations even with " + std::to_string(bins_.back()) + " chunks; the budget " +
-                                   mib(double(c.budget)) + " leaves " + mib(double(c.budget - stored.static_bytes)) +
-                                   " after static " + mib(double(stored.static_bytes)));
+                                   fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(c.budget - stored.static_bytes)) +
+                                   " after static " + fmt_bytes(double(stored.static_bytes)));
         plan.chunks[size_t(l)] = b;
       }
       return plan;
@@ -183,11 +176,11 @@ class MemFine : public Strategy {
       while (i < bins_.size() && peaks[i][size_t(l)] > room) ++i;
       if (i == bins_.size()) {
         const int64_t need = peaks.back()[size_t(l)];
-        throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) + " needs " +
-                                 mib(double(need)) + " of activations even with " + std::to_string(bins_.back()) +
-                                 " chunks; the budget " + mib(double(c.budget)) + " leaves " + mib(double(room)) +
-                                 " after static " + mib(double(stored.static_bytes)) + " and " +
-                                 std::to_string(int(headroom_ * 100)) + "% headroom (short by " + mib(double(need - room)) + ")");
+        throw PlannedOutOfMemory("MACT: layer " + std::to_string(l) + " needs " +
+                                 fmt_bytes(double(need)) + " of activations even with " + std::to_string(bins_.back()) +
+                                 " chunks; the budget " + fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(room)) +
+                                 " after static " + fmt_bytes(double(stored.static_bytes)) + " and " +
+                                 std::to_string(int(headroom_ * 100)) + "% headroom (short by " + fmt_bytes(double(need - room)) + ")");
       }
       plan.chunks[size_t(l)] = bins_[i];
     }
@@ -212,8 +205,7 @@ class MemFine : public Strategy {
         if (best < 0 || t < best) best = t, plan.chunks[size_t(l)] = bins_[i];
       }
       if (best < 0)
-        throw std::runtime_error(std::string(kOutOfMemoryMarker) + ": MACT: layer " + std::to_string(l) +
-                                 " fits the budget with none of the bins");
+        throw PlannedOutOfMemory("MACT: layer " + std::to_string(l) + " fits the budget with none of the bins");
       total += best;
     }
     double stored_total = 0;
