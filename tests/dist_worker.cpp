@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include "core/dist/dist.h"
@@ -26,7 +27,15 @@ int main(int argc, char** argv) {
   c.kernels = has("fused") ? "fused" : "aten";
   StrategySpec spec;
   spec.name = argv[1];
-  if (std::string(argv[2]) != "-") spec.params["chunks"] = YAML::Load(argv[2]);
+  // "-": defaults; "4" or "auto": memfine's chunks; "key=value,key=value": any parameters.
+  const std::string params = argv[2];
+  if (params.find('=') == std::string::npos) {
+    if (params != "-") spec.params["chunks"] = YAML::Load(params);
+  } else {
+    std::stringstream list(params);
+    for (std::string kv; std::getline(list, kv, ',');)
+      spec.params[kv.substr(0, kv.find('='))] = YAML::Load(kv.substr(kv.find('=') + 1));
+  }
   auto st = make_rank_state(c, *dist, true);
   auto s = make_strategy(spec);
   const double loss = train_step(*st, *s, 0, false);

@@ -20,12 +20,12 @@ class ExpertProbe : public Strategy {
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
     return layer_forward(x, in, *this, moe_stored);
   }
-  ExpertFn expert() const override {
-    return [](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
+  ExpertPath expert() const override {
+    return ExpertPath([](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
       g_expert_rows += rows.size(0);
       auto gate_up = at::matmul(rows, w_in).chunk(2, -1);
       return at::matmul(at::silu(gate_up[0]) * gate_up[1], w_out);
-    };
+    });
   }
   json step_counters() const override { return {{"expert_rows", g_expert_rows.load()}}; }
   std::optional<StrategyShape> memory_shape() const override { return StrategyShape{}; }  // stores what no_recompute does

@@ -114,6 +114,13 @@ class RealRanks : public ::testing::TestWithParam<int> {};
 TEST_P(RealRanks, NoRecompute) { expect_same_as_one_process(GetParam(), "no_recompute", "-"); }
 TEST_P(RealRanks, FullRecompute) { expect_same_as_one_process(GetParam(), "full_recompute", "-"); }
 TEST_P(RealRanks, MoeActRecompute) { expect_same_as_one_process(GetParam(), "moe_act_recompute", "-"); }
+// MoEBlaze-style experts read the arrived rows in place, with the probabilities sent along.
+TEST_P(RealRanks, MoeBlaze) {
+  expect_same_as_one_process(GetParam(), "moeblaze", "-");
+  expect_same_as_one_process(GetParam(), "moeblaze", "keep_act=true");
+  expect_same_as_one_process(GetParam(), "memfine", "chunks=2,experts=buffer_free");
+  expect_same_as_one_process(GetParam(), "memfine", "chunks=2,experts=moe_act");
+}
 // A strategy defined only in the tests (tests/probe_strategy.cpp), with its own expert.
 TEST_P(RealRanks, StrategyDefinedInATestFile) { expect_same_as_one_process(GetParam(), "expert_probe", "-"); }
 TEST_P(RealRanks, MemFineChunks) {

@@ -22,6 +22,10 @@ std::vector<StrategySpec> dropless_variants() {
   for (const auto& [name, info] : strategy_registry())
     if (info.role != Role::Reference && make_strategy(StrategySpec{name, {}})->dropless()) v.push_back(spec(name));
   for (const char* c : {"2", "3", "4", "8", "48"}) v.push_back(spec("memfine", {{"chunks", c}}));
+  // Chunks composed with each way an expert keeps its activations, and MoEBlaze keeping SiLU(a)*b.
+  for (const char* e : {"moe_act", "buffer_free"}) v.push_back(spec("memfine", {{"chunks", "3"}, {"experts", e}}));
+  v.push_back(spec("memfine", {{"chunks", "2"}, {"experts", "buffer_free"}, {"keep_act", "true"}}));
+  v.push_back(spec("moeblaze", {{"keep_act", "true"}}));
   return v;
 }
 

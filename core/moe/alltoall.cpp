@@ -1,5 +1,6 @@
 // MoE stages across real expert-parallel ranks (see moe_stages.h).
 #include "core/dist/dist.h"
+#include "core/moe/buffer_free.h"
 #include "core/moe/fused.h"
 #include "core/moe/stages.h"
 
@@ -38,6 +39,27 @@ at::Tensor experts_fused(const at::Tensor& arrived, const at::Tensor& by_expert,
   return off == 0 ? nothing_arrived(arrived) : out;
 }
 
+// Buffer-free: each expert reads its rows from the arrivals through an index and adds its output,
+// weighted by the probability that travelled with the row, straight into the arrival order.
+at::Tensor experts_buffer_free(const at::Tensor& arrived, const at::Tensor& p_arrived, const at::Tensor& by_expert,
+                               const std::vector<int64_t>& rows, const LayerWeights& w, const MoeRouting& mr) {
+  at::Tensor out = at::zeros_like(arrived);
+  int64_t off = 0;
+  for (size_t e = 0; e < rows.size(); off += rows[e], ++e) {
+    if (rows[e] == 0) continue;
+    at::Tensor idx = by_expert.narrow(0, off, rows[e]);
+    at::Tensor z = buffer_free_up(arrived, at::Tensor(), idx, w.w_in[e]);
+    DownRows r{idx, idx, rows[e], nullptr, 1, mr.expert.keep_act};
+    out = buffer_free_down(out, z, p_arrived, w.w_out[e], r).first;
+  }
+  if (off > 0) return out;
+  // Both exchanges stay in the graph (their backward all-to-alls run on every rank), in the order
+  // every rank's autograd runs them.
+  at::Tensor none = nothing_arrived(arrived);
+  at::Tensor p_none = p_arrived.sum() * 0.0;
+  return none + p_none;
+}
+
 }  // namespace
 
 Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w,
@@ -59,18 +81,26 @@ Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const 
   // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
   const at::Device dev = x.device();
   at::Tensor tokens = slots.div(k, "floor").to(dev);
-  at::Tensor sent = mr.fused ? gather_rows(x, at::Tensor(), tokens) : x.index_select(0, tokens);
+  at::Tensor sent = mr.fused || mr.expert.buffer_free ? gather_rows(x, at::Tensor(), tokens) : x.index_select(0, tokens);
   at::Tensor arrived = d.alltoall(sent, recv, send);
   at::Tensor arrived_experts = d.alltoall(experts_of.unsqueeze(1), recv, send).reshape(-1) - r.first_expert;
   // experts: run each local expert on the rows that arrived for it, outputs in arrival order.
   at::Tensor by_expert = std::get<1>(at::sort(arrived_experts, /*stable=*/true, 0, false)).to(dev);
   at::Tensor counts = at::bincount(arrived_experts, {}, El);
   std::vector<int64_t> rows(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + El);
+  at::Tensor weights = probs.reshape(-1).index_select(0, slots.to(dev));
+  at::Tensor y = at::zeros({n, x.size(1)}, x.options());
+  if (mr.expert.buffer_free) {
+    // The probabilities travel with the rows; outputs come back weighted and are added unweighted
+    // (an unweighted scatter keeps nothing for backward).
+    at::Tensor p_arrived = d.alltoall(weights.unsqueeze(1), recv, send).reshape(-1);
+    at::Tensor back = d.alltoall(experts_buffer_free(arrived, p_arrived, by_expert, rows, w, mr), send, recv);
+    scatter_add_rows_(y, back, at::Tensor(), at::Tensor(), tokens);
+    return {y, at::zeros({}, x.options())};
+  }
   at::Tensor out_arrived = mr.fused ? experts_fused(arrived, by_expert, rows, w, mr) : experts_aten(arrived, by_expert, rows, w, mr);
   // combine: outputs return to their senders, weighted by router probability, un-permuted.
   at::Tensor back = d.alltoall(out_arrived, send, recv);
-  at::Tensor weights = probs.reshape(-1).index_select(0, slots.to(dev));
-  at::Tensor y = at::zeros({n, x.size(1)}, x.options());
   if (mr.fused) scatter_add_rows_(y, back, weights, at::Tensor(), tokens);
   else y.index_add_(0, tokens, back * weights.unsqueeze(1));
   return {y, at::zeros({}, x.options())};

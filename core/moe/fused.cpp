@@ -149,6 +149,19 @@ struct ScatterAddRows : torch::autograd::Function<ScatterAddRows> {
 
 }  // namespace
 
+void gather_rows_into(const at::Tensor& in, const at::Tensor& table, const at::Tensor& src, const at::Tensor& weight,
+                      at::Tensor& out) {
+  run_gather(in, table, src, weight, out);
+}
+void scatter_add_rows_into(const at::Tensor& in, const at::Tensor& src, const at::Tensor& dst, const at::Tensor& weight,
+                           at::Tensor& out) {
+  run_scatter_add(in, src, dst, weight, out);
+}
+void row_dot_into(const at::Tensor& a, const at::Tensor& a_index, const at::Tensor& b, const at::Tensor& b_index,
+                  at::Tensor& out) {
+  run_row_dot(a, a_index, b, b_index, out);
+}
+
 at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& table, const at::Tensor& src) {
   // Without peer rows there is no table; an undefined tensor may not be an autograd input.
   return GatherRows::apply(x, table.defined() ? table : at::empty({0, x.size(1)}, x.options()), src);

@@ -25,4 +25,13 @@ at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& table, const at::T
 at::Tensor scatter_add_rows_(at::Tensor& y, const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& src,
                              const at::Tensor& dst);
 
+// The same row kernels without autograd, into tensors the caller made (the buffer-free experts'
+// own autograd functions use them): see RowKernels in kernels.h for what each computes.
+void gather_rows_into(const at::Tensor& in, const at::Tensor& table, const at::Tensor& src, const at::Tensor& weight,
+                      at::Tensor& out);
+void scatter_add_rows_into(const at::Tensor& in, const at::Tensor& src, const at::Tensor& dst, const at::Tensor& weight,
+                           at::Tensor& out);
+void row_dot_into(const at::Tensor& a, const at::Tensor& a_index, const at::Tensor& b, const at::Tensor& b_index,
+                  at::Tensor& out);
+
 }  // namespace memfine

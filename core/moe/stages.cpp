@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/moe/buffer_free.h"
 #include "core/moe/fused.h"
 #include "core/moe/rows.h"
 
@@ -42,13 +43,15 @@ std::pair<at::Tensor, std::vector<int64_t>> group_by(const at::Tensor& items, co
   return {items.index_select(0, order), std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + groups)};
 }
 
-}  // namespace
+// The routing of a range: grouped own slots and peer keys per local expert (host tensors).
+struct RangeGroups {
+  std::pair<at::Tensor, std::vector<int64_t>> own, peers;
+};
 
-Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
+RangeGroups group_range(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& dev, Dispatched& d) {
   const RankRouting& r = *mr.rank;
   const int64_t El = r.local_experts, n = end - begin;
   const int64_t k = mr.expert_ids.size(1);
-  Dispatched d;
   d.begin = begin, d.end = end;
   // Own assignments in the range, split into local (computed here) and remote (sent away).
   at::Tensor ids = mr.expert_ids.narrow(0, begin, n).reshape(-1) - r.first_expert;
@@ -57,7 +60,6 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, in
   at::Tensor local_slot = is_local.logical_and(keep).nonzero().reshape(-1);
   at::Tensor remote = is_local.logical_not().logical_and(keep).nonzero().reshape(-1);
   // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
-  const at::Device dev = x.device();
   d.remote_slot = remote.to(dev);
   d.remote_token = remote.div(k, "floor").to(dev);
   d.remote_key = mr.rank->own_key.narrow(0, begin, n).reshape(-1).index_select(0, remote).to(dev);
@@ -69,6 +71,30 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, in
   at::Tensor prow = pmask.nonzero().reshape(-1);
   auto peers = group_by(r.peer_key.index_select(0, prow), r.peer_expert.index_select(0, prow), El);
   d.peer_rows = peers.second;
+  return {own, peers};
+}
+
+}  // namespace
+
+Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& dev) {
+  Dispatched d;
+  RangeGroups g = group_range(mr, begin, end, dev, d);
+  const int64_t k = mr.expert_ids.size(1);
+  int64_t o_off = 0, p_off = 0;
+  for (int64_t e = 0; e < mr.rank->local_experts; ++e) {
+    d.own_slot.push_back(g.own.first.narrow(0, o_off, d.own_rows[e]).to(dev));
+    d.own_token.push_back(d.own_slot.back().div(k, "floor"));
+    d.peer_key.push_back(g.peers.first.narrow(0, p_off, d.peer_rows[e]).to(dev));
+    o_off += d.own_rows[e], p_off += d.peer_rows[e];
+  }
+  return d;
+}
+
+Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
+  const at::Device dev = x.device();
+  const int64_t El = mr.rank->local_experts, k = mr.expert_ids.size(1);
+  Dispatched d;
+  auto [own, peers] = group_range(mr, begin, end, dev, d);
   int64_t o_off = 0, p_off = 0;
   std::vector<at::Tensor> sources;  // fused: where each expert input row comes from (moe_rows.h)
   std::vector<int64_t> buffer_rows;
@@ -104,7 +130,7 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, in
 }
 
 at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
-  return mr.expert ? mr.expert(rows, w_in, w_out) : swiglu(rows, w_in, w_out);
+  return mr.expert.fn ? mr.expert.fn(rows, w_in, w_out) : swiglu(rows, w_in, w_out);
 }
 
 std::vector<at::Tensor> experts(const Dispatched& d, const LayerWeights& w, const MoeRouting& mr) {
@@ -151,6 +177,7 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
 Combined moe_range(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
                    int64_t begin, int64_t end) {
   if (mr.dist) return moe_range_alltoall(x, probs, w, mr, begin, end);
+  if (mr.expert.buffer_free) return moe_range_buffer_free(x, probs, w, mr, begin, end);
   const Dispatched d = dispatch(x, mr, begin, end);
   return combine(experts(d, w, mr), d, probs, mr);
 }

@@ -20,6 +20,19 @@ class Dist;
 // (one process, real ranks through all-to-all, ATen or fused rows) calls it through run_expert.
 using ExpertFn = std::function<at::Tensor(const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out)>;
 
+// How the experts keep what their backward needs: a strategy's choice (Strategy::expert), the
+// same on one process and on real ranks.
+struct ExpertPath {
+  ExpertPath() = default;
+  explicit ExpertPath(ExpertFn f) : fn(std::move(f)) {}
+  ExpertFn fn;  // the expert on its gathered rows; empty: SwiGLU with what autograd saves
+  // MoEBlaze-style (core/moe/buffer_free.h): dispatch builds indices only, each expert reads its
+  // rows in place and adds its weighted output straight into the tokens' rows, keeping only its
+  // first GEMM's output z; `fn` is not used.
+  bool buffer_free = false;
+  bool keep_act = false;  // buffer_free: keep SiLU(a) * b as well instead of recomputing it
+};
+
 // What one layer's MoE routes; capacity capping fills the keep masks and the padding.
 struct MoeRouting {
   const Dist* dist = nullptr;  // set: real ranks exchange rows through all-to-all (moe_alltoall.cpp)
@@ -31,7 +44,7 @@ struct MoeRouting {
   int64_t pad_rows = 0;    // pad each expert's input to this many rows; 0 = no padding
   bool fused = false;      // dispatch and combine through the fused row ops (moe_fused.h)
   double loss_norm = 1;    // the peers' loss terms are divided by this (same scale as the main loss)
-  ExpertFn expert;         // empty: SwiGLU
+  ExpertPath expert;       // default: SwiGLU, everything stored
 };
 
 at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out);
@@ -46,6 +59,9 @@ struct Dispatched {
   at::Tensor remote_token, remote_slot, remote_key;  // own assignments to other ranks' experts
 };
 
+// dispatch's routing alone: which rows each local expert takes and where its outputs go (no rows
+// are copied; `inputs` stays empty).
+Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& device);
 // dispatch: permute the range's tokens by local expert and receive the peers' rows.
 Dispatched dispatch(const at::Tensor& x_range, const MoeRouting& mr, int64_t begin, int64_t end);
 // experts: each local expert's SwiGLU on its rows.

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
 #include "core/model/model.h"
+#include "core/moe/capacity.h"
 
 namespace memfine {
 
@@ -17,15 +19,46 @@ namespace {
 // Rows of one MoE call (a token range of a layer) per local expert.
 struct MoeRows {
   std::vector<int64_t> own, peer;  // per local expert
+  std::vector<int64_t> pad;         // per local expert: zero rows padding its input (capacity)
   int64_t remote = 0;               // own assignments sent to other ranks
   int64_t tokens = 0;
 };
 
-MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t begin, int64_t end) {
+// Under capacity capping (`cap` >= 0, whole layers only) each sending rank keeps at most `cap`
+// assignments per expert, and `pad_rows` pads every expert's input.
+MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t begin, int64_t end, int64_t cap = -1,
+                 int64_t pad_rows = 0) {
   MoeRows m;
   m.tokens = end - begin;
   m.own.assign(size_t(r.local_experts), 0);
   m.peer.assign(size_t(r.local_experts), 0);
+  m.pad.assign(size_t(r.local_experts), 0);
+  if (cap >= 0) {
+    MoeRows all = moe_rows(r, topk, tokens, begin, end);
+    if (r.own_experts.defined()) {
+      // Own assignments per expert of every rank, capped.
+      std::vector<int64_t> per_expert(size_t(r.local_experts * r.ep), 0);
+      auto ids = r.own_experts.accessor<int64_t, 2>();
+      for (int64_t t = begin; t < end; ++t)
+        for (int64_t j = 0; j < topk; ++j) ++per_expert[size_t(ids[t][j])];
+      for (size_t e = 0; e < per_expert.size(); ++e) {
+        const int64_t kept = std::min(per_expert[e], cap), local = int64_t(e) - r.first_expert;
+        if (local >= 0 && local < r.local_experts) m.own[size_t(local)] = kept;
+        else m.remote += kept;
+      }
+      // Each peer caps what it sends to each of this rank's experts.
+      std::map<std::pair<int64_t, int64_t>, int64_t> from_peer;
+      auto pr = r.peer_rank.accessor<int64_t, 1>();
+      auto ex = r.peer_expert.accessor<int64_t, 1>();
+      for (int64_t i = 0; i < r.peer_rank.numel(); ++i) ++from_peer[{pr[i], ex[i]}];
+      for (const auto& [key, n] : from_peer) m.peer[size_t(key.second)] += std::min(n, cap);
+    } else {
+      for (int64_t e = 0; e < r.local_experts; ++e) m.own[size_t(e)] = std::min(all.own[size_t(e)], cap);
+    }
+    for (int64_t e = 0; e < r.local_experts; ++e)
+      m.pad[size_t(e)] = std::max<int64_t>(pad_rows - m.own[size_t(e)] - m.peer[size_t(e)], 0);
+    return m;
+  }
   if (!r.own_experts.defined()) {  // the router decides: single rank, all rows local; assume even
     for (int64_t e = 0; e < r.local_experts; ++e) m.own[size_t(e)] = (end - begin) * topk / r.local_experts;
     return m;
@@ -50,17 +83,55 @@ struct Sizes {
   double T, h, g, gs, experts, heads_dim, b, H, s, k;
   bool attention;
   bool act_recomputed = false;  // experts keep z = [a | b], not SiLU(a) and SiLU(a) * b
-  double expert_g() const { return act_recomputed ? 2 : 4; }  // stored widths of g per expert row
+  bool buffer_free = false;     // experts keep z (and SiLU(a) * b with keep_act), no rows of width h
+  bool keep_act = false;
+  double expert_g() const { return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4; }  // stored widths of g per row
 };
+
+// Buffer-free experts (core/moe/buffer_free.h): each keeps z (and the product with keep_act) and
+// its row indices; the router probabilities of the range are kept once (`whole`: the MoE's own;
+// in a chunk they are a slice of what the chunked MoE keeps). The remote experts' rows are added
+// in place from their table: only their weights and indices stay.
+double moe_stored_buffer_free(const Sizes& z, const MoeRows& m, bool whole) {
+  double bytes = whole ? z.E * double(m.tokens) * z.k : 0;
+  for (size_t e = 0; e < m.own.size(); ++e) {
+    const double own = double(m.own[e]), rows = own + double(m.peer[e]);
+    if (rows == 0) continue;
+    bytes += z.E * rows * z.expert_g() * z.g + 8 * (rows + own);
+  }
+  return bytes + (z.E + 24) * double(m.remote);
+}
+
+// Its backward, experts in reverse order, one in flight: the down projection's (the rows' output
+// gradient read from the tokens', SiLU(a), the product unless kept, their gradient and W_out's),
+// then the up projection's (z's gradient, the rows' input gradient scattered into a [tokens,
+// hidden] one, the rows read again and W_in's gradient).
+double moe_backward_peak_buffer_free(const Sizes& z, const MoeRows& m, double stored) {
+  double peak = stored, cur = stored;
+  const double tokens_grad = z.E * double(m.tokens) * z.h, gh = z.E * z.g * z.h;
+  bool first = true;
+  for (size_t i = m.own.size(); i-- > 0;) {
+    const double rows = double(m.own[i] + m.peer[i]);
+    if (rows == 0) continue;
+    const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
+    peak = std::max({peak, cur + rh + (z.keep_act ? 2 : 3) * rg + gh, cur + 4 * rg + gh});
+    cur -= z.E * rows * z.expert_g() * z.g;  // its saved z (and product) are released
+    const double accumulated = first ? 0 : tokens_grad;
+    peak = std::max(peak, cur + 2 * rg + accumulated + tokens_grad + std::max(rh, rh + 2 * gh));
+    if (first) cur += tokens_grad, first = false;
+  }
+  return peak;
+}
 
 // MoE (dispatch -> experts -> combine) with activations stored: what stays until backward.
 // Per expert: its input rows, gate|up (2g), silu(gate) (g), silu*up (g); where it has own rows,
 // its output (kept by the probability weighting), the weighted rows (kept by index_add) and the
 // gathered probabilities; index tensors. Remote rows: what arrived and its weighted copy.
-double moe_stored(const Sizes& z, const MoeRows& m) {
+double moe_stored(const Sizes& z, const MoeRows& m, bool whole = true) {
+  if (z.buffer_free) return moe_stored_buffer_free(z, m, whole);
   double bytes = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
-    const double own = double(m.own[e]), rows = own + double(m.peer[e]);
+    const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
     if (rows == 0) continue;
     bytes += z.E * rows * (z.h + z.expert_g() * z.g);
     if (own > 0) bytes += z.E * (rows * z.h + own * z.h + own);
@@ -77,9 +148,10 @@ double moe_stored(const Sizes& z, const MoeRows& m) {
 // projection's backward (gradient of silu*up and of the weight) or in the product's backward
 // (two gradients of width g), and scattering its input gradient back to token order.
 double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
+  if (z.buffer_free) return moe_backward_peak_buffer_free(z, m, stored);
   double freed_by_combine = z.E * 2 * double(m.remote) * z.h, in_flight = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
-    const double own = double(m.own[e]), rows = own + double(m.peer[e]);
+    const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
     if (rows == 0) continue;
     if (own > 0) freed_by_combine += z.E * own * z.h;
     in_flight = std::max(in_flight, z.E * (rows + own) * z.h);
@@ -89,7 +161,7 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
   const double tokens_grad = z.E * double(m.tokens) * z.h;  // gradient of the MoE input, accumulated
   bool first = true;
   for (size_t i = m.own.size(); i-- > 0;) {
-    const double rows = double(m.own[i] + m.peer[i]);
+    const double rows = double(m.own[i] + m.peer[i] + m.pad[i]);
     if (rows == 0) continue;
     const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
     // The first projection's backward makes its input's gradient and its weight's [h, 2g] one
@@ -151,7 +223,9 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   z.T = double(m.tokens()), z.h = double(m.hidden), z.g = double(m.ffn_hidden), z.gs = double(m.ffn_hidden * m.shared_experts);
   z.experts = double(m.experts), z.heads_dim = double(m.heads * m.head_dim), z.b = double(m.micro_batch);
   z.H = double(m.heads), z.s = double(m.seq), z.k = double(m.topk), z.attention = m.attention == "gqa";
-  z.act_recomputed = s.expert_act_recomputed;
+  z.act_recomputed = s.experts == ExpertStorage::ActRecomputed;
+  z.buffer_free = s.experts == ExpertStorage::BufferFree;
+  z.keep_act = s.keep_act;
   const int64_t L = m.layers, T = m.tokens();
   const double act = z.E * z.T * z.h;  // one [tokens, hidden] tensor
 
@@ -159,7 +233,9 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   p.static_bytes = int64_t(z.E) * (4 * parameter_count(m, c.ep) + 2 * T * m.hidden) + rank.input_bytes();
 
   std::vector<MoeRows> whole;
-  for (int64_t l = 0; l < L; ++l) whole.push_back(moe_rows(rank.layers[size_t(l)], m.topk, T, 0, T));
+  const int64_t cap = s.capacity_factor > 0 ? capacity_per_expert(T, m.topk, m.experts, s.capacity_factor) : -1;
+  const int64_t pad_rows = cap >= 0 && s.pad_to_capacity ? cap * c.ep : 0;
+  for (int64_t l = 0; l < L; ++l) whole.push_back(moe_rows(rank.layers[size_t(l)], m.topk, T, 0, T, cap, pad_rows));
   // The loss: final RMSNorm (its input needs a gradient; its output is not kept) and the
   // difference to the target; its backward holds four [tokens, hidden] gradients at once.
   const double final_stored = kNormKeptWithGrad * act + z.E * z.T, final_backward = 4 * act;
@@ -216,7 +292,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
         const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
         if (a == b) continue;
         const MoeRows r = moe_rows(rank.layers[size_t(l)], m.topk, T, a, b);
-        consider(moe_backward_peak(z, r, base + moe_stored(z, r)),
+        consider(moe_backward_peak(z, r, base + moe_stored(z, r, false)),
                  at + ", MoE chunk " + std::to_string(ci));
       }
     } else {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/moe/expert_storage.h"
 #include "core/workload/ep_rank.h"
 
 namespace memfine {
@@ -27,9 +28,14 @@ struct StrategyShape {
   bool recompute_layer = false;  // only the layer's input is kept; the layer is recomputed in backward
   MoeMode moe = MoeMode::Stored;
   int64_t chunks = 1;            // Chunked only
-  // Each expert keeps its first GEMM's output z = [a | b] but not SiLU(a) * b, recomputed in
-  // backward (Megatron's moe_act selective recompute).
-  bool expert_act_recomputed = false;
+  // How each expert keeps its activations (inside each chunk when chunked).
+  ExpertStorage experts = ExpertStorage::Stored;
+  bool keep_act = false;  // BufferFree: SiLU(a) * b kept as well
+  // Capacity capping (0: dropless): each sending rank lets at most ceil(tokens * topk / experts *
+  // factor) of its assignments reach an expert; with pad, every expert's input is padded to the
+  // most it can receive (capacity x ranks).
+  double capacity_factor = 0;
+  bool pad_to_capacity = false;
 };
 
 struct Prediction {

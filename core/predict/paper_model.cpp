@@ -88,6 +88,11 @@ PaperProjection project_paper(const ExperimentConfig& c, const PaperChunks& chun
   Setup s = setup(c);
   PaperProjection& pr = s.pr;
   pr.chunks = chunks.chunks;
+  s.pm.row_h = chunks.row_h, s.pm.row_g = chunks.row_g;
+  pr.s_recv_max = s.pm.s_recv_max();
+  if (chunks.row_h != 2 || chunks.row_g != 2)
+    s.notes += "; per received row " + std::to_string(int(chunks.row_h)) + "h + " + std::to_string(int(chunks.row_g)) +
+               "g_e kept (Eq. 2: 2h + 2g_e)";
   pr.activation_bytes = s.pm.activation(pr.received, double(chunks.used));
   pr.fits = pr.chunks > 0 && s.pm.fits(pr.received, double(chunks.used));
   pr.assumptions = s.notes;

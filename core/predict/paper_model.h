@@ -19,9 +19,13 @@ struct PaperModel {
   double t = 1, c = 1, m_g = 1;
   double static_bytes = 0;  // M^sta (Eq. 1), computed by the caller from parameter counts
   double alpha = 1.0, device_bytes = 64e9;  // Eq. 3
+  // Widths kept per received row, in h and in g_e: Eq. 2 has 2h + 2g_e. A buffer-free expert
+  // keeps z = [a | b] (2 g_e, 3 with SiLU(a) * b) and, under expert parallelism, the arrived row
+  // once (1 h): no routed copy and no kept output.
+  double row_h = 2, row_g = 2;
   // Eq. 2, split in its two terms.
   double activation_s_part() const { return m_g / (t * c) * D_t * b * s * (5 * h + a * h_d + 2 * k_a * h_d + e_n); }
-  double bytes_per_received() const { return m_g / (t * c) * D_t * b * (2 * h + 2 * g_e); }
+  double bytes_per_received() const { return m_g / (t * c) * D_t * b * (row_h * h + row_g * g_e); }
   double activation(double s_recv, double chunks = 1) const {
     return activation_s_part() + bytes_per_received() * s_recv / chunks;
   }
@@ -41,6 +45,7 @@ int64_t chunks_for(double s_recv, double s_recv_max, const std::vector<int64_t>&
 // count its activation is computed with (the largest bin when none fits).
 struct PaperChunks {
   int64_t chunks = 1, used = 1;
+  double row_h = 2, row_g = 2;  // what it keeps per received row (PaperModel::row_h, row_g)
 };
 
 // The paper's Table 4 at paper scale, from Eq. 1-3 and 8-9 with DeepSeek-V3 parameter counts.

@@ -63,8 +63,8 @@ class Strategy {
   virtual LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) = 0;
   // Capacity capping edits the routing here; the default keeps every assignment.
   virtual void cap_routing(MoeRouting& routing, const at::Tensor& probs) {}
-  // The expert every stage runs (emulated and real ranks alike); empty: SwiGLU, stored.
-  virtual ExpertFn expert() const { return {}; }
+  // How experts keep what backward needs (emulated and real ranks alike); default: SwiGLU, stored.
+  virtual ExpertPath expert() const { return {}; }
 
   // Its own statistics of the last step, named as it likes (Google Benchmark's user counters);
   // the record writes them as it finds them.

@@ -10,6 +10,7 @@
 #include "core/predict/cost_model.h"
 #include "core/dist/dist.h"
 #include "core/meter/memory_meter.h"
+#include "core/moe/expert_storage.h"
 #include "core/predict/memory_model.h"
 #include "core/predict/paper_model.h"
 #include "core/strategy/memfine/chunked_moe.h"
@@ -45,6 +46,9 @@ class MemFine : public Strategy {
     store_when_fits_ = spec_.get_bool("store_when_fits", false);
     headroom_ = spec_.get_double("headroom", 0.05);
     objective_ = spec_.get_string("objective", "memory");
+    experts_ = parse_expert_storage(spec_.get_string("experts", "stored"));
+    keep_act_ = spec_.get_bool("keep_act", false);
+    if (keep_act_ && experts_ != ExpertStorage::BufferFree) throw std::invalid_argument("keep_act applies to experts: buffer_free");
     if (objective_ != "memory" && objective_ != "time")
       throw std::invalid_argument("objective must be 'memory' (smallest bin that fits) or 'time' (fastest that fits)");
     if (!(headroom_ >= 0 && headroom_ < 1)) throw std::invalid_argument("headroom must be in [0, 1)");
@@ -55,6 +59,10 @@ class MemFine : public Strategy {
     for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
       if (chunks_ > 0 && spec_.params.count(k)) throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
+
+  // Chunking and how an expert keeps its activations are independent: inside every chunk (and in
+  // a layer MACT stores) the experts run as `experts` says.
+  ExpertPath expert() const override { return expert_path(experts_, keep_act_); }
 
   void begin_step(int64_t step) override {
     step_chunks_.clear();
@@ -110,7 +118,7 @@ class MemFine : public Strategy {
     std::vector<int64_t> chosen = plan(c, rank).chunks;
     Prediction p;
     if (std::all_of(chosen.begin(), chosen.end(), [](int64_t v) { return v == 0; })) {
-      p = predict_step(c, rank, StrategyShape{});
+      p = predict_step(c, rank, stored());
     } else {
       std::vector<int64_t> as_chunks = chosen;
       std::replace(as_chunks.begin(), as_chunks.end(), int64_t(0), int64_t(1));
@@ -121,14 +129,24 @@ class MemFine : public Strategy {
   }
 
   std::optional<PaperChunks> paper_chunks(double received, double s_recv_max) const override {
-    if (chunks_ > 0) return PaperChunks{chunks_, chunks_};
-    const int64_t c = chunks_for(received, s_recv_max, bins_);
-    return PaperChunks{c, c > 0 ? c : bins_.back()};
+    // s'_max comes with Eq. 2's row widths; buffer-free experts keep fewer, so MACT's choice here
+    // is conservative for them (the projection itself uses their widths).
+    PaperChunks pc;
+    if (chunks_ > 0) pc.chunks = pc.used = chunks_;
+    else pc.chunks = chunks_for(received, s_recv_max, bins_), pc.used = pc.chunks > 0 ? pc.chunks : bins_.back();
+    if (experts_ == ExpertStorage::BufferFree) pc.row_h = 1, pc.row_g = keep_act_ ? 3 : 2;
+    return pc;
   }
 
  private:
-  static StrategyShape chunked(int64_t chunks) {
+  StrategyShape stored() const {
     StrategyShape s;
+    s.experts = experts_;
+    s.keep_act = keep_act_;
+    return s;
+  }
+  StrategyShape chunked(int64_t chunks) const {
+    StrategyShape s = stored();
     s.recompute_layer = true;
     s.moe = MoeMode::Chunked;
     s.chunks = chunks;
@@ -139,14 +157,14 @@ class MemFine : public Strategy {
   Plan plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
     const int64_t L = c.model.layers;
     Plan plan{std::vector<int64_t>(size_t(L), bins_.front())};
-    if (objective_ == "time") return plan_for_time(c, rank, predict_step(c, rank, StrategyShape{}));
+    if (objective_ == "time") return plan_for_time(c, rank, predict_step(c, rank, stored()));
     if (c.budget < 0) {  // no budget: everything fits
       if (store_when_fits_) plan.chunks.assign(size_t(L), 0);
       return plan;
     }
-    const Prediction stored = predict_step(c, rank, StrategyShape{});
-    const int64_t room = activation_room(c, stored);
-    if (store_when_fits_ && stored.activation_bytes <= room) {
+    const Prediction all_stored = predict_step(c, rank, stored());
+    const int64_t room = activation_room(c, all_stored);
+    if (store_when_fits_ && all_stored.activation_bytes <= room) {
       plan.chunks.assign(size_t(L), 0);
       return plan;
     }
@@ -156,7 +174,7 @@ class MemFine : public Strategy {
       pm.D_t = double(c10::elementSize(dtype_of(c.dtype)));
       pm.b = double(m.micro_batch), pm.s = double(m.seq), pm.h = double(m.hidden), pm.a = double(m.heads);
       pm.h_d = double(m.head_dim), pm.k_a = double(m.kv_heads), pm.e_n = double(m.experts), pm.g_e = double(m.ffn_hidden);
-      pm.static_bytes = double(stored.static_bytes), pm.device_bytes = double(c.budget);
+      pm.static_bytes = double(all_stored.static_bytes), pm.device_bytes = double(c.budget);
       for (int64_t l = 0; l < L; ++l) {
         const int64_t need = rank.layers[size_t(l)].tokens_received;  // notify: rows to receive
         const int64_t b = chunks_for(double(need), pm.s_recv_max(), bins_);
@@ -164,8 +182,8 @@ class MemFine : public Strategy {
           throw PlannedOutOfMemory("MACT (paper model): layer " + std::to_string(l) +
                                    " needs " + fmt_bytes(pm.activation(double(need), double(bins_.back()))) +
                                    " of activations even with " + std::to_string(bins_.back()) + " chunks; the budget " +
-                                   fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(c.budget - stored.static_bytes)) +
-                                   " after static " + fmt_bytes(double(stored.static_bytes)));
+                                   fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(c.budget - all_stored.static_bytes)) +
+                                   " after static " + fmt_bytes(double(all_stored.static_bytes)));
         plan.chunks[size_t(l)] = b;
       }
       return plan;
@@ -179,7 +197,7 @@ class MemFine : public Strategy {
         throw PlannedOutOfMemory("MACT: layer " + std::to_string(l) + " needs " +
                                  fmt_bytes(double(need)) + " of activations even with " + std::to_string(bins_.back()) +
                                  " chunks; the budget " + fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(room)) +
-                                 " after static " + fmt_bytes(double(stored.static_bytes)) + " and " +
+                                 " after static " + fmt_bytes(double(all_stored.static_bytes)) + " and " +
                                  std::to_string(int(headroom_ * 100)) + "% headroom (short by " + fmt_bytes(double(need - room)) + ")");
       }
       plan.chunks[size_t(l)] = bins_[i];
@@ -236,6 +254,8 @@ class MemFine : public Strategy {
 
   int64_t chunks_ = 1;  // 0: auto
   std::string objective_ = "memory";
+  ExpertStorage experts_ = ExpertStorage::Stored;
+  bool keep_act_ = false;
   mutable CostModel cost_;  // the experiment's, loaded when first needed
   mutable bool cost_loaded_ = false;
   std::vector<int64_t> bins_;
@@ -255,6 +275,9 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
      {"model", "auto: 'implementation' (this code's byte-level model, default) or 'paper' (Eq. 8-9)"},
      {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"},
      {"headroom", "auto: share of the budget's activation room kept free for the model's error (default 0.05)"},
+     {"experts", "how each expert keeps its activations inside a chunk: 'stored' (default), 'moe_act' (Megatron's "
+                 "selective recompute of SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the moeblaze strategy)"},
+     {"keep_act", "experts: buffer_free: also keep SiLU(a)*b (default false)"},
      {"objective", "auto: 'memory' (smallest bin that fits, the paper's MACT; default) or 'time' (fastest that fits, "
                    "by the experiment's cost_model)"}},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },

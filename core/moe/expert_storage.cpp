@@ -1,0 +1,78 @@
+#include "core/moe/expert_storage.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <stdexcept>
+
+namespace memfine {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// out = (SiLU(a) * b) @ w_out, keeping z and w_out only: the product is discarded after the
+// forward and recomputed in backward ("output-discarding checkpoint"); the GEMMs are not.
+struct ActThenDown : torch::autograd::Function<ActThenDown> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& w_out) {
+    at::Tensor out;
+    {
+      auto ab = z.chunk(2, -1);
+      out = at::matmul(at::silu(ab[0]) * ab[1], w_out);  // the product is freed here
+    }
+    ctx->save_for_backward({z, w_out});
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& z = saved[0];
+    const at::Tensor& w_out = saved[1];
+    const at::Tensor& g = grad[0];
+    auto ab = z.chunk(2, -1);
+    const at::Tensor a = ab[0], b = ab[1];
+    at::Tensor silu_a = at::silu(a);
+    at::Tensor g_w;
+    {
+      at::Tensor y = silu_a * b;  // recomputed for the weight gradient only
+      g_w = at::matmul(y.t(), g);
+    }
+    at::Tensor g_y = at::matmul(g, w_out.t());
+    at::Tensor g_z = at::empty_like(z);
+    auto gz = g_z.chunk(2, -1);
+    at::mul_out(gz[1], g_y, silu_a);
+    silu_a = at::Tensor();
+    g_y.mul_(b);  // d/d(silu(a)), in place: no further buffer
+    at::silu_backward_out(gz[0], g_y, a);
+    return {g_z, g_w};
+  }
+};
+
+}  // namespace
+
+ExpertStorage parse_expert_storage(const std::string& name) {
+  if (name == "stored") return ExpertStorage::Stored;
+  if (name == "moe_act") return ExpertStorage::ActRecomputed;
+  if (name == "buffer_free") return ExpertStorage::BufferFree;
+  throw std::invalid_argument("experts must be 'stored', 'moe_act' or 'buffer_free', got '" + name + "'");
+}
+
+std::string expert_storage_name(ExpertStorage s) {
+  switch (s) {
+    case ExpertStorage::Stored: return "stored";
+    case ExpertStorage::ActRecomputed: return "moe_act";
+    case ExpertStorage::BufferFree: return "buffer_free";
+  }
+  return "?";
+}
+
+ExpertPath expert_path(ExpertStorage s, bool keep_act) {
+  ExpertPath p;
+  if (s == ExpertStorage::ActRecomputed)
+    p.fn = [](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
+      return ActThenDown::apply(at::matmul(rows, w_in), w_out);
+    };
+  p.buffer_free = s == ExpertStorage::BufferFree;
+  p.keep_act = p.buffer_free && keep_act;
+  return p;
+}
+
+}  // namespace memfine

@@ -1,0 +1,24 @@
+// The ways an expert can keep what its backward needs, shared by every strategy that offers them
+// (moe_act_recompute, moeblaze, and memfine's `experts` parameter inside each chunk), and read by
+// the memory model from a strategy's declared shape.
+#pragma once
+#include <string>
+
+#include "core/moe/stages.h"
+
+namespace memfine {
+
+enum class ExpertStorage {
+  Stored,         // what autograd saves: input rows, z = [a | b], SiLU(a), SiLU(a) * b, outputs
+  ActRecomputed,  // Megatron's selective recompute (moe_act): SiLU(a) * b discarded, recomputed
+  BufferFree,     // MoEBlaze-style (buffer_free.h): indices and z only; no routed copies
+};
+
+// "stored", "moe_act" or "buffer_free"; throws std::invalid_argument naming the choices.
+ExpertStorage parse_expert_storage(const std::string& name);
+std::string expert_storage_name(ExpertStorage s);
+
+// The expert path that runs it; keep_act applies to buffer_free (also keep SiLU(a) * b).
+ExpertPath expert_path(ExpertStorage s, bool keep_act = false);
+
+}  // namespace memfine
