@@ -1,8 +1,8 @@
 // Baseline: MoEBlaze-style buffer-free experts (arXiv 2601.05296; SonicMoE does the same in
 // code): everything outside the routed experts is stored as in no_recompute, and the experts run
-// buffer-free (core/moe/buffer_free.h): index-only dispatch, rows read in place, the weighted
-// combine written into the output, z = [a | b] kept and SiLU(a) * b recomputed, the router
-// gradient as a row reduction. `keep_act: true` keeps SiLU(a) * b too (readings of the paper
+// buffer-free (core/moe/buffer_free.h): index-only dispatch, rows read through their index block
+// by block, the weighted combine written into the output, z = [a | b] kept and SiLU(a) * b
+// recomputed, the router gradient as a row reduction. `keep_act: true` keeps SiLU(a) * b too (readings of the paper
 // disagree on whether it does). On real ranks the rows that arrived are kept once per rank.
 #include "core/moe/expert_storage.h"
 #include "core/strategy/strategy.h"
@@ -12,15 +12,21 @@ namespace {
 
 class MoeBlaze : public Strategy {
  public:
-  explicit MoeBlaze(StrategySpec spec) : Strategy(std::move(spec)) { keep_act_ = spec_.get_bool("keep_act", false); }
+  explicit MoeBlaze(StrategySpec spec) : Strategy(std::move(spec)) {
+    keep_act_ = spec_.get_bool("keep_act", false);
+    block_rows_ = spec_.get_int("block_rows", 256);
+    if (block_rows_ < 1 || block_rows_ > (int64_t(1) << 30))
+      throw std::invalid_argument("block_rows must be in [1, 2^30], got " + std::to_string(block_rows_));
+  }
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
     return layer_forward(x, in, *this, moe_stored);
   }
-  ExpertPath expert() const override { return expert_path(ExpertStorage::BufferFree, keep_act_); }
+  ExpertPath expert() const override { return expert_path(ExpertStorage::BufferFree, keep_act_, block_rows_); }
   std::optional<StrategyShape> memory_shape() const override {
     StrategyShape s;
     s.experts = ExpertStorage::BufferFree;
     s.keep_act = keep_act_;
+    s.block_rows = block_rows_;
     return s;
   }
   // Under the paper's model (Eq. 2): one pass, fewer widths kept per received row.
@@ -32,12 +38,14 @@ class MoeBlaze : public Strategy {
 
  private:
   bool keep_act_ = false;
+  int64_t block_rows_ = 256;
 };
 
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     "moeblaze",
     "MoEBlaze-style buffer-free experts: index-only dispatch, z kept and SiLU recomputed, combine into the output",
-    {{"keep_act", "also keep SiLU(a)*b instead of recomputing it (default false)"}},
+    {{"keep_act", "also keep SiLU(a)*b instead of recomputing it (default false)"},
+     {"block_rows", "rows per block of an expert's forward and backward, the tile of a fused kernel (default 256)"}},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MoeBlaze(s)); }});
 
 }  // namespace

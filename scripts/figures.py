@@ -626,6 +626,60 @@ def strategies(path, out_dir, stem, title):
     return out + save(fig, out_dir, stem, source_line(path, recs) + " | " + config_line(recs[0]))
 
 
+def field_lines(results_dir):
+    """REPORT.md's section on the memory savers of the field (Megatron's moe_act, MoEBlaze-style
+    buffer-free experts) against MemFine's chunks and their combinations, from experiments/baselines*.yaml."""
+    lines = []
+    for name in ("baselines", "baselines_h2048"):
+        path = os.path.join(results_dir, name, "results.jsonl")
+        if not os.path.exists(path):
+            continue
+        recs = load(path)
+        if not lines:
+            lines = ["## The field's memory savers against MemFine's chunks", "",
+                     "Peak activation memory and median step time of one MoE layer's training step (forward, backward, "
+                     "optimizer), every strategy interleaved at each point (`paper_figures/baselines_table.md`, "
+                     "`baselines_h2048_table.md`). The MoEBlaze-like comparison is `moeblaze` against `no_recompute`, "
+                     "our closest to a MegaBlocks-like baseline (MoEBlaze's own reference).", "",
+                     "| experiment | point | no_recompute MiB | lowest dropless (MiB, x lower than no_recompute, speed vs it) "
+                     "| fastest dropless (speed vs no_recompute) | moeblaze: x lower, speed | moe_act: x lower, speed |",
+                     "|---|---|---|---|---|---|---|"]
+        for point, rs in by_point(recs).items():
+            ok = [r for r in rs if r["status"] == "ok"]
+            ref = next((r for r in ok if r["strategy"] == "no_recompute"), None)
+            if not ref:
+                continue
+            dropless = [r for r in ok if r.get("dropped_fraction") is None]
+            ms = lambda r: r["step_ms"]["median"]
+            lower = lambda r: activation(ref) / activation(r)
+            speed = lambda r: ms(ref) / ms(r)
+            low = min(dropless, key=activation)
+            fast = min(dropless, key=ms)
+            def cell(strategy):
+                r = next((r for r in ok if r["strategy"] == strategy), None)
+                return f"{lower(r):.2f}x, {speed(r):.2f}x" if r else "-"
+            lines.append(f"| {name} | {point} | {activation(ref) / MIB:.1f} | {low['strategy']} ({activation(low) / MIB:.1f}, "
+                         f"{lower(low):.2f}x, {speed(low):.2f}x) | {fast['strategy']} ({speed(fast):.2f}x) | "
+                         f"{cell('moeblaze')} | {cell('moe_act_recompute')} |")
+        lines += ["", source_line(path, recs), ""]
+    if not lines:
+        return []
+    return lines + [
+        "MoEBlaze (arXiv 2601.05296) reports, for one SwiGLU MoE layer on one H100 against MegaBlocks, about 4x lower "
+        "activation memory and 2-6.2x speed. Ours differ, and the table says by how much; three reasons:",
+        "- Our peak is the whole step's: the layer's RMSNorm, router, residual and the loss stay (every strategy keeps "
+        "them), so the ratio on the MoE part alone is larger than the whole step's.",
+        "- Our `no_recompute` is not MegaBlocks: it gathers each expert's rows into a buffer and loops over experts "
+        "with dense GEMMs (no block-sparse grouped GEMM, no padding to blocks), and keeps what autograd saves "
+        "(input rows, z, SiLU(a), the product, outputs and weighted rows). MegaBlocks keeps similar buffers; it "
+        "also pads to blocks, which we do not.",
+        "- Speed: on a CPU the GEMMs dominate and are the same in every strategy; MoEBlaze's speed-up comes from GPU "
+        "memory traffic (no permuted copies, fused epilogues), which a 2-core CPU barely sees. Recomputing SiLU costs "
+        "little; a buffer-free step runs at about no_recompute's speed here.",
+        "",
+    ]
+
+
 def pytorch_reference_lines(results_dir):
     """REPORT.md's table of our baselines against the same model in eager PyTorch."""
     folder = os.path.join(results_dir, "pytorch_reference")
@@ -735,7 +789,7 @@ def report(results_dir, predictions, out_dir):
         "- The paper's activation numbers are ~10% below Eq. 2 with s' from its own Figure 2 (8 local experts at the "
         "largest p99); the exact s' behind Table 4 is not given.",
         "",
-    ] + pytorch_reference_lines(results_dir) + [
+    ] + field_lines(results_dir) + pytorch_reference_lines(results_dir) + [
         "## Sources",
         f"- measured: `{os.path.relpath(f5)}` (experiments/paper_figure5.yaml)",
         f"- paper scale: `{os.path.relpath(predictions)}` (`memfine predict experiments/paper_table4.yaml`)",

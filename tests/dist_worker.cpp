@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   }
   ExperimentConfig c = test_util::dist_config(dist->world());
   c.kernels = has("fused") ? "fused" : "aten";
+  if (has("float32")) c.dtype = "float32";
   StrategySpec spec;
   spec.name = argv[1];
   // "-": defaults; "4" or "auto": memfine's chunks; "key=value,key=value": any parameters.

@@ -27,6 +27,7 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
   for (const char* c : {"2", "3", "5", "16"}) specs.push_back(spec("memfine", {{"chunks", c}}));
   for (const char* e : {"moe_act", "buffer_free"}) specs.push_back(spec("memfine", {{"chunks", "4"}, {"experts", e}}));
   specs.push_back(spec("moeblaze", {{"keep_act", "true"}}));
+  specs.push_back(spec("moeblaze", {{"block_rows", "16"}}));
   specs.push_back(spec("capacity", {{"capacity_factor", "1.25"}, {"pad", "true"}}));
   specs.push_back(spec("capacity", {{"capacity_factor", "0.5"}}));
   double worst = 0;

@@ -48,9 +48,9 @@ at::Tensor experts_buffer_free(const at::Tensor& arrived, const at::Tensor& p_ar
   for (size_t e = 0; e < rows.size(); off += rows[e], ++e) {
     if (rows[e] == 0) continue;
     at::Tensor idx = by_expert.narrow(0, off, rows[e]);
-    at::Tensor z = buffer_free_up(arrived, at::Tensor(), idx, w.w_in[e]);
-    DownRows r{idx, idx, rows[e], nullptr, 1, mr.expert.keep_act};
-    out = buffer_free_down(out, z, p_arrived, w.w_out[e], r).first;
+    ExpertRows r;
+    r.src = idx, r.slot = idx, r.own = rows[e], r.keep_act = mr.expert.keep_act, r.block_rows = mr.expert.block_rows;
+    out = buffer_free_expert(out, arrived, p_arrived, w.w_in[e], w.w_out[e], r).first;
   }
   if (off > 0) return out;
   // Both exchanges stay in the graph (their backward all-to-alls run on every rank), in the order

@@ -29,18 +29,19 @@ struct ActThenDown : torch::autograd::Function<ActThenDown> {
     const at::Tensor& g = grad[0];
     auto ab = z.chunk(2, -1);
     const at::Tensor a = ab[0], b = ab[1];
-    at::Tensor silu_a = at::silu(a);
+    // The product is recomputed in one buffer and lives only until the weight's gradient exists;
+    // SiLU(a) is recomputed straight into the half of z's gradient that needs it.
     at::Tensor g_w;
     {
-      at::Tensor y = silu_a * b;  // recomputed for the weight gradient only
+      at::Tensor y = at::silu(a).mul_(b);
       g_w = at::matmul(y.t(), g);
     }
     at::Tensor g_y = at::matmul(g, w_out.t());
     at::Tensor g_z = at::empty_like(z);
     auto gz = g_z.chunk(2, -1);
-    at::mul_out(gz[1], g_y, silu_a);
-    silu_a = at::Tensor();
-    g_y.mul_(b);  // d/d(silu(a)), in place: no further buffer
+    at::silu_out(gz[1], a);
+    gz[1].mul_(g_y);  // d/db = g_y * SiLU(a)
+    g_y.mul_(b);      // d/d(SiLU(a)), in place: no further buffer
     at::silu_backward_out(gz[0], g_y, a);
     return {g_z, g_w};
   }
@@ -64,7 +65,7 @@ std::string expert_storage_name(ExpertStorage s) {
   return "?";
 }
 
-ExpertPath expert_path(ExpertStorage s, bool keep_act) {
+ExpertPath expert_path(ExpertStorage s, bool keep_act, int64_t block_rows) {
   ExpertPath p;
   if (s == ExpertStorage::ActRecomputed)
     p.fn = [](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
@@ -72,6 +73,7 @@ ExpertPath expert_path(ExpertStorage s, bool keep_act) {
     };
   p.buffer_free = s == ExpertStorage::BufferFree;
   p.keep_act = p.buffer_free && keep_act;
+  p.block_rows = block_rows;
   return p;
 }
 

@@ -18,7 +18,8 @@ enum class ExpertStorage {
 ExpertStorage parse_expert_storage(const std::string& name);
 std::string expert_storage_name(ExpertStorage s);
 
-// The expert path that runs it; keep_act applies to buffer_free (also keep SiLU(a) * b).
-ExpertPath expert_path(ExpertStorage s, bool keep_act = false);
+// The expert path that runs it; keep_act and block_rows apply to buffer_free (also keep
+// SiLU(a) * b; rows per block of an expert's work).
+ExpertPath expert_path(ExpertStorage s, bool keep_act = false, int64_t block_rows = 256);
 
 }  // namespace memfine

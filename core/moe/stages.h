@@ -27,10 +27,11 @@ struct ExpertPath {
   explicit ExpertPath(ExpertFn f) : fn(std::move(f)) {}
   ExpertFn fn;  // the expert on its gathered rows; empty: SwiGLU with what autograd saves
   // MoEBlaze-style (core/moe/buffer_free.h): dispatch builds indices only, each expert reads its
-  // rows in place and adds its weighted output straight into the tokens' rows, keeping only its
-  // first GEMM's output z; `fn` is not used.
+  // rows through their index, block by block, and adds its weighted output straight into the
+  // tokens' rows, keeping only its first GEMM's output z; `fn` is not used.
   bool buffer_free = false;
   bool keep_act = false;  // buffer_free: keep SiLU(a) * b as well instead of recomputing it
+  int64_t block_rows = 256;  // buffer_free: rows per block (the tile) of an expert's work
 };
 
 // What one layer's MoE routes; capacity capping fills the keep masks and the padding.

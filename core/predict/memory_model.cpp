@@ -85,6 +85,7 @@ struct Sizes {
   bool act_recomputed = false;  // experts keep z = [a | b], not SiLU(a) and SiLU(a) * b
   bool buffer_free = false;     // experts keep z (and SiLU(a) * b with keep_act), no rows of width h
   bool keep_act = false;
+  int64_t block_rows = 256;
   double expert_g() const { return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4; }  // stored widths of g per row
 };
 
@@ -102,22 +103,23 @@ double moe_stored_buffer_free(const Sizes& z, const MoeRows& m, bool whole) {
   return bytes + (z.E + 24) * double(m.remote);
 }
 
-// Its backward, experts in reverse order, one in flight: the down projection's (the rows' output
-// gradient read from the tokens', SiLU(a), the product unless kept, their gradient and W_out's),
-// then the up projection's (z's gradient, the rows' input gradient scattered into a [tokens,
-// hidden] one, the rows read again and W_in's gradient).
+// Its backward, experts in reverse order, one in flight, each in blocks of rows: the expert's
+// input and weight gradients exist for the whole of it; a block holds the rows' output gradient,
+// the product (unless kept) and its gradient, then z's gradient with the rows' input gradient or
+// the rows read again. The expert's z is released after it.
 double moe_backward_peak_buffer_free(const Sizes& z, const MoeRows& m, double stored) {
   double peak = stored, cur = stored;
   const double tokens_grad = z.E * double(m.tokens) * z.h, gh = z.E * z.g * z.h;
+  const double probs_grad = z.E * double(m.tokens) * z.k;
   bool first = true;
   for (size_t i = m.own.size(); i-- > 0;) {
     const double rows = double(m.own[i] + m.peer[i]);
     if (rows == 0) continue;
-    const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
-    peak = std::max({peak, cur + rh + (z.keep_act ? 2 : 3) * rg + gh, cur + 4 * rg + gh});
-    cur -= z.E * rows * z.expert_g() * z.g;  // its saved z (and product) are released
+    const double n = std::min(rows, double(z.block_rows)), bg = z.E * n * z.g, bh = z.E * n * z.h;
+    const double block = std::max({bh + (z.keep_act ? 1 : 2) * bg, 3 * bg, 2 * bg + bh});
     const double accumulated = first ? 0 : tokens_grad;
-    peak = std::max(peak, cur + 2 * rg + accumulated + tokens_grad + std::max(rh, rh + 2 * gh));
+    peak = std::max(peak, cur + accumulated + tokens_grad + probs_grad + 3 * gh + block);
+    cur -= z.E * rows * z.expert_g() * z.g;
     if (first) cur += tokens_grad, first = false;
   }
   return peak;
@@ -169,9 +171,9 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
     // activation's saved tensors are gone: at large ffn widths the expert's largest transient.
     const double first_gemm = cur - (z.expert_g() - 2) * rg + 2 * z.E * z.g * z.h;
     if (z.act_recomputed)
-      // The down projection's backward recomputes SiLU(a) and the product (freed after the
-      // weight gradient), then holds SiLU(a), the product's gradient and z's at once.
-      peak = std::max({peak, cur + 4 * rg + z.E * z.g * z.h, cur - rh + 2 * rg, first_gemm});
+      // The down projection's backward recomputes the product (freed once the weight's gradient
+      // exists), then holds the product's gradient and z's, with the weight's.
+      peak = std::max({peak, cur + 3 * rg + z.E * z.g * z.h, cur - rh + 2 * rg, first_gemm});
     else
       peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg, first_gemm});
     cur -= z.E * rows * (z.h + z.expert_g() * z.g) + rh;  // its stored rows and its output gradient
@@ -226,6 +228,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   z.act_recomputed = s.experts == ExpertStorage::ActRecomputed;
   z.buffer_free = s.experts == ExpertStorage::BufferFree;
   z.keep_act = s.keep_act;
+  z.block_rows = s.block_rows;
   const int64_t L = m.layers, T = m.tokens();
   const double act = z.E * z.T * z.h;  // one [tokens, hidden] tensor
 

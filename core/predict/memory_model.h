@@ -31,6 +31,7 @@ struct StrategyShape {
   // How each expert keeps its activations (inside each chunk when chunked).
   ExpertStorage experts = ExpertStorage::Stored;
   bool keep_act = false;  // BufferFree: SiLU(a) * b kept as well
+  int64_t block_rows = 256;  // BufferFree: rows per block of an expert's work
   // Capacity capping (0: dropless): each sending rank lets at most ceil(tokens * topk / experts *
   // factor) of its assignments reach an expert; with pad, every expert's input is padded to the
   // most it can receive (capacity x ranks).
