@@ -24,6 +24,13 @@ at::Tensor read_rows(const at::Tensor& in, const at::Tensor& table, const at::Te
   return out;
 }
 
+// The .grad of an expert weight (the parameter itself, which outlives the step), made if missing.
+at::Tensor grad_of(int64_t address) {
+  const at::Tensor& w = *reinterpret_cast<const at::Tensor*>(address);
+  if (!w.grad().defined()) w.mutable_grad() = at::zeros_like(w);
+  return w.grad();
+}
+
 struct Expert : torch::autograd::Function<Expert> {
   static variable_list forward(AutogradContext* ctx, at::Tensor y, const at::Tensor& x, const at::Tensor& probs,
                                const at::Tensor& w_in, const at::Tensor& w_out, const ExpertRows* r) {
@@ -58,6 +65,8 @@ struct Expert : torch::autograd::Function<Expert> {
     ctx->saved_data["block"] = block;
     ctx->saved_data["peer_grads"] = reinterpret_cast<int64_t>(r->peer_grads);
     ctx->saved_data["loss_norm"] = r->loss_norm;
+    ctx->saved_data["w_in"] = reinterpret_cast<int64_t>(&w_in);
+    ctx->saved_data["w_out"] = reinterpret_cast<int64_t>(&w_out);
     return {y, peer_loss};
   }
 
@@ -77,8 +86,11 @@ struct Expert : torch::autograd::Function<Expert> {
     if (rows > own) weight.narrow(0, own, rows - own).fill_(grad[1] / ctx->saved_data["loss_norm"].toDouble());
     at::Tensor gx = ctx->needs_input_grad(1) ? at::zeros_like(x) : at::Tensor();
     at::Tensor gp = ctx->needs_input_grad(2) ? at::zeros_like(probs) : at::Tensor();
-    at::Tensor gw_in = ctx->needs_input_grad(3) ? at::zeros_like(w_in) : at::Tensor();
-    at::Tensor gw_out = ctx->needs_input_grad(4) ? at::zeros_like(w_out) : at::Tensor();
+    // The weight gradients are accumulated block by block straight into the experts' .grad, as a
+    // fused expert kernel's weight-gradient GEMM does (Megatron's gradient_accumulation_fusion):
+    // no [h, 2g] or [g, h] gradient exists besides .grad itself.
+    at::Tensor gw_in = ctx->needs_input_grad(3) ? grad_of(ctx->saved_data["w_in"].toInt()) : at::Tensor();
+    at::Tensor gw_out = ctx->needs_input_grad(4) ? grad_of(ctx->saved_data["w_out"].toInt()) : at::Tensor();
     for (int64_t b0 = 0; b0 < rows; b0 += block) {
       const int64_t n = std::min(block, rows - b0), o = std::clamp<int64_t>(own - b0, 0, n);
       const at::Tensor src_b = src.narrow(0, b0, n), w_b = weight.narrow(0, b0, n).unsqueeze(1);
@@ -109,7 +121,7 @@ struct Expert : torch::autograd::Function<Expert> {
       if (gx.defined()) scatter_add_rows_into(at::mm(g_z, w_in.t()), at::Tensor(), src_b, at::Tensor(), gx);
       if (gw_in.defined()) gw_in.addmm_(read_rows(x, table, src_b).t(), g_z);
     }
-    return {grad[0], gx, gp, gw_in, gw_out, at::Tensor()};
+    return {grad[0], gx, gp, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

@@ -37,7 +37,8 @@ struct ExpertRows {
 };
 
 // y[src[:own]] += probs[slot] * ((SiLU(a) * b) @ w_out) for z = x[src] @ w_in, in place; returns
-// {y, the peers' loss term}.
+// {y, the peers' loss term}. w_in and w_out must be the parameters themselves (they outlive the
+// step): backward accumulates their gradients straight into their .grad.
 std::pair<at::Tensor, at::Tensor> buffer_free_expert(at::Tensor& y, const at::Tensor& x, const at::Tensor& probs,
                                                      const at::Tensor& w_in, const at::Tensor& w_out,
                                                      const ExpertRows& rows);

@@ -104,12 +104,12 @@ double moe_stored_buffer_free(const Sizes& z, const MoeRows& m, bool whole) {
 }
 
 // Its backward, experts in reverse order, one in flight, each in blocks of rows: the expert's
-// input and weight gradients exist for the whole of it; a block holds the rows' output gradient,
+// input gradient exists for the whole of it (its weight gradients go straight into .grad); a block holds the rows' output gradient,
 // the product (unless kept) and its gradient, then z's gradient with the rows' input gradient or
 // the rows read again. The expert's z is released after it.
 double moe_backward_peak_buffer_free(const Sizes& z, const MoeRows& m, double stored) {
   double peak = stored, cur = stored;
-  const double tokens_grad = z.E * double(m.tokens) * z.h, gh = z.E * z.g * z.h;
+  const double tokens_grad = z.E * double(m.tokens) * z.h;
   const double probs_grad = z.E * double(m.tokens) * z.k;
   bool first = true;
   for (size_t i = m.own.size(); i-- > 0;) {
@@ -118,7 +118,7 @@ double moe_backward_peak_buffer_free(const Sizes& z, const MoeRows& m, double st
     const double n = std::min(rows, double(z.block_rows)), bg = z.E * n * z.g, bh = z.E * n * z.h;
     const double block = std::max({bh + (z.keep_act ? 1 : 2) * bg, 3 * bg, 2 * bg + bh});
     const double accumulated = first ? 0 : tokens_grad;
-    peak = std::max(peak, cur + accumulated + tokens_grad + probs_grad + 3 * gh + block);
+    peak = std::max(peak, cur + accumulated + tokens_grad + probs_grad + block);
     cur -= z.E * rows * z.expert_g() * z.g;
     if (first) cur += tokens_grad, first = false;
   }
@@ -308,6 +308,12 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s,
                at + ", attention");
   }
+  // Adam's step, once the activations are gone: one parameter-sized temporary (the denominator)
+  // for the largest parameter. The peak when little else is kept.
+  current = -1;
+  const double widest = std::max({z.h * 2 * z.g, z.h * 2 * z.gs, z.h * z.experts,
+                                  z.attention ? z.h * z.heads_dim : 0.0, z.attention ? z.h * double(m.kv_heads * m.head_dim) : 0.0});
+  consider(z.E * widest, "optimizer step");
   p.activation_bytes = int64_t(peak);
   if (s.moe == MoeMode::Chunked) p.chunks = chunks_per_layer.empty() ? std::vector<int64_t>(size_t(L), s.chunks) : chunks_per_layer;
   return p;
