@@ -52,8 +52,11 @@ struct Expert : torch::autograd::Function<Expert> {
       const at::Tensor out = at::mm(a_b, w_out);
       if (o > 0) scatter_add_rows_into(out, at::Tensor(), src.narrow(0, 0, o), weight.narrow(0, b0, o), y);
       if (o < n) {
+        // The peers' loss term as row dot products: no gathered copy of their gradient rows.
         at::Tensor keys = src.narrow(0, o, n - o).neg() + rows::encode_table_row(0);
-        peer_loss = peer_loss + (out.narrow(0, o, n - o) * r->peer_grads->index_select(0, keys)).sum() / r->loss_norm;
+        at::Tensor dots = at::empty({n - o}, out.options());
+        row_dot_into(out.narrow(0, o, n - o), at::Tensor(), r->peer_grads->contiguous(), keys, dots);
+        peer_loss = peer_loss + dots.sum() / r->loss_norm;
       }
     }
     ctx->mark_dirty({y});
