@@ -69,6 +69,22 @@ TEST(MemoryModel, PaperEquations) {
   EXPECT_EQ(chunks_for(100, 30, {1, 2, 4, 8}), 4);
   EXPECT_EQ(chunks_for(100, 10, {1, 2, 4, 8}), -1);
   EXPECT_EQ(chunks_for(100, -5, {1, 2, 4, 8}), -1);
+  // A buffer-free expert keeps h + 2 g_e per received row (the arrived row, z), not 2h + 2g_e;
+  // s'_max grows by the ratio of what the rest of the budget holds per row.
+  const double room = pm.s_recv_max() * pm.bytes_per_received();
+  pm.row_h = 1;
+  EXPECT_DOUBLE_EQ(pm.bytes_per_received(), 2.0 * (7168 + 2 * 2048));
+  EXPECT_NEAR(pm.s_recv_max() * pm.bytes_per_received(), room, 1e-3 * room);
+  // Through a strategy: moeblaze's projection at paper scale keeps less than one MemFine chunk.
+  ExperimentConfig c;
+  c.model.hidden = 7168, c.model.ffn_hidden = 2048, c.model.experts = 256, c.model.heads = 128;
+  c.model.head_dim = 192, c.model.kv_heads = 128, c.model.seq = 4096, c.model.micro_batch = 1, c.ep = 32;
+  c.model.layers = 8;
+  c.paper.received = "20000";
+  const auto blaze = make_strategy(spec("moeblaze"))->paper_chunks(20000, 1e9);
+  const auto one = make_strategy(spec("memfine", {{"chunks", "1"}}))->paper_chunks(20000, 1e9);
+  ASSERT_TRUE(blaze && one);
+  EXPECT_LT(project_paper(c, *blaze).activation_bytes, project_paper(c, *one).activation_bytes);
 }
 
 // MACT under a real budget that full recomputation exceeds: it runs, and per layer it picks the
