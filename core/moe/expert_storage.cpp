@@ -56,15 +56,6 @@ ExpertStorage parse_expert_storage(const std::string& name) {
   throw std::invalid_argument("experts must be 'stored', 'moe_act' or 'buffer_free', got '" + name + "'");
 }
 
-std::string expert_storage_name(ExpertStorage s) {
-  switch (s) {
-    case ExpertStorage::Stored: return "stored";
-    case ExpertStorage::ActRecomputed: return "moe_act";
-    case ExpertStorage::BufferFree: return "buffer_free";
-  }
-  return "?";
-}
-
 ExpertPath expert_path(ExpertStorage s, bool keep_act, int64_t block_rows) {
   ExpertPath p;
   if (s == ExpertStorage::ActRecomputed)

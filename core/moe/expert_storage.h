@@ -16,7 +16,6 @@ enum class ExpertStorage {
 
 // "stored", "moe_act" or "buffer_free"; throws std::invalid_argument naming the choices.
 ExpertStorage parse_expert_storage(const std::string& name);
-std::string expert_storage_name(ExpertStorage s);
 
 // The expert path that runs it; keep_act and block_rows apply to buffer_free (also keep
 // SiLU(a) * b; rows per block of an expert's work).

@@ -43,15 +43,13 @@ std::pair<at::Tensor, std::vector<int64_t>> group_by(const at::Tensor& items, co
   return {items.index_select(0, order), std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + groups)};
 }
 
-// The routing of a range: grouped own slots and peer keys per local expert (host tensors).
-struct RangeGroups {
-  std::pair<at::Tensor, std::vector<int64_t>> own, peers;
-};
+}  // namespace
 
-RangeGroups group_range(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& dev, Dispatched& d) {
+Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& dev) {
   const RankRouting& r = *mr.rank;
   const int64_t El = r.local_experts, n = end - begin;
   const int64_t k = mr.expert_ids.size(1);
+  Dispatched d;
   d.begin = begin, d.end = end;
   // Own assignments in the range, split into local (computed here) and remote (sent away).
   at::Tensor ids = mr.expert_ids.narrow(0, begin, n).reshape(-1) - r.first_expert;
@@ -71,20 +69,11 @@ RangeGroups group_range(const MoeRouting& mr, int64_t begin, int64_t end, const 
   at::Tensor prow = pmask.nonzero().reshape(-1);
   auto peers = group_by(r.peer_key.index_select(0, prow), r.peer_expert.index_select(0, prow), El);
   d.peer_rows = peers.second;
-  return {own, peers};
-}
-
-}  // namespace
-
-Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& dev) {
-  Dispatched d;
-  RangeGroups g = group_range(mr, begin, end, dev, d);
-  const int64_t k = mr.expert_ids.size(1);
   int64_t o_off = 0, p_off = 0;
-  for (int64_t e = 0; e < mr.rank->local_experts; ++e) {
-    d.own_slot.push_back(g.own.first.narrow(0, o_off, d.own_rows[e]).to(dev));
+  for (int64_t e = 0; e < El; ++e) {
+    d.own_slot.push_back(own.first.narrow(0, o_off, d.own_rows[e]).to(dev));
     d.own_token.push_back(d.own_slot.back().div(k, "floor"));
-    d.peer_key.push_back(g.peers.first.narrow(0, p_off, d.peer_rows[e]).to(dev));
+    d.peer_key.push_back(peers.first.narrow(0, p_off, d.peer_rows[e]).to(dev));
     o_off += d.own_rows[e], p_off += d.peer_rows[e];
   }
   return d;
@@ -92,36 +81,27 @@ Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, co
 
 Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
   const at::Device dev = x.device();
-  const int64_t El = mr.rank->local_experts, k = mr.expert_ids.size(1);
-  Dispatched d;
-  auto [own, peers] = group_range(mr, begin, end, dev, d);
-  int64_t o_off = 0, p_off = 0;
+  Dispatched d = dispatch_indices(mr, begin, end, dev);
   std::vector<at::Tensor> sources;  // fused: where each expert input row comes from (moe_rows.h)
   std::vector<int64_t> buffer_rows;
-  for (int64_t e = 0; e < El; ++e) {
-    at::Tensor slot = own.first.narrow(0, o_off, d.own_rows[e]);
-    at::Tensor key = peers.first.narrow(0, p_off, d.peer_rows[e]);
-    o_off += d.own_rows[e], p_off += d.peer_rows[e];
-    d.own_slot.push_back(slot.to(dev));
-    d.own_token.push_back(d.own_slot.back().div(k, "floor"));
-    d.peer_key.push_back(key.to(dev));
+  for (size_t e = 0; e < d.own_rows.size(); ++e) {
     const int64_t rows = d.own_rows[e] + d.peer_rows[e], pad = std::max<int64_t>(mr.pad_rows - rows, 0);
     if (mr.fused) {
-      sources.push_back(slot.div(k, "floor"));
-      sources.push_back(key.neg() + memfine::rows::encode_table_row(0));  // table row k -> -2 - k
-      sources.push_back(at::full({pad}, memfine::rows::kZeroRow, at::kLong));
+      sources.push_back(d.own_token[e]);
+      sources.push_back(d.peer_key[e].neg() + memfine::rows::encode_table_row(0));  // table row k -> -2 - k
+      sources.push_back(at::full({pad}, memfine::rows::kZeroRow, at::TensorOptions(at::kLong).device(dev)));
       buffer_rows.push_back(rows + pad);
       continue;
     }
-    std::vector<at::Tensor> parts = {x.index_select(0, d.own_token.back())};
-    if (key.numel() > 0) parts.push_back(mr.tables->peer_inputs.index_select(0, d.peer_key.back()));
+    std::vector<at::Tensor> parts = {x.index_select(0, d.own_token[e])};
+    if (d.peer_rows[e] > 0) parts.push_back(mr.tables->peer_inputs.index_select(0, d.peer_key[e]));
     if (pad > 0) parts.push_back(at::zeros({pad, x.size(1)}, x.options()));
     d.inputs.push_back(parts.size() == 1 ? parts[0] : at::cat(parts));
   }
   if (mr.fused) {
     // Each expert's input written once from the tokens, the peers' rows and padding. One op per
     // expert, as in ATen, so backward scatters each expert's input gradient as soon as it exists.
-    at::Tensor all = at::cat(sources).to(dev);
+    at::Tensor all = at::cat(sources);
     int64_t off = 0;
     for (int64_t rows : buffer_rows)
       d.inputs.push_back(gather_rows(x, mr.tables->peer_inputs, all.narrow(0, off, rows))), off += rows;

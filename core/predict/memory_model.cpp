@@ -34,7 +34,6 @@ MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t beg
   m.peer.assign(size_t(r.local_experts), 0);
   m.pad.assign(size_t(r.local_experts), 0);
   if (cap >= 0) {
-    MoeRows all = moe_rows(r, topk, tokens, begin, end);
     if (r.own_experts.defined()) {
       // Own assignments per expert of every rank, capped.
       std::vector<int64_t> per_expert(size_t(r.local_experts * r.ep), 0);
@@ -53,6 +52,7 @@ MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t beg
       for (int64_t i = 0; i < r.peer_rank.numel(); ++i) ++from_peer[{pr[i], ex[i]}];
       for (const auto& [key, n] : from_peer) m.peer[size_t(key.second)] += std::min(n, cap);
     } else {
+      const MoeRows all = moe_rows(r, topk, tokens, begin, end);
       for (int64_t e = 0; e < r.local_experts; ++e) m.own[size_t(e)] = std::min(all.own[size_t(e)], cap);
     }
     for (int64_t e = 0; e < r.local_experts; ++e)
