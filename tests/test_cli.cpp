@@ -1,4 +1,5 @@
 // The command-line contract, end to end through the built `memfine` binary.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -74,6 +75,15 @@ TEST(Cli, BudgetBelowStaticIsRejected) {
   Result r = run("validate " + write("small_budget.yaml", text));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("memory.budget"), std::string::npos) << r.err;
+}
+
+// A cost model's step times belong to the CPU it was fitted on: another machine's is refused by
+// validate (and run), though it reads; a model naming this machine passes.
+TEST(Cli, CostModelFittedOnAnotherMachineIsRefused) {
+  const std::string other = write("cost_other.json", R"({"context": {"cpu_model": "Another CPU 9000"}})");
+  Result r = run("validate " + write("cost_other.yaml", std::string(kTiny) + "cost_model: " + other + "\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("cost_model: fitted on another machine (Another CPU 9000"), std::string::npos) << r.err;
 }
 
 TEST(Cli, SweepWritesWellFormedRecords) {
@@ -297,7 +307,12 @@ TEST(Cli, EveryShippedExperimentValidates) {
     }
 #endif
     Result r = run("validate " + file, root.string());
-    EXPECT_EQ(r.code, 0) << entry.path() << ": " << r.err;
+    // A shipped cost model (results/cpu/cost_model.json) names the CPU it was fitted on, and
+    // validate refuses it on another (CI's machines differ between runs): that one error, alone,
+    // is the check working, not a fault of the file.
+    const bool only_foreign_cost_model = r.code == 2 && r.err.find("cost_model: fitted on another machine") != std::string::npos &&
+                                         std::count(r.err.begin(), r.err.end(), '\n') <= 1;
+    EXPECT_TRUE(r.code == 0 || only_foreign_cost_model) << entry.path() << ": " << r.err;
     ++checked;
   }
   EXPECT_GE(checked, 10);

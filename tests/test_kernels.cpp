@@ -150,3 +150,21 @@ TEST(CudaKernels, MatchAtenOnTheGpu) {
   }
 }
 #endif
+
+#ifdef MEMFINE_TORCH_CUDA
+// The CUDA meter works as a process's first CUDA call (as in `memfine run`): LibTorch 2.x sizes the
+// caching allocator's tables on CUDA's lazy start, and the first GPU run's every point failed with
+// "Invalid device argument" before the meter started CUDA itself. Then it counts to the byte.
+TEST(CudaMeter, WorksBeforeAnyTensorAndCountsAllocations) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  MemoryMeter& meter = MemoryMeter::get("cuda");
+  meter.reset_peak();
+  const int64_t before = meter.current_bytes();
+  {
+    at::Tensor t = at::empty({1 << 20}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat));
+    EXPECT_EQ(meter.current_bytes() - before, int64_t(4) << 20);
+  }
+  EXPECT_EQ(meter.current_bytes(), before);
+  EXPECT_GE(meter.peak_bytes() - before, int64_t(4) << 20);
+}
+#endif

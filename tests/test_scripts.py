@@ -209,6 +209,18 @@ class Ceiling(unittest.TestCase):
             for name, flops in model["kernel_flops"].items():
                 self.assertLessEqual(flops, ceiling * 1.0001, f"{path}: {name} at {flops / ceiling:.2f} of the ceiling")
 
+    def test_no_committed_record_runs_above_its_ceiling(self):
+        """Every committed record's model FLOP rate is below the GEMM ceiling its own run measured:
+        a fraction above 1 means a ceiling from another moment or machine (as a cache once gave)."""
+        import glob as _glob
+        paths = _glob.glob(os.path.join(ROOT, "results", "*", "*", "results.jsonl"))
+        self.assertTrue(paths)
+        for path in paths:
+            for n, rec in enumerate(figures.load(path), 1):
+                f = rec.get("ceiling_fraction")
+                if f is not None:
+                    self.assertLess(f, 1.0, f"{path}:{n}: {rec['strategy']} at {f:.2f} of its ceiling")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -26,6 +26,8 @@ std::vector<StrategySpec> dropless_variants() {
   for (const char* e : {"moe_act", "buffer_free"}) v.push_back(spec("memfine", {{"chunks", "3"}, {"experts", e}}));
   v.push_back(spec("memfine", {{"chunks", "2"}, {"experts", "buffer_free"}, {"keep_act", "true"}}));
   v.push_back(spec("moeblaze", {{"keep_act", "true"}}));
+  // A plan that stores one layer whole and chunks the other (objective: time's kind), both ways.
+  for (const char* plan : {"[0, 3]", "[2, 0]"}) v.push_back(spec("memfine", {{"chunks", plan}}));
   // Blocks smaller than an expert's rows, own and peer rows sharing a block.
   v.push_back(spec("moeblaze", {{"block_rows", "5"}}));
   v.push_back(spec("moeblaze", {{"block_rows", "3"}, {"keep_act", "true"}}));

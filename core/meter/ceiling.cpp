@@ -2,28 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
-#include <nlohmann/json.hpp>
 
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <unistd.h>
 
 #include "core/meter/timer.h"
 
 namespace memfine {
 namespace {
-
-std::string cache_path() {
-  namespace fs = std::filesystem;
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const fs::path dir = xdg && *xdg ? fs::path(xdg) / "memfine"
-                       : home && *home ? fs::path(home) / ".cache" / "memfine"
-                                       : fs::path("/tmp") / "memfine-cache";
-  return (dir / "ceilings.json").string();
-}
 
 double measure(const std::string& device) {
   at::NoGradGuard no_grad;
@@ -46,36 +31,18 @@ double measure(const std::string& device) {
 }  // namespace
 
 double matmul_ceiling_flops(const std::string& device, const std::string& machine) {
-  static std::map<std::string, double> known;  // once per process
+  // Measured in the process that measures the steps, once per machine key: a ceiling kept from
+  // another process may come from another machine of the same name (VMs differ between sessions)
+  // or from a moment when something else ran, and then fractions above 1 were recorded.
+  static std::map<std::string, double> known;
   const std::string key = device + "|" + machine;
   if (auto it = known.find(key); it != known.end()) return it->second;
-  const std::string path = cache_path();
-  nlohmann::json cache = nlohmann::json::object();
-  try {
-    std::ifstream in(path);
-    if (in) cache = nlohmann::json::parse(in);
-  } catch (const std::exception&) {
-    cache = nlohmann::json::object();  // a damaged cache is measured again
-  }
-  if (cache.is_object() && cache.contains(key) && cache[key].is_number() && cache[key].get<double>() > 0)
-    return known[key] = cache[key].get<double>();
   double flops = 0;
   try {
     flops = measure(device);
   } catch (const std::exception&) {
-    return known[key] = 0;
+    flops = 0;
   }
-  if (!cache.is_object()) cache = nlohmann::json::object();
-  cache[key] = flops;
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << cache.dump(1) << "\n";
-  }
-  std::filesystem::rename(tmp, path, ec);  // a cache: failing to keep it costs a measurement later
-  if (ec) std::filesystem::remove(tmp, ec);
   return known[key] = flops;
 }
 

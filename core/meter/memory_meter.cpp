@@ -15,6 +15,7 @@
 #include <mutex>
 
 #ifdef MEMFINE_TORCH_CUDA
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
@@ -118,6 +119,10 @@ namespace cca = c10::cuda::CUDACachingAllocator;
 // per-process memory fraction, so the allocator itself refuses past it.
 class CudaMeter final : public MemoryMeter {
  public:
+  // LibTorch 2.x sizes the allocator's per-device tables on CUDA's lazy initialisation, and
+  // before it every statistics call throws "Invalid device argument" (1.13 initialised them
+  // eagerly). The first CUDA tensor initialises CUDA, on every version.
+  CudaMeter() { at::empty({1}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte)); }
   int64_t current_bytes() const override { return stat().allocated_bytes[0].current; }
   int64_t peak_bytes() const override { return stat().allocated_bytes[0].peak; }
   void reset_peak() override { cca::resetPeakStats(c10::cuda::current_device()); }

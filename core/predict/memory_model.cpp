@@ -251,20 +251,31 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     slot = std::max(slot, int64_t(bytes));
   };
 
+  // Each layer's shape: a plan's 0 chunks is a layer stored whole, as the strategy that stores.
+  std::vector<StrategyShape> shape(size_t(L), s);
+  if (s.moe == MoeMode::Chunked && !chunks_per_layer.empty())
+    for (int64_t l = 0; l < L; ++l) {
+      StrategyShape& sl = shape[size_t(l)];
+      sl.chunks = chunks_per_layer[size_t(l)];
+      if (sl.chunks == 0) sl.recompute_layer = false, sl.moe = MoeMode::Stored;
+    }
   // Bytes each layer keeps from its forward until its backward, under the strategy.
   std::vector<Outside> out(static_cast<size_t>(L));
   std::vector<double> resident(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
+    const StrategyShape& sl = shape[size_t(l)];
     out[size_t(l)] = outside_moe(z, l > 0);  // the first layer's input is data, without gradient
-    if (s.recompute_layer) resident[size_t(l)] = act;  // its output, saved as the next layer's input
-    else if (s.moe == MoeMode::RecomputedBlock) resident[size_t(l)] = out[size_t(l)].total() + z.E * z.T * z.k;
+    if (sl.recompute_layer) resident[size_t(l)] = act;  // its output, saved as the next layer's input
+    else if (sl.moe == MoeMode::RecomputedBlock) resident[size_t(l)] = out[size_t(l)].total() + z.E * z.T * z.k;
     else resident[size_t(l)] = out[size_t(l)].total() + moe_stored(z, whole[size_t(l)]);
   }
+  for (double r : resident) p.layer_kept.push_back(int64_t(r));
   double below = 0;
   for (int64_t l = 0; l < L; ++l) below += resident[size_t(l)];
   consider(below + final_stored + final_backward, "backward of the loss");
   for (int64_t l = L - 1; l >= 0; --l) {
     current = l;
+    const StrategyShape& s = shape[size_t(l)];  // this layer's
     below -= resident[size_t(l)];
     const Outside& o = out[size_t(l)];
     const std::string at = "backward of layer " + std::to_string(l);
@@ -287,7 +298,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     if (s.moe == MoeMode::Chunked) {
       // MoE in chunks: one chunk's stored bytes and transients at a time; weight gradients go
       // into the experts' .grad as they are produced.
-      const int64_t chunks = chunks_per_layer.empty() ? s.chunks : chunks_per_layer[size_t(l)];
+      const int64_t chunks = s.chunks;
       // With more than one chunk, the MoE's input and probability gradients are assembled in
       // layer-sized buffers; with one, the chunk's are the layer's.
       const double base = below + kept + shared_grads + grad + (chunks > 1 ? act + z.E * z.T * z.k : 0);

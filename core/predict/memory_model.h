@@ -44,12 +44,14 @@ struct Prediction {
   int64_t activation_bytes = 0;
   std::string phase;                // where the peak happens, e.g. "backward of layer 1, MoE chunk 0"
   std::vector<int64_t> layer_peak;  // the peak while each layer's backward runs
+  std::vector<int64_t> layer_kept;  // what each layer keeps from its forward until its backward
   int64_t loss_peak = 0;            // the peak of the loss's backward (no chunking changes it)
   std::vector<int64_t> chunks;      // the chunk count per layer it was made for (0: stored); empty: none
 };
 
 // Predicts static bytes and the activation peak of one training step of the emulated rank.
-// `chunks_per_layer` overrides the chunk count per layer (MACT); empty = the shape's.
+// `chunks_per_layer` overrides the chunk count per layer (MACT; a Chunked shape), 0 being a layer
+// stored whole without recomputation (a plan that mixes storing and chunking); empty = the shape's.
 Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategyShape& s,
                         const std::vector<int64_t>& chunks_per_layer = {});
 

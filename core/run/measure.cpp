@@ -53,9 +53,10 @@ void verify(const ExperimentConfig& c, std::vector<Contender>& cs) {
 // Static memory: allocated when a state is made, audited against what the meter saw on the CPU.
 void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist* dist) {
   MemoryMeter& meter = MemoryMeter::get(c.device);
+  const TrainState* first = nullptr;  // every later strategy copies it: same weights, data, routing
   for (auto& k : cs) {
     const int64_t before = meter.current_bytes();
-    k.state = dist ? make_rank_state(c, *dist) : make_train_state(c);
+    k.state = first ? copy_train_state(*first) : dist ? make_rank_state(c, *dist) : make_train_state(c);
     k.m.static_bytes = k.state->static_bytes();
     const int64_t counted = meter.current_bytes() - before;
     if (c.device == "cpu" && counted < k.m.static_bytes)
@@ -66,6 +67,7 @@ void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist*
       k.m.error = "static memory " + fmt_bytes(double(k.m.static_bytes)) + " exceeds the budget " + fmt_bytes(double(c.budget));
       k.state.reset();
     }
+    if (k.state && !first) first = k.state.get();
   }
 }
 

@@ -35,6 +35,11 @@ std::unique_ptr<TrainState> make_train_state(const ExperimentConfig& c, bool inp
 // loss and gradients must equal it.
 std::unique_ptr<TrainState> make_global_reference(const ExperimentConfig& c, bool input_requires_grad = false);
 
+// Another strategy's state at the same point: the same weights, data and routing as `src` (which
+// has not stepped yet), in memory of its own. Drawing them again (float64 on the CPU from one
+// generator) is what an experiment's first step waited on at GPU sizes: minutes for nine strategies.
+std::unique_ptr<TrainState> copy_train_state(const TrainState& src);
+
 // For real ranks: make this rank's state (its tokens, its experts).
 std::unique_ptr<TrainState> make_rank_state(const ExperimentConfig& c, const Dist& dist, bool input_requires_grad = false);
 

@@ -54,7 +54,7 @@ void check_strategies(const ExperimentConfig& c, Problems& p, bool parsed) {
 }
 
 // The cost model must be readable and fitted on this machine: step times do not carry over.
-void check_cost_model(const ExperimentConfig& c, Problems& p) {
+void check_cost_model(const ExperimentConfig& c, Problems& p, bool runnable_here) {
   std::ifstream in(c.cost_model);
   if (!in) {
     p.add(c, "cost_model", "cannot read '" + c.cost_model + "' (scripts/fit-cost-model fits one on this machine)");
@@ -71,7 +71,7 @@ void check_cost_model(const ExperimentConfig& c, Problems& p) {
   if (fitted_on.empty())
     std::cerr << c.where("cost_model") << ": cost_model: warning: '" << c.cost_model
               << "' does not name the machine it was fitted on (refit with scripts/fit-cost-model)\n";
-  else if (!fitted_on.empty() && c.device == "cpu" && fitted_on != cpu_name())
+  else if (runnable_here && c.device == "cpu" && fitted_on != cpu_name())  // the file is valid; this machine is not its
     p.add(c, "cost_model", "fitted on another machine (" + fitted_on + "; this is " + cpu_name() +
                                "): refit with scripts/fit-cost-model");
 }
@@ -103,7 +103,7 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     check_strategies(c, p, parsed);
     if (!parsed || !errors.empty()) continue;
     // Read once per file, not once per point.
-    if (!c.cost_model.empty() && cost_models.insert(c.cost_model).second) check_cost_model(c, p);
+    if (!c.cost_model.empty() && cost_models.insert(c.cost_model).second) check_cost_model(c, p, runnable_here);
     // Sizes are each bounded (experiments/README.md), their products are not: refuse what int64
     // byte counts cannot hold before computing any.
     const ModelConfig& m = c.model;

@@ -5,6 +5,8 @@
 // rows it will receive (the paper's "notify") and take the smallest bin whose predicted peak fits
 // the budget, from the implementation model (default) or the paper's Eq. 8-9 (`model: paper`).
 // With `store_when_fits: true` the step stores everything when the model says that fits.
+// `objective: time` plans each step as a knapsack over layers (plan_for_time); `chunks: [..]`
+// runs a fixed plan per layer (0: stored), e.g. one such a plan chose.
 #include <algorithm>
 
 #include "core/predict/cost_model.h"
@@ -24,6 +26,11 @@ bool tuned(const StrategySpec& spec) {
   auto it = spec.params.find("chunks");
   return it != spec.params.end() && it->second.IsScalar() && it->second.as<std::string>() == "auto";
 }
+// `chunks: [c0, c1, ..]`: a fixed plan, one count per layer (0: the layer stored whole).
+bool per_layer(const StrategySpec& spec) {
+  auto it = spec.params.find("chunks");
+  return it != spec.params.end() && it->second.IsSequence();
+}
 
 // A step's choice: chunks per layer (0: stored without recomputation) and, under objective: time,
 // the cost model's step time.
@@ -37,6 +44,11 @@ class MemFine : public Strategy {
   explicit MemFine(StrategySpec spec) : Strategy(std::move(spec)) {
     if (tuned(spec_)) {
       chunks_ = 0;
+    } else if (per_layer(spec_)) {
+      chunks_ = 0;
+      fixed_ = spec_.get_int_list("chunks", {});
+      if (fixed_.empty() || *std::min_element(fixed_.begin(), fixed_.end()) < 0)
+        throw std::invalid_argument("chunks: a per-layer list needs a count >= 0 for every layer (0: stored)");
     } else {
       chunks_ = spec_.get_int("chunks", 1);
       if (chunks_ < 1) throw std::invalid_argument("chunks must be 1 or more, or 'auto', got " + std::to_string(chunks_));
@@ -57,7 +69,8 @@ class MemFine : public Strategy {
     if (model_ != "implementation" && model_ != "paper")
       throw std::invalid_argument("model must be 'implementation' or 'paper', got '" + model_ + "'");
     for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
-      if (chunks_ > 0 && spec_.params.count(k)) throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
+      if ((chunks_ > 0 || !fixed_.empty()) && spec_.params.count(k))
+        throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
 
   // Chunking and how an expert keeps its activations are independent: inside every chunk (and in
@@ -71,7 +84,7 @@ class MemFine : public Strategy {
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
     if (chunks_ == 0 && in.layer == 0) {
-      plan_ = plan(*in.config, *in.rank);
+      plan_ = fixed_.empty() ? plan(*in.config, *in.rank) : Plan{fixed_};
       if (in.dist) {
         // Every rank takes part in every chunk's all-to-all: agree on the largest need.
         at::Tensor agreed = in.dist->allreduce_max(at::tensor(plan_.chunks, at::kLong));
@@ -111,21 +124,10 @@ class MemFine : public Strategy {
     return chunked(chunks_);
   }
 
-  // MACT's prediction is its plan's: everything stored, or chunked as it chooses per layer (a
-  // layer it would store is modelled as one chunk).
+  // MACT's prediction is its plan's, per layer stored or chunked.
   Prediction predict(const ExperimentConfig& c, const EmulatedRank& rank) const override {
     if (chunks_ > 0) return Strategy::predict(c, rank);
-    std::vector<int64_t> chosen = plan(c, rank).chunks;
-    Prediction p;
-    if (std::all_of(chosen.begin(), chosen.end(), [](int64_t v) { return v == 0; })) {
-      p = predict_step(c, rank, stored());
-    } else {
-      std::vector<int64_t> as_chunks = chosen;
-      std::replace(as_chunks.begin(), as_chunks.end(), int64_t(0), int64_t(1));
-      p = predict_step(c, rank, chunked(1), as_chunks);
-    }
-    p.chunks = chosen;
-    return p;
+    return predict_plan(c, rank, fixed_.empty() ? plan(c, rank).chunks : fixed_);
   }
 
   std::optional<PaperChunks> paper_chunks(double received, double s_recv_max) const override {
@@ -133,6 +135,7 @@ class MemFine : public Strategy {
     // is conservative for them (the projection itself uses their widths).
     PaperChunks pc;
     if (chunks_ > 0) pc.chunks = pc.used = chunks_;
+    else if (!fixed_.empty()) pc.chunks = pc.used = std::max<int64_t>(1, *std::max_element(fixed_.begin(), fixed_.end()));
     else pc.chunks = chunks_for(received, s_recv_max, bins_), pc.used = pc.chunks > 0 ? pc.chunks : bins_.back();
     if (experts_ == ExpertStorage::BufferFree) pc.row_h = 1, pc.row_g = keep_act_ ? 3 : 2;
     return pc;
@@ -151,6 +154,14 @@ class MemFine : public Strategy {
     s.moe = MoeMode::Chunked;
     s.chunks = chunks;
     return s;
+  }
+
+  Prediction predict_plan(const ExperimentConfig& c, const EmulatedRank& rank, const std::vector<int64_t>& chosen) const {
+    Prediction p = std::all_of(chosen.begin(), chosen.end(), [](int64_t v) { return v == 0; })
+                       ? predict_step(c, rank, stored())
+                       : predict_step(c, rank, chunked(1), chosen);
+    p.chunks = chosen;
+    return p;
   }
 
   // Chooses a step's chunk count per layer (0 = store without recomputation).
@@ -205,34 +216,79 @@ class MemFine : public Strategy {
     return plan;
   }
 
-  // objective: time: per layer, the fastest bin that fits by the cost model; the whole step
-  // stored when that fits and is predicted faster.
-  Plan plan_for_time(const ExperimentConfig& c, const EmulatedRank& rank, const Prediction& stored) const {
+  // objective: time: the plan of least predicted time (cost model) whose predicted peak fits: a
+  // knapsack over layers. Each layer is stored whole (0) or recomputed with one of the bins. A
+  // stored layer's activations stay until backward reaches it, so what layer l's backward peaks
+  // at is what the layers before it keep plus its own transient; the loss's backward sits on top
+  // of all of them. Those parts come from one prediction per option with every layer alike:
+  // layer l's transient is its peak less what the layers before it keep. Plans are grown layer
+  // by layer, keeping for each only those not beaten on both kept bytes and time (a Pareto
+  // front), and the chosen plan is predicted whole as a check.
+  Plan plan_for_time(const ExperimentConfig& c, const EmulatedRank& rank, const Prediction& all_stored) const {
     if (!cost_loaded_) cost_ = CostModel::load(c.cost_model), cost_loaded_ = true;
     const int64_t L = c.model.layers, El = c.model.experts / c.ep;
-    Plan plan{std::vector<int64_t>(size_t(L), bins_.front())};
-    const int64_t room = c.budget < 0 ? INT64_MAX : activation_room(c, stored);
-    const auto peaks = layer_peaks(c, rank);
-    double total = 0;
-    for (int64_t l = 0; l < L; ++l) {
-      const int64_t rows = rank.layers[size_t(l)].tokens_received;
-      double best = -1;
-      for (size_t i = 0; i < bins_.size(); ++i) {
-        if (peaks[i][size_t(l)] > room) continue;
-        const double t = cost_.layer_ms(c.model, El, rows, bins_[i]);
-        if (best < 0 || t < best) best = t, plan.chunks[size_t(l)] = bins_[i];
+    const double room = c.budget < 0 ? 1e300 : double(activation_room(c, all_stored));
+    std::vector<int64_t> options{0};
+    options.insert(options.end(), bins_.begin(), bins_.end());
+    struct Parts {
+      std::vector<double> kept, transient, ms;
+      double loss = 0;  // the loss's backward and the optimizer step, above what every layer keeps
+    };
+    std::vector<Parts> parts;
+    for (int64_t o : options) {
+      const Prediction u = o == 0 ? all_stored : predict_step(c, rank, chunked(o), std::vector<int64_t>(size_t(L), o));
+      Parts pt;
+      double below = 0;
+      for (int64_t l = 0; l < L; ++l) {
+        pt.kept.push_back(double(u.layer_kept[size_t(l)]));
+        pt.transient.push_back(double(u.layer_peak[size_t(l)]) - below);
+        pt.ms.push_back(cost_.layer_ms(c.model, El, rank.layers[size_t(l)].tokens_received, o));
+        below += pt.kept.back();
       }
-      if (best < 0)
-        throw PlannedOutOfMemory("MACT: layer " + std::to_string(l) + " fits the budget with none of the bins");
-      total += best;
+      pt.loss = double(u.loss_peak) - below;
+      parts.push_back(std::move(pt));
     }
-    double stored_total = 0;
-    for (int64_t l = 0; l < L; ++l) stored_total += cost_.layer_ms(c.model, El, rank.layers[size_t(l)].tokens_received, 0);
-    if (stored.activation_bytes <= room && stored_total < total) {
-      plan.chunks.assign(size_t(L), 0);
-      total = stored_total;
+    struct Partial {
+      double kept = 0, ms = 0;
+      std::vector<int64_t> chunks;
+    };
+    std::vector<Partial> front{Partial{}};
+    for (int64_t l = 0; l < L; ++l) {
+      std::vector<Partial> next;
+      for (const Partial& f : front)
+        for (size_t i = 0; i < options.size(); ++i) {
+          const Parts& pt = parts[i];
+          if (f.kept + pt.transient[size_t(l)] > room) continue;
+          Partial n = f;
+          n.kept += pt.kept[size_t(l)], n.ms += pt.ms[size_t(l)];
+          n.chunks.push_back(options[i]);
+          next.push_back(std::move(n));
+        }
+      std::sort(next.begin(), next.end(), [](const Partial& a, const Partial& b) {
+        return a.kept < b.kept || (a.kept == b.kept && a.ms < b.ms);
+      });
+      front.clear();
+      for (auto& n : next)
+        if (front.empty() || n.ms < front.back().ms) front.push_back(std::move(n));
+      if (front.empty())
+        throw PlannedOutOfMemory("MACT (objective: time): layer " + std::to_string(l) +
+                                 " fits the budget with none of the bins, whatever the layers before it keep");
     }
-    plan.predicted_ms = total;
+    const double loss = std::max_element(parts.begin(), parts.end(), [](const Parts& a, const Parts& b) {
+                          return a.loss < b.loss;
+                        })->loss;
+    const Partial* best = nullptr;
+    for (const Partial& f : front)
+      if (f.kept + loss <= room && (!best || f.ms < best->ms)) best = &f;
+    if (!best) throw PlannedOutOfMemory("MACT (objective: time): no plan leaves room for the loss's backward");
+    // The parts are exact for plans whose layers are alike; a mixed plan is checked whole, and
+    // where it would not fit, the most chunks everywhere is what memory allows.
+    Plan plan{best->chunks, best->ms};
+    if (c.budget >= 0 && double(predict_plan(c, rank, plan.chunks).activation_bytes) > room) {
+      plan.chunks.assign(size_t(L), bins_.back());
+      plan.predicted_ms = 0;
+      for (int64_t l = 0; l < L; ++l) plan.predicted_ms += parts.back().ms[size_t(l)];
+    }
     return plan;
   }
 
@@ -259,6 +315,7 @@ class MemFine : public Strategy {
   mutable CostModel cost_;  // the experiment's, loaded when first needed
   mutable bool cost_loaded_ = false;
   std::vector<int64_t> bins_;
+  std::vector<int64_t> fixed_;  // chunks: [..], one per layer
   std::string model_;
   bool store_when_fits_ = false;
   double headroom_ = 0.05;
@@ -270,7 +327,8 @@ class MemFine : public Strategy {
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     "memfine",
     "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer recomputed",
-    {{"chunks", "number of token chunks (integer >= 1), or 'auto' (MACT: per layer and step, from the budget)"},
+    {{"chunks", "number of token chunks (integer >= 1), 'auto' (MACT: per layer and step, from the budget), or a list "
+                "with one count per layer, 0 storing that layer whole (a fixed plan)"},
      {"bins", "auto: the chunk counts MACT may choose (default [1, 2, 4, 8])"},
      {"model", "auto: 'implementation' (this code's byte-level model, default) or 'paper' (Eq. 8-9)"},
      {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"},
@@ -278,10 +336,21 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
      {"experts", "how each expert keeps its activations inside a chunk: 'stored' (default), 'moe_act' (Megatron's "
                  "selective recompute of SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the moeblaze strategy)"},
      {"keep_act", "experts: buffer_free: also keep SiLU(a)*b (default false)"},
-     {"objective", "auto: 'memory' (smallest bin that fits, the paper's MACT; default) or 'time' (fastest that fits, "
-                   "by the experiment's cost_model)"}},
+     {"objective", "auto: 'memory' (smallest bin that fits, the paper's MACT; default) or 'time' (the plan of least "
+                   "predicted time, by the experiment's cost_model, that fits: per layer stored or a bin)"}},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
     [](const StrategySpec& s, const ExperimentConfig& c) {
+      if (per_layer(s)) {
+        const auto plan = s.get_int_list("chunks", {});
+        if (int64_t(plan.size()) != c.model.layers)
+          throw std::invalid_argument("chunks: the per-layer list has " + std::to_string(plan.size()) + " counts for " +
+                                      std::to_string(c.model.layers) + " layers");
+        for (int64_t v : plan)
+          if (v > c.model.tokens())
+            throw std::invalid_argument("chunks: " + std::to_string(v) + " exceeds the tokens per rank (" +
+                                        std::to_string(c.model.tokens()) + ")");
+        return;
+      }
       if (tuned(s)) {
         const auto bins = s.get_int_list("bins", {1, 2, 4, 8});
         if (!bins.empty() && bins.back() > c.model.tokens())
