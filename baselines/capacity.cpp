@@ -24,10 +24,13 @@ class Capacity : public Strategy {
       throw std::invalid_argument("recompute must be 'none' or 'full', got '" + recompute_ + "'");
   }
   bool dropless() const override { return false; }
-  void begin_step(int64_t) override { assignments_ = dropped_ = 0; }
+  void begin_step(int64_t) override { assignments_ = dropped_ = local_rows_ = local_kept_ = 0; }
   json step_counters() const override {
+    // kept_row_fraction: of the rows this rank's experts would compute dropless, the share they do
+    // (the records' model FLOPs); on the hottest rank it is below 1 - dropped_fraction.
     return {{"assignments", assignments_}, {"dropped", dropped_},
-            {"dropped_fraction", assignments_ > 0 ? double(dropped_) / double(assignments_) : 0.0}};
+            {"dropped_fraction", assignments_ > 0 ? double(dropped_) / double(assignments_) : 0.0},
+            {"kept_row_fraction", local_rows_ > 0 ? double(local_kept_) / double(local_rows_) : 1.0}};
   }
   // The rows that survive the cap are known from the counts alone (which ones survive depends on
   // the probabilities, how many does not), so the model predicts it before the step.
@@ -62,6 +65,9 @@ class Capacity : public Strategy {
     if (pad_) r.pad_rows = cap * rr.ep;
     assignments_ += T * k + rr.peer_pos.numel();
     dropped_ += (T * k - r.own_keep.sum().item<int64_t>()) + (rr.peer_pos.numel() - r.peer_keep.sum().item<int64_t>());
+    const at::Tensor local = (r.expert_ids >= rr.first_expert).logical_and(r.expert_ids < rr.first_expert + rr.local_experts);
+    local_rows_ += local.sum().item<int64_t>() + rr.peer_pos.numel();
+    local_kept_ += r.own_keep.to(at::kBool).logical_and(local).sum().item<int64_t>() + r.peer_keep.sum().item<int64_t>();
   }
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
@@ -72,7 +78,7 @@ class Capacity : public Strategy {
   double factor_;
   std::string policy_, recompute_;
   bool pad_;
-  int64_t assignments_ = 0, dropped_ = 0;
+  int64_t assignments_ = 0, dropped_ = 0, local_rows_ = 0, local_kept_ = 0;
 };
 
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{

@@ -65,9 +65,9 @@ std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx
       r["step_ms"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
       r["step_ms_all"] = k.ms;
       r["tokens_per_s"] = double(c.model.tokens()) / (s.median / 1e3);
-      // Model FLOPs of the rows computed: a strategy that drops assignments (its counter
-      // dropped_fraction) does its share less expert work.
-      const double kept = 1.0 - k.counters.value("dropped_fraction", 0.0);
+      // Model FLOPs of the rows computed: a strategy that drops assignments says which share of
+      // the rows its experts receive dropless they compute (counter kept_row_fraction).
+      const double kept = k.counters.value("kept_row_fraction", 1.0);
       r["tflops"] = step_flops(c.model, int64_t(double(rt.tokens_received_sum) * kept)).total() / (s.median / 1e3) / 1e12;
       if (ceiling > 0) r["ceiling_fraction"] = r["tflops"].get<double>() * 1e12 / ceiling;
       r["loss"] = k.loss;

@@ -38,12 +38,13 @@ double max_rel_err(TrainState& a, TrainState& b) {
 void verify(const ExperimentConfig& c, std::vector<Contender>& cs) {
   const std::string ref_name = strategy_of_role(Role::Reference);
   if (ref_name.empty()) throw std::logic_error("verify: no strategy is registered as the reference");
-  auto reference = make_train_state(c, true);
+  const auto fresh = make_train_state(c, true);  // every state below copies it
+  auto reference = copy_train_state(*fresh);
   auto ref_strategy = make_strategy(StrategySpec{ref_name, {}});
   train_step(*reference, *ref_strategy, 0, false);
   for (auto& k : cs) {
     if (!k.strategy->dropless()) continue;
-    auto st = make_train_state(c, true);
+    auto st = copy_train_state(*fresh);
     auto s = make_strategy(k.m.spec);
     train_step(*st, *s, 0, false);
     k.m.grad_err = max_rel_err(*st, *reference);
