@@ -86,6 +86,25 @@ TEST(Cli, CostModelFittedOnAnotherMachineIsRefused) {
   EXPECT_NE(r.err.find("cost_model: fitted on another machine (Another CPU 9000"), std::string::npos) << r.err;
 }
 
+// A fixed per-layer plan (objective: time's kind) needs one count per layer, none negative.
+TEST(Cli, PerLayerChunkPlanIsChecked) {
+  std::string text = kTiny;  // 1 layer
+  const size_t at = text.find("  - {name: memfine, chunks: 2}");
+  ASSERT_NE(at, std::string::npos);
+  auto with = [&](const std::string& plan) {
+    std::string t = text;
+    t.replace(at, std::string("  - {name: memfine, chunks: 2}").size(), "  - {name: memfine, chunks: " + plan + "}");
+    return run("validate " + write("plan.yaml", t));
+  };
+  EXPECT_EQ(with("[0]").code, 0) << with("[0]").err;
+  Result r = with("[0, 2]");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("per-layer list has 2 counts for 1 layers"), std::string::npos) << r.err;
+  r = with("[-1]");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("count >= 0 for every layer"), std::string::npos) << r.err;
+}
+
 TEST(Cli, SweepWritesWellFormedRecords) {
   const std::string dir = fresh_dir("sweep");
   Result r = run("run " + write("tiny.yaml", kTiny) + " --out " + dir);
