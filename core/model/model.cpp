@@ -8,10 +8,19 @@
 
 namespace memfine {
 
+namespace {
+// A layer's weights outside the routed experts (undefined ones included), const or mutable.
+template <class W, class F>
+void each_replicated(W& w, F f) {
+  for (auto* t : {&w.norm1, &w.wq, &w.wk, &w.wv, &w.wo, &w.norm2, &w.router, &w.shared_in, &w.shared_out}) f(*t);
+}
+}  // namespace
+
 std::vector<at::Tensor> LayerWeights::replicated() const {
   std::vector<at::Tensor> out;
-  for (const auto* t : {&norm1, &wq, &wk, &wv, &wo, &norm2, &router, &shared_in, &shared_out})
-    if (t->defined()) out.push_back(*t);
+  each_replicated(*this, [&](const at::Tensor& t) {
+    if (t.defined()) out.push_back(t);
+  });
   return out;
 }
 
@@ -20,6 +29,20 @@ std::vector<at::Tensor> LayerWeights::parameters() const {
   out.insert(out.end(), w_in.begin(), w_in.end());
   out.insert(out.end(), w_out.begin(), w_out.end());
   return out;
+}
+
+Model Model::clone() const {
+  Model m = *this;
+  auto own = [](at::Tensor& t) {
+    if (t.defined()) t = t.detach().clone().requires_grad_(t.requires_grad());
+  };
+  for (LayerWeights& l : m.layers) {
+    each_replicated(l, own);
+    for (auto& t : l.w_in) own(t);
+    for (auto& t : l.w_out) own(t);
+  }
+  own(m.final_norm);
+  return m;
 }
 
 std::vector<at::Tensor> Model::parameters() const {

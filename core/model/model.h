@@ -30,6 +30,8 @@ struct Model {
   int64_t local_experts() const { return cfg.experts / ep; }
   int64_t first_expert() const { return rank * local_experts(); }
   std::vector<at::Tensor> parameters() const;
+  // The same weights in memory of its own (leaves, without gradients).
+  Model clone() const;
 };
 
 at::ScalarType dtype_of(const std::string& name);

@@ -275,7 +275,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   consider(below + final_stored + final_backward, "backward of the loss");
   for (int64_t l = L - 1; l >= 0; --l) {
     current = l;
-    const StrategyShape& s = shape[size_t(l)];  // this layer's
+    const StrategyShape& sl = shape[size_t(l)];  // this layer's
     below -= resident[size_t(l)];
     const Outside& o = out[size_t(l)];
     const std::string at = "backward of layer " + std::to_string(l);
@@ -283,22 +283,22 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     // Under recomputation, everything outside the MoE is kept again during the layer's backward;
     // the shared expert (recorded after the routed ones) has run its backward before the MoE's.
     // A recomputed layer's output is let go before its backward runs (only its graph is needed).
-    const double kept = (s.recompute_layer ? o.total() - o.output : resident[size_t(l)]) - o.shared;
+    const double kept = (sl.recompute_layer ? o.total() - o.output : resident[size_t(l)]) - o.shared;
     // Once the shared expert's backward has run, its input gradient waits for the MoE's to be
     // added to it (its weight gradients are in .grad already).
     const double shared_grads = o.shared == 0 ? 0 : act;
     if (o.shared > 0) {
       // The shared expert's backward comes first, with the whole layer still kept: two gradients
       // of its width, or one and its weight's.
-      const double moe_kept = s.recompute_layer && s.moe == MoeMode::Stored ? moe_stored(z, whole[size_t(l)])
-                              : s.moe == MoeMode::Stored ? 0 : z.E * z.T * z.k;
+      const double moe_kept = sl.recompute_layer && sl.moe == MoeMode::Stored ? moe_stored(z, whole[size_t(l)])
+                              : sl.moe == MoeMode::Stored ? 0 : z.E * z.T * z.k;
       const double rg = z.E * z.T * z.gs;
       consider(below + kept + o.shared + moe_kept + grad + std::max(2 * rg, rg + z.E * z.gs * z.h), at + ", shared expert");
     }
-    if (s.moe == MoeMode::Chunked) {
+    if (sl.moe == MoeMode::Chunked) {
       // MoE in chunks: one chunk's stored bytes and transients at a time; weight gradients go
       // into the experts' .grad as they are produced.
-      const int64_t chunks = s.chunks;
+      const int64_t chunks = sl.chunks;
       // With more than one chunk, the MoE's input and probability gradients are assembled in
       // layer-sized buffers; with one, the chunk's are the layer's.
       const double base = below + kept + shared_grads + grad + (chunks > 1 ? act + z.E * z.T * z.k : 0);
@@ -310,7 +310,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
                  at + ", MoE chunk " + std::to_string(ci));
       }
     } else {
-      const double moe = s.moe == MoeMode::Stored && !s.recompute_layer ? 0 : moe_stored(z, whole[size_t(l)]);
+      const double moe = sl.moe == MoeMode::Stored && !sl.recompute_layer ? 0 : moe_stored(z, whole[size_t(l)]);
       consider(moe_backward_peak(z, whole[size_t(l)], below + kept + shared_grads + grad + moe), at + ", MoE");
     }
     // Then attention's backward: the softmax's two [b, heads, s, s] gradients, with the

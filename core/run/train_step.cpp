@@ -32,23 +32,11 @@ std::unique_ptr<TrainState> make_train_state(const ExperimentConfig& c, bool inp
 }
 
 std::unique_ptr<TrainState> copy_train_state(const TrainState& src) {
-  auto dup = [](at::Tensor& t) {
-    if (t.defined()) t = t.detach().clone().requires_grad_(t.requires_grad());
-  };
   auto st = std::make_unique<TrainState>();
   st->cfg = src.cfg;
   st->dist = src.dist;
-  st->model = src.model;
-  for (LayerWeights& l : st->model.layers) {
-    for (at::Tensor* t : {&l.norm1, &l.wq, &l.wk, &l.wv, &l.wo, &l.norm2, &l.router, &l.shared_in, &l.shared_out}) dup(*t);
-    for (auto& t : l.w_in) dup(t);
-    for (auto& t : l.w_out) dup(t);
-  }
-  dup(st->model.final_norm);
-  st->rank = src.rank;
-  for (auto* t : {&st->rank.peer_inputs, &st->rank.peer_grads, &st->rank.remote_outputs}) dup(*t);
-  for (RankRouting& r : st->rank.layers)
-    for (auto* t : {&r.own_experts, &r.own_key, &r.peer_pos, &r.peer_rank, &r.peer_expert, &r.peer_key, &r.peer_score}) dup(*t);
+  st->model = src.model.clone();
+  st->rank = src.rank.clone();
   st->input = src.input.detach().clone().requires_grad_(src.input.requires_grad());
   st->target = src.target.clone();
   st->adam = std::make_unique<Adam>(st->model.parameters());

@@ -7,12 +7,30 @@
 
 namespace memfine {
 
+namespace {
+// Every tensor an emulated rank holds (undefined ones included), const or mutable.
+template <class R, class F>
+void each_tensor(R& r, F f) {
+  for (auto* t : {&r.peer_inputs, &r.peer_grads, &r.remote_outputs}) f(*t);
+  for (auto& l : r.layers)
+    for (auto* t : {&l.own_experts, &l.own_key, &l.peer_pos, &l.peer_rank, &l.peer_expert, &l.peer_key, &l.peer_score}) f(*t);
+}
+}  // namespace
+
 int64_t EmulatedRank::input_bytes() const {
-  int64_t n = peer_inputs.nbytes() + peer_grads.nbytes() + remote_outputs.nbytes();
-  for (const auto& l : layers)
-    for (const auto* t : {&l.own_experts, &l.own_key, &l.peer_pos, &l.peer_rank, &l.peer_expert, &l.peer_key, &l.peer_score})
-      if (t->defined()) n += t->nbytes();
+  int64_t n = 0;
+  each_tensor(*this, [&](const at::Tensor& t) {
+    if (t.defined()) n += t.nbytes();
+  });
   return n;
+}
+
+EmulatedRank EmulatedRank::clone() const {
+  EmulatedRank r = *this;
+  each_tensor(r, [](at::Tensor& t) {
+    if (t.defined()) t = t.detach().clone().requires_grad_(t.requires_grad());
+  });
+  return r;
 }
 
 at::Tensor global_routing(const ExperimentConfig& c, int64_t layer, int64_t step) {

@@ -33,6 +33,7 @@ struct EmulatedRank {
   static constexpr int64_t kTableRows = 509;  // prime, so keys spread over it
   int64_t rank = 0;
   int64_t input_bytes() const;
+  EmulatedRank clone() const;  // the same tables and routing in memory of its own
 };
 
 // The workload's routing of all ranks' tokens for one layer: [ep * tokens, topk] expert ids.

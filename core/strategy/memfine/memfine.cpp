@@ -199,12 +199,12 @@ class MemFine : public Strategy {
       }
       return plan;
     }
-    const auto peaks = layer_peaks(c, rank);
+    const auto per_bin = every_bin(c, rank);
     for (int64_t l = 0; l < L; ++l) {
       size_t i = 0;
-      while (i < bins_.size() && peaks[i][size_t(l)] > room) ++i;
+      while (i < bins_.size() && per_bin[i].layer_peak[size_t(l)] > room) ++i;
       if (i == bins_.size()) {
-        const int64_t need = peaks.back()[size_t(l)];
+        const int64_t need = per_bin.back().layer_peak[size_t(l)];
         throw PlannedOutOfMemory("MACT: layer " + std::to_string(l) + " needs " +
                                  fmt_bytes(double(need)) + " of activations even with " + std::to_string(bins_.back()) +
                                  " chunks; the budget " + fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(room)) +
@@ -234,9 +234,11 @@ class MemFine : public Strategy {
       std::vector<double> kept, transient, ms;
       double loss = 0;  // the loss's backward and the optimizer step, above what every layer keeps
     };
+    const auto per_bin = every_bin(c, rank);
     std::vector<Parts> parts;
-    for (int64_t o : options) {
-      const Prediction u = o == 0 ? all_stored : predict_step(c, rank, chunked(o), std::vector<int64_t>(size_t(L), o));
+    for (size_t i = 0; i < options.size(); ++i) {
+      const int64_t o = options[i];
+      const Prediction& u = o == 0 ? all_stored : per_bin[i - 1];
       Parts pt;
       double below = 0;
       for (int64_t l = 0; l < L; ++l) {
@@ -298,14 +300,13 @@ class MemFine : public Strategy {
     return int64_t(double(c.budget - stored.static_bytes) * (1.0 - headroom_));
   }
 
-  // Each layer's predicted peak for every bin, [bin][layer]. A recomputed layer keeps only its
-  // output until its backward, so one layer's chunk count does not change another's peak: one
-  // prediction per bin covers every layer.
-  std::vector<std::vector<int64_t>> layer_peaks(const ExperimentConfig& c, const EmulatedRank& rank) const {
-    std::vector<std::vector<int64_t>> peaks;
-    for (int64_t b : bins_)
-      peaks.push_back(predict_step(c, rank, chunked(b), std::vector<int64_t>(size_t(c.model.layers), b)).layer_peak);
-    return peaks;
+  // The prediction with every layer at each bin, one per bin. A recomputed layer keeps only its
+  // output until its backward, so one layer's chunk count does not change another's peak: each
+  // layer's peak per bin is read off these.
+  std::vector<Prediction> every_bin(const ExperimentConfig& c, const EmulatedRank& rank) const {
+    std::vector<Prediction> out;
+    for (int64_t b : bins_) out.push_back(predict_step(c, rank, chunked(b), std::vector<int64_t>(size_t(c.model.layers), b)));
+    return out;
   }
 
   int64_t chunks_ = 1;  // 0: auto
