@@ -24,6 +24,7 @@
 #include "core/config/config.h"
 #include "core/moe/fused.h"
 #include "core/dist/process.h"
+#include "core/meter/memory_meter.h"
 #include "core/meter/timer.h"
 #include "core/strategy/strategy.h"
 #include "core/run/train_step.h"
@@ -200,6 +201,9 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("moe_config", moe_config.empty() ? "(built in)" : moe_config);
   benchmark::AddCustomContext("libtorch", TORCH_VERSION);
   benchmark::AddCustomContext("cpu_model", memfine::cpu_name());  // a cost model fitted here names its machine
+  // The runs' allocator: the meter's counting allocator keeps freed blocks in the heap (no page
+  // faults on every large allocation), so kernels are timed as the runs time them.
+  memfine::MemoryMeter::get("cpu");
   const char* threads = std::getenv("MEMFINE_THREADS");
   at::set_num_threads(threads ? std::atoi(threads) : 2);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(at::get_num_threads()));
@@ -209,6 +213,13 @@ int main(int argc, char** argv) {
            {"ffn_hidden", m.ffn_hidden}, {"experts", m.experts}, {"topk", m.topk}, {"seq", m.seq},
            {"micro_batch", m.micro_batch}, {"ep", bench_config().ep}})
     benchmark::AddCustomContext(std::string("model_") + k, std::to_string(v));
+  {
+    // The rows each local expert of the benchmarked layer receives (the cost model splits them by chunk).
+    auto st = make_train_state(bench_config());
+    std::string rows;
+    for (int64_t r : st->rank.layers[0].expert_rows) rows += (rows.empty() ? "" : ",") + std::to_string(r);
+    benchmark::AddCustomContext("layer_expert_rows", rows);
+  }
   benchmark::AddCustomContext("omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

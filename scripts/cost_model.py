@@ -8,11 +8,13 @@ The model, per layer (times are medians over repetitions):
   no_recompute       S0                     (measured layer step)
   full_recompute     S1                     (measured layer step)
   memfine, 1 chunk   M1                     (measured layer step)
-  memfine, c chunks  M1 + (c - 1) * o + E_l * [c * f(r / (E_l c)) - f(r / E_l)]
+  memfine, c chunks  M1 + (c - 1) * o + sum over local experts e of [c * f(r_e / c) - f(r_e)]
 where f(rows) is one expert's SwiGLU forward + backward time (measured from 16 to 65536 rows,
-interpolated in log-log), r the rows the layer receives, E_l its local experts, and o the fixed
-cost of one chunk (its dispatch, its autograd call), the one fitted number: least squares over the
-chunk counts benchmarked, clamped at zero. memfine (C++) reads the JSON for `objective: time`.
+interpolated in log-log), r_e the rows local expert e receives (the benchmarked layer's, from the
+bench's context `layer_expert_rows`; in a run, each layer's own), and o the fixed cost of one
+chunk beyond its experts' (dispatch, combine, autograd calls), the one fitted number: least
+squares over the chunk counts benchmarked, clamped at zero. memfine (C++) reads the JSON for
+`objective: time`.
 """
 import argparse
 import bisect
@@ -54,7 +56,7 @@ def curve(points):
     return f
 
 
-def fit(bench_path, local_experts=4):
+def fit(bench_path):
     bench = json.load(open(bench_path))
     med = medians(bench)
     fw = [(b["rows"], ms) for n, (ms, b) in med.items() if n.startswith("BM_ExpertForward/")]
@@ -66,9 +68,15 @@ def fit(bench_path, local_experts=4):
     rows = b1["rows"]
     chunked = sorted((int(b["chunks"]), ms) for n, (ms, b) in layer.items() if n.startswith("BM_LayerStep/2/"))
 
+    ctx = bench.get("context", {})
+    if "layer_expert_rows" not in ctx:
+        sys.exit(f"{bench_path}: no layer_expert_rows in its context: rerun scripts/fit-cost-model with this build")
+    expert_rows = [int(r) for r in ctx["layer_expert_rows"].split(",")]
+    if sum(expert_rows) != int(rows):
+        sys.exit(f"{bench_path}: layer_expert_rows sum to {sum(expert_rows)}, the layer steps received {int(rows)}")
+
     def split_cost(c):
-        per = rows / (local_experts * c)
-        return local_experts * (c * f(per) - f(rows / local_experts))
+        return sum(c * f(r / c) - f(r) for r in expert_rows if r > 0)
 
     m1 = next(ms for c, ms in chunked if c == 1)
     num = sum((c - 1) * (ms - m1 - split_cost(c)) for c, ms in chunked)
@@ -80,7 +88,7 @@ def fit(bench_path, local_experts=4):
     model = {
         "source": os.path.relpath(bench_path),
         "context": bench.get("context", {}),
-        "rows": rows, "local_experts": local_experts,
+        "rows": rows, "expert_rows": expert_rows,
         # Measured layer steps, by what the layer keeps: everything, its input only, one chunk.
         "layer_ms": {"stored": s0, "layer_recomputed": s1, "chunked_1": m1},
         "per_chunk_ms": o,

@@ -84,6 +84,43 @@ void expect_same_ops(at::ScalarType dtype, at::Device device, double tol) {
 
 // Tolerances: the fused scatter-add rounds once per addition where ATen rounds the weighted copy
 // too, and dot products sum in another order (bf16 keeps 8 bits).
+// A layer's chunks routed in one pass (what the chunked MoE does) index the same rows, in the same
+// order, as each chunk routed alone, with and without capacity's keep masks, for uneven chunks.
+TEST(Dispatch, ChunksRoutedAtOnceEqualEachAlone) {
+  ExperimentConfig c = tiny_config("float32", "zipf", 4);
+  auto st = make_train_state(c);
+  const RankRouting& rr = st->rank.layers[0];
+  const int64_t T = c.model.tokens();
+  for (bool masked : {false, true}) {
+    MoeRouting mr;
+    mr.rank = &rr, mr.tables = &st->rank, mr.expert_ids = rr.own_experts;
+    if (masked) {
+      mr.own_keep = at::rand(rr.own_experts.sizes()) < 0.7;
+      mr.peer_keep = at::rand({rr.peer_pos.numel()}) < 0.6;
+    }
+    for (const std::vector<int64_t>& bounds : std::vector<std::vector<int64_t>>{{0, T}, {0, 5, 11, 30, T}, {3, 3, 20, T - 1}}) {
+      const std::vector<Dispatched> all = dispatch_indices(mr, bounds, at::kCPU);
+      ASSERT_EQ(all.size() + 1, bounds.size());
+      for (size_t ci = 0; ci + 1 < bounds.size(); ++ci) {
+        const Dispatched one = dispatch_indices(mr, bounds[ci], bounds[ci + 1], at::kCPU);
+        const Dispatched& got = all[ci];
+        EXPECT_EQ(got.begin, one.begin);
+        EXPECT_EQ(got.end, one.end);
+        EXPECT_EQ(got.own_rows, one.own_rows);
+        EXPECT_EQ(got.peer_rows, one.peer_rows);
+        for (size_t e = 0; e < one.own_rows.size(); ++e) {
+          EXPECT_TRUE(at::equal(got.own_slot[e], one.own_slot[e])) << "chunk " << ci << " expert " << e;
+          EXPECT_TRUE(at::equal(got.own_token[e], one.own_token[e]));
+          EXPECT_TRUE(at::equal(got.peer_key[e], one.peer_key[e]));
+        }
+        EXPECT_TRUE(at::equal(got.remote_slot, one.remote_slot));
+        EXPECT_TRUE(at::equal(got.remote_token, one.remote_token));
+        EXPECT_TRUE(at::equal(got.remote_key, one.remote_key));
+      }
+    }
+  }
+}
+
 TEST(FusedOps, MatchAtenOnTheHost) {
   expect_same_ops(at::kDouble, at::kCPU, 1e-13);
   expect_same_ops(at::kFloat, at::kCPU, 1e-5);

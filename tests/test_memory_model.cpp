@@ -194,7 +194,6 @@ TEST(Mact, ObjectiveTimeTakesTheFastestPlanThatFits) {
   const Prediction one = predict_step(c, rank, chunked, std::vector<int64_t>(3, 1));
   const Prediction two = predict_step(c, rank, chunked, std::vector<int64_t>(3, 2));
   const CostModel cost = CostModel::load(path);
-  const int64_t El = c.model.experts / c.ep;
   for (const int64_t budget : {one.static_bytes + (one.activation_bytes + two.activation_bytes) / 2,
                                one.static_bytes + one.activation_bytes * 2}) {
     c.budget = budget;
@@ -211,7 +210,7 @@ TEST(Mact, ObjectiveTimeTakesTheFastestPlanThatFits) {
           const Prediction p = all_stored ? predict_step(c, rank, stored) : predict_step(c, rank, chunked, plan);
           if (double(p.activation_bytes) > room) continue;
           double ms = 0;
-          for (int64_t l = 0; l < 3; ++l) ms += cost.layer_ms(c.model, El, rank.layers[size_t(l)].tokens_received, plan[size_t(l)]);
+          for (int64_t l = 0; l < 3; ++l) ms += cost.layer_ms(c.model, rank.layers[size_t(l)].expert_rows, plan[size_t(l)]);
           if (ms < best) best = ms, best_plan = plan;
         }
     ASSERT_FALSE(best_plan.empty());

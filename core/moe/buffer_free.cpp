@@ -138,10 +138,9 @@ std::pair<at::Tensor, at::Tensor> buffer_free_expert(at::Tensor& y, const at::Te
 }
 
 Combined moe_range_buffer_free(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w,
-                               const MoeRouting& mr, int64_t begin, int64_t end) {
-  const Dispatched d = dispatch_indices(mr, begin, end, x.device());
+                               const MoeRouting& mr, const Dispatched& d) {
   at::Tensor flat = probs.reshape(-1);
-  at::Tensor y = at::zeros({end - begin, x.size(1)}, x.options());
+  at::Tensor y = at::zeros({d.end - d.begin, x.size(1)}, x.options());
   at::Tensor peer_loss = at::zeros({}, x.options());
   for (size_t e = 0; e < d.own_rows.size(); ++e) {
     const int64_t own = d.own_rows[e], rows = own + d.peer_rows[e];

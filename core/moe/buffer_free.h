@@ -43,8 +43,9 @@ std::pair<at::Tensor, at::Tensor> buffer_free_expert(at::Tensor& y, const at::Te
                                                      const at::Tensor& w_in, const at::Tensor& w_out,
                                                      const ExpertRows& rows);
 
-// dispatch -> experts -> combine for one range of an emulated rank, buffer-free.
+// dispatch -> experts -> combine for one range of an emulated rank, buffer-free, on the range's
+// routing `d` (dispatch_indices).
 Combined moe_range_buffer_free(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,
-                               const MoeRouting& mr, int64_t begin, int64_t end);
+                               const MoeRouting& mr, const Dispatched& d);
 
 }  // namespace memfine

@@ -45,43 +45,85 @@ std::pair<at::Tensor, std::vector<int64_t>> group_by(const at::Tensor& items, co
 
 }  // namespace
 
-Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& dev) {
+std::vector<Dispatched> dispatch_indices(const MoeRouting& mr, const std::vector<int64_t>& bounds, const at::Device& dev) {
   const RankRouting& r = *mr.rank;
-  const int64_t El = r.local_experts, n = end - begin;
-  const int64_t k = mr.expert_ids.size(1);
-  Dispatched d;
-  d.begin = begin, d.end = end;
-  // Own assignments in the range, split into local (computed here) and remote (sent away).
+  const int64_t El = r.local_experts, C = int64_t(bounds.size()) - 1;
+  const int64_t k = mr.expert_ids.size(1), begin = bounds.front(), n = bounds.back() - begin;
+  // With several ranges, items are grouped by (range, expert) and indexed from their range's first
+  // token; `range_of` maps positions relative to `begin` to their range.
+  at::Tensor edges = at::tensor(bounds, at::TensorOptions(at::kLong));
+  auto range_of = [&](const at::Tensor& pos) {
+    return at::searchsorted(edges, pos + begin, /*out_int32=*/false, /*right=*/true) - 1;
+  };
+  // Own assignments in [begin, end), split into local (computed here) and remote (sent away).
   at::Tensor ids = mr.expert_ids.narrow(0, begin, n).reshape(-1) - r.first_expert;
   at::Tensor keep = mr.own_keep.defined() ? mr.own_keep.narrow(0, begin, n).reshape(-1) : at::ones_like(ids, at::kBool);
   at::Tensor is_local = (ids >= 0).logical_and(ids < El);
   at::Tensor local_slot = is_local.logical_and(keep).nonzero().reshape(-1);
   at::Tensor remote = is_local.logical_not().logical_and(keep).nonzero().reshape(-1);
-  // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
-  d.remote_slot = remote.to(dev);
-  d.remote_token = remote.div(k, "floor").to(dev);
-  d.remote_key = mr.rank->own_key.narrow(0, begin, n).reshape(-1).index_select(0, remote).to(dev);
-  auto own = group_by(local_slot, ids.index_select(0, local_slot), El);
-  d.own_rows = own.second;
-  // Peer rows whose sender position lies in the range.
-  at::Tensor pmask = (r.peer_pos >= begin).logical_and(r.peer_pos < end);
+  at::Tensor remote_token = remote.div(k, "floor"), remote_key = r.own_key.narrow(0, begin, n).reshape(-1).index_select(0, remote);
+  // Slots are in token order, so sorting by (range, expert) keeps each range's slots together and,
+  // within it, grouped by expert in token order: what the range alone would give.
+  at::Tensor own_group = ids.index_select(0, local_slot);
+  if (C > 1) own_group = own_group + range_of(local_slot.div(k, "floor")) * El;
+  auto own = group_by(local_slot, own_group, C * El);
+  at::Tensor own_slot = own.first;  // flat slots from `begin`
+  // Peer rows whose sender position lies in [begin, end), by (range, expert) in table order.
+  at::Tensor pmask = (r.peer_pos >= begin).logical_and(r.peer_pos < bounds.back());
   if (mr.peer_keep.defined()) pmask = pmask.logical_and(mr.peer_keep);
   at::Tensor prow = pmask.nonzero().reshape(-1);
-  auto peers = group_by(r.peer_key.index_select(0, prow), r.peer_expert.index_select(0, prow), El);
-  d.peer_rows = peers.second;
-  int64_t o_off = 0, p_off = 0;
-  for (int64_t e = 0; e < El; ++e) {
-    d.own_slot.push_back(own.first.narrow(0, o_off, d.own_rows[e]).to(dev));
-    d.own_token.push_back(d.own_slot.back().div(k, "floor"));
-    d.peer_key.push_back(peers.first.narrow(0, p_off, d.peer_rows[e]).to(dev));
-    o_off += d.own_rows[e], p_off += d.peer_rows[e];
+  at::Tensor peer_group = r.peer_expert.index_select(0, prow);
+  if (C > 1) peer_group = peer_group + range_of(r.peer_pos.index_select(0, prow) - begin) * El;
+  auto peers = group_by(r.peer_key.index_select(0, prow), peer_group, C * El);
+  std::vector<int64_t> remote_rows = {remote.numel()};
+  if (C > 1) {
+    own_slot = own_slot - (edges.index_select(0, range_of(own_slot.div(k, "floor"))) - begin) * k;
+    at::Tensor remote_range = range_of(remote_token);
+    at::Tensor remote_first = edges.index_select(0, remote_range) - begin;
+    remote = remote - remote_first * k, remote_token = remote_token - remote_first;
+    at::Tensor counts = at::bincount(remote_range, {}, C);
+    remote_rows.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + C);
   }
-  return d;
+  // Routing is decided on the host; what the data needs moves to its device in one upload (no-op
+  // on CPU), so that a loop over ranges never waits for the device in between.
+  std::vector<at::Tensor> parts = {own_slot, own_slot.div(k, "floor"), peers.first, remote, remote_token, remote_key};
+  if (dev != at::Device(at::kCPU)) {
+    std::vector<int64_t> sizes;
+    for (const auto& t : parts) sizes.push_back(t.numel());
+    parts = at::cat(parts).to(dev).split_with_sizes(sizes);
+  }
+  const at::Tensor &d_slot = parts[0], &d_token = parts[1], &d_peer = parts[2];
+  const at::Tensor &d_rslot = parts[3], &d_rtoken = parts[4], &d_rkey = parts[5];
+  std::vector<Dispatched> out(static_cast<size_t>(C));
+  int64_t o_off = 0, p_off = 0, r_off = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    Dispatched& d = out[size_t(c)];
+    d.begin = bounds[size_t(c)], d.end = bounds[size_t(c) + 1];
+    const int64_t rn = remote_rows[size_t(c)];
+    d.remote_slot = d_rslot.narrow(0, r_off, rn), d.remote_token = d_rtoken.narrow(0, r_off, rn);
+    d.remote_key = d_rkey.narrow(0, r_off, rn);
+    r_off += rn;
+    for (int64_t e = 0; e < El; ++e) {
+      d.own_rows.push_back(own.second[size_t(c * El + e)]), d.peer_rows.push_back(peers.second[size_t(c * El + e)]);
+      d.own_slot.push_back(d_slot.narrow(0, o_off, d.own_rows.back()));
+      d.own_token.push_back(d_token.narrow(0, o_off, d.own_rows.back()));
+      d.peer_key.push_back(d_peer.narrow(0, p_off, d.peer_rows.back()));
+      o_off += d.own_rows.back(), p_off += d.peer_rows.back();
+    }
+  }
+  return out;
+}
+
+Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& dev) {
+  return std::move(dispatch_indices(mr, std::vector<int64_t>{begin, end}, dev)[0]);
 }
 
 Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
+  return dispatch(x, mr, dispatch_indices(mr, begin, end, x.device()));
+}
+
+Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, Dispatched d) {
   const at::Device dev = x.device();
-  Dispatched d = dispatch_indices(mr, begin, end, dev);
   std::vector<at::Tensor> sources;  // fused: where each expert input row comes from (moe_rows.h)
   std::vector<int64_t> buffer_rows;
   for (size_t e = 0; e < d.own_rows.size(); ++e) {
@@ -155,10 +197,11 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
 }
 
 Combined moe_range(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
-                   int64_t begin, int64_t end) {
+                   int64_t begin, int64_t end, const Dispatched* routed) {
   if (mr.dist) return moe_range_alltoall(x, probs, w, mr, begin, end);
-  if (mr.expert.buffer_free) return moe_range_buffer_free(x, probs, w, mr, begin, end);
-  const Dispatched d = dispatch(x, mr, begin, end);
+  Dispatched indices = routed ? *routed : dispatch_indices(mr, begin, end, x.device());
+  if (mr.expert.buffer_free) return moe_range_buffer_free(x, probs, w, mr, indices);
+  const Dispatched d = dispatch(x, mr, std::move(indices));
   return combine(experts(d, w, mr), d, probs, mr);
 }
 

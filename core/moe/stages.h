@@ -63,8 +63,16 @@ struct Dispatched {
 // dispatch's routing alone: which rows each local expert takes and where its outputs go (no rows
 // are copied; `inputs` stays empty).
 Dispatched dispatch_indices(const MoeRouting& mr, int64_t begin, int64_t end, const at::Device& device);
+// The same for consecutive ranges [bounds[c], bounds[c + 1]) (a layer's chunks) at once: one pass
+// over the routing on the host and one upload to the device, so that a loop over the chunks
+// neither sorts again per chunk nor waits for the device between them (a blocking upload to a
+// GPU waits for every kernel queued before it). The indices are views of that one upload.
+std::vector<Dispatched> dispatch_indices(const MoeRouting& mr, const std::vector<int64_t>& bounds,
+                                         const at::Device& device);
 // dispatch: permute the range's tokens by local expert and receive the peers' rows.
 Dispatched dispatch(const at::Tensor& x_range, const MoeRouting& mr, int64_t begin, int64_t end);
+// The same with the range's routing already computed (dispatch_indices).
+Dispatched dispatch(const at::Tensor& x_range, const MoeRouting& mr, Dispatched routed);
 // experts: each local expert's SwiGLU on its rows.
 std::vector<at::Tensor> experts(const Dispatched& d, const LayerWeights& w, const MoeRouting& mr);
 // combine: weight own rows by router probability and un-permute into [end - begin, hidden]; the
@@ -83,7 +91,9 @@ Combined moe_range_alltoall(const at::Tensor& x_range, const at::Tensor& probs_r
                             const MoeRouting& mr, int64_t begin, int64_t end);
 
 // dispatch -> experts -> combine for one range: the unit that MemFine chunks and recomputes.
+// `routed`: the range's routing from dispatch_indices, else computed here (real ranks: unused,
+// their routing is exchanged per range).
 Combined moe_range(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,
-                   const MoeRouting& mr, int64_t begin, int64_t end);
+                   const MoeRouting& mr, int64_t begin, int64_t end, const Dispatched* routed = nullptr);
 
 }  // namespace memfine

@@ -47,14 +47,18 @@ double CostModel::expert_ms(double rows) const {
   return std::exp(std::log(lo->second) + t * (std::log(hi->second) - std::log(lo->second)));
 }
 
-double CostModel::layer_ms(const ModelConfig& m, int64_t local_experts, int64_t rows, int64_t chunks) const {
+double CostModel::layer_ms(const ModelConfig& m, const std::vector<int64_t>& expert_rows, int64_t chunks) const {
   // The measured layer steps, scaled by this layer's model FLOPs against the benchmarked one.
   ModelConfig one = m;
   one.layers = 1;
+  int64_t rows = 0;
+  for (int64_t r : expert_rows) rows += r;
   const double scale = step_flops(one, rows).total() / ref_flops_;
   if (chunks == 0) return s0_ * scale;
-  const double el = double(std::max<int64_t>(1, local_experts)), r = double(rows);
-  const double split = el * (double(chunks) * expert_ms(r / (el * double(chunks))) - expert_ms(r / el));
+  // Each expert runs once per chunk on its share of its rows: a small share runs its matrix
+  // products far below their rate, which is most of what a chunk costs on a CPU.
+  double split = 0;
+  for (int64_t r : expert_rows) split += double(chunks) * expert_ms(double(r) / double(chunks)) - expert_ms(double(r));
   return m1_ * scale + double(chunks - 1) * per_chunk_ + split;
 }
 

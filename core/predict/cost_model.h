@@ -14,9 +14,9 @@ class CostModel {
  public:
   // Throws std::runtime_error naming the file when it is missing or malformed.
   static CostModel load(const std::string& path);
-  // Predicted milliseconds of one layer's training step receiving `rows` on `local_experts`
-  // experts: chunks 0 = stored (no recomputation), c >= 1 = MemFine with c chunks.
-  double layer_ms(const ModelConfig& m, int64_t local_experts, int64_t rows, int64_t chunks) const;
+  // Predicted milliseconds of one layer's training step whose local experts receive `expert_rows`
+  // rows each: chunks 0 = stored (no recomputation), c >= 1 = MemFine with c chunks.
+  double layer_ms(const ModelConfig& m, const std::vector<int64_t>& expert_rows, int64_t chunks) const;
 
  private:
   double expert_ms(double rows) const;  // one expert's forward + backward

@@ -125,6 +125,14 @@ double moe_backward_peak_buffer_free(const Sizes& z, const MoeRows& m, double st
   return peak;
 }
 
+// The routing indices of a range that its MoE's graph keeps (what moe_stored counts): per own row
+// its slot and token, per peer row its table row, per remote assignment its slot and token.
+double saved_index_bytes(const MoeRows& m) {
+  double bytes = 16 * double(m.remote);
+  for (size_t e = 0; e < m.own.size(); ++e) bytes += 8 * (2 * double(m.own[e]) + double(m.peer[e]));
+  return bytes;
+}
+
 // MoE (dispatch -> experts -> combine) with activations stored: what stays until backward.
 // Per expert: its input rows, gate|up (2g), silu(gate) (g), silu*up (g); where it has own rows,
 // its output (kept by the probability weighting), the weighted rows (kept by index_add) and the
@@ -137,10 +145,8 @@ double moe_stored(const Sizes& z, const MoeRows& m, bool whole = true) {
     if (rows == 0) continue;
     bytes += z.E * rows * (z.h + z.expert_g() * z.g);
     if (own > 0) bytes += z.E * (rows * z.h + own * z.h + own);
-    bytes += 8 * (2 * own + double(m.peer[e]));
   }
-  bytes += z.E * (2 * double(m.remote) * z.h + double(m.remote)) + 16 * double(m.remote);
-  return bytes;
+  return bytes + z.E * (2 * double(m.remote) * z.h + double(m.remote)) + saved_index_bytes(m);
 }
 
 // Peak of the MoE's backward on top of `stored` (everything alive when it starts). Autograd
@@ -302,11 +308,15 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       // With more than one chunk, the MoE's input and probability gradients are assembled in
       // layer-sized buffers; with one, the chunk's are the layer's.
       const double base = below + kept + shared_grads + grad + (chunks > 1 ? act + z.E * z.T * z.k : 0);
+      // With several chunks, every chunk's routing is made at once and held through the loop
+      // (dispatch_indices: the saved indices and each remote assignment's table row); a chunk's
+      // indices are views of it, counted there rather than in the chunk.
+      const double routing = chunks > 1 ? saved_index_bytes(whole[size_t(l)]) + 8 * double(whole[size_t(l)].remote) : 0;
       for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
         if (a == b) continue;
         const MoeRows r = moe_rows(rank.layers[size_t(l)], m.topk, T, a, b);
-        consider(moe_backward_peak(z, r, base + moe_stored(z, r, false)),
+        consider(moe_backward_peak(z, r, base + routing - (chunks > 1 ? saved_index_bytes(r) : 0) + moe_stored(z, r, false)),
                  at + ", MoE chunk " + std::to_string(ci));
       }
     } else {

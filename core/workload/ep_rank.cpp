@@ -61,11 +61,13 @@ RankRouting rank_routing(const at::Tensor& ids, const ExperimentConfig& c, int64
   std::vector<double> score;
   auto acc = ids.accessor<int64_t, 2>();
   int64_t own_local = 0;
+  r.expert_rows.assign(size_t(r.local_experts), 0);
   for (int64_t src = 0; src < c.ep; ++src) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t j = 0; j < k; ++j) {
         const int64_t e = acc[src * T + t][j] - r.first_expert;
         if (e < 0 || e >= r.local_experts) continue;
+        ++r.expert_rows[size_t(e)];
         if (src == rank) {
           ++own_local;
           continue;
@@ -114,6 +116,9 @@ EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t
       r.peer_pos = r.peer_rank = r.peer_expert = r.peer_key = at::zeros({0}, at::kLong);
       r.peer_score = at::zeros({0}, at::kDouble);
       r.tokens_received = c.model.tokens() * c.model.topk;
+      // Not known before the router runs: planned as if balanced.
+      for (int64_t e = 0; e < r.local_experts; ++e)
+        r.expert_rows.push_back((e + 1) * r.tokens_received / r.local_experts - e * r.tokens_received / r.local_experts);
       er.layers.push_back(r);
     }
   } else {

@@ -22,6 +22,7 @@ struct RankRouting {
   at::Tensor peer_key;     // [P] row of `peer_inputs` / `peer_grads`
   at::Tensor peer_score;   // [P] the sender's router probability of the assignment (seeded)
   int64_t tokens_received = 0;  // s' = own rows to local experts + peer rows
+  std::vector<int64_t> expert_rows;  // per local expert: the rows it receives (s' is their sum)
   double overload_factor = 1;   // s' / balanced s' (tokens * topk: each rank sends that many rows)
 };
 

@@ -15,6 +15,19 @@ struct ChunkedCall {
   const LayerWeights* weights = nullptr;
   int64_t chunks = 1;
   std::pair<int64_t, int64_t> range(int64_t c, int64_t n) const { return {c * n / chunks, (c + 1) * n / chunks}; }
+  // Every chunk's routing in one pass, held through the chunk loop (one chunk: made by the chunk
+  // itself, as by an unchunked MoE; real ranks: none, theirs is exchanged per chunk). Made again
+  // in backward rather than kept from forward: it is not held between the two.
+  bool routes_at_once() const { return chunks > 1 && !routing.dist; }
+  std::vector<Dispatched> routed(int64_t n, const at::Device& device) const {
+    if (!routes_at_once()) return {};
+    std::vector<int64_t> bounds;
+    for (int64_t c = 0; c <= chunks; ++c) bounds.push_back(c * n / chunks);
+    return dispatch_indices(routing, bounds, device);
+  }
+  const Dispatched* chunk(const std::vector<Dispatched>& r, int64_t c) const {
+    return routes_at_once() ? &r[size_t(c)] : nullptr;
+  }
 };
 
 TensorList expert_params(const LayerWeights& w) {
@@ -37,10 +50,12 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
     at::Tensor y = at::empty_like(x);
     {
       at::NoGradGuard no_grad;
+      const std::vector<Dispatched> routed = call->routed(n, x.device());
       for (int64_t c = 0; c < call->chunks; ++c) {
         auto [a, b] = call->range(c, n);
         if (a == b) continue;
-        Combined out = moe_range(x.narrow(0, a, b - a), probs.narrow(0, a, b - a), *call->weights, call->routing, a, b);
+        Combined out = moe_range(x.narrow(0, a, b - a), probs.narrow(0, a, b - a), *call->weights, call->routing, a, b,
+                                 call->chunk(routed, c));
         y.narrow(0, a, b - a).copy_(out.y);
         peer_loss += out.peer_loss;
       }
@@ -60,6 +75,7 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
     if (call.chunks > 1) gx = at::zeros_like(x), gp = at::zeros_like(probs);
     // The incoming gradient is the residual branch's too (y is added to it): read it, never own it.
     const at::Tensor g_out = grad[0];
+    const std::vector<Dispatched> routed = call.routed(n, x.device());
     for (int64_t c = 0; c < call.chunks; ++c) {
       auto [a, b] = call.range(c, n);
       if (a == b) continue;
@@ -67,7 +83,7 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
       Combined out;
       {
         at::AutoGradMode grad_on(true);
-        out = moe_range(in.tensors[0], in.tensors[1], *call.weights, call.routing, a, b);
+        out = moe_range(in.tensors[0], in.tensors[1], *call.weights, call.routing, a, b, call.chunk(routed, c));
       }
       in.tensors.clear();
       at::Tensor gy = !g_out.defined() ? at::Tensor() : call.chunks > 1 ? g_out.narrow(0, a, b - a) : g_out;

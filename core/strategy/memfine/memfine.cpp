@@ -226,7 +226,7 @@ class MemFine : public Strategy {
   // front), and the chosen plan is predicted whole as a check.
   Plan plan_for_time(const ExperimentConfig& c, const EmulatedRank& rank, const Prediction& all_stored) const {
     if (!cost_loaded_) cost_ = CostModel::load(c.cost_model), cost_loaded_ = true;
-    const int64_t L = c.model.layers, El = c.model.experts / c.ep;
+    const int64_t L = c.model.layers;
     const double room = c.budget < 0 ? 1e300 : double(activation_room(c, all_stored));
     std::vector<int64_t> options{0};
     options.insert(options.end(), bins_.begin(), bins_.end());
@@ -244,7 +244,7 @@ class MemFine : public Strategy {
       for (int64_t l = 0; l < L; ++l) {
         pt.kept.push_back(double(u.layer_kept[size_t(l)]));
         pt.transient.push_back(double(u.layer_peak[size_t(l)]) - below);
-        pt.ms.push_back(cost_.layer_ms(c.model, El, rank.layers[size_t(l)].tokens_received, o));
+        pt.ms.push_back(cost_.layer_ms(c.model, rank.layers[size_t(l)].expert_rows, o));
         below += pt.kept.back();
       }
       pt.loss = double(u.loss_peak) - below;
