@@ -215,9 +215,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext(std::string("model_") + k, std::to_string(v));
   {
     // The rows each local expert of the benchmarked layer receives (the cost model splits them by chunk).
-    auto st = make_train_state(bench_config());
+    const EmulatedRank rank = make_emulated_rank(bench_config(), -1);
     std::string rows;
-    for (int64_t r : st->rank.layers[0].expert_rows) rows += (rows.empty() ? "" : ",") + std::to_string(r);
+    for (int64_t r : rank.layers[0].expert_rows) rows += (rows.empty() ? "" : ",") + std::to_string(r);
     benchmark::AddCustomContext("layer_expert_rows", rows);
   }
   benchmark::AddCustomContext("omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "");

@@ -87,7 +87,7 @@ def fit(bench_path):
     ceiling = max((b["FLOPS"] for n, (ms, b) in med.items() if n.startswith("BM_Matmul/")), default=None)
     model = {
         "source": os.path.relpath(bench_path),
-        "context": bench.get("context", {}),
+        "context": ctx,
         "rows": rows, "expert_rows": expert_rows,
         # Measured layer steps, by what the layer keeps: everything, its input only, one chunk.
         "layer_ms": {"stored": s0, "layer_recomputed": s1, "chunked_1": m1},

@@ -82,8 +82,6 @@ void expect_same_ops(at::ScalarType dtype, at::Device device, double tol) {
 
 }  // namespace
 
-// Tolerances: the fused scatter-add rounds once per addition where ATen rounds the weighted copy
-// too, and dot products sum in another order (bf16 keeps 8 bits).
 // A layer's chunks routed in one pass (what the chunked MoE does) index the same rows, in the same
 // order, as each chunk routed alone, with and without capacity's keep masks, for uneven chunks.
 TEST(Dispatch, ChunksRoutedAtOnceEqualEachAlone) {
@@ -121,6 +119,8 @@ TEST(Dispatch, ChunksRoutedAtOnceEqualEachAlone) {
   }
 }
 
+// Tolerances: the fused scatter-add rounds once per addition where ATen rounds the weighted copy
+// too, and dot products sum in another order (bf16 keeps 8 bits).
 TEST(FusedOps, MatchAtenOnTheHost) {
   expect_same_ops(at::kDouble, at::kCPU, 1e-13);
   expect_same_ops(at::kFloat, at::kCPU, 1e-5);

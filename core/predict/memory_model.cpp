@@ -306,17 +306,18 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       // into the experts' .grad as they are produced.
       const int64_t chunks = sl.chunks;
       // With more than one chunk, the MoE's input and probability gradients are assembled in
-      // layer-sized buffers; with one, the chunk's are the layer's.
-      const double base = below + kept + shared_grads + grad + (chunks > 1 ? act + z.E * z.T * z.k : 0);
-      // With several chunks, every chunk's routing is made at once and held through the loop
-      // (dispatch_indices: the saved indices and each remote assignment's table row); a chunk's
-      // indices are views of it, counted there rather than in the chunk.
-      const double routing = chunks > 1 ? saved_index_bytes(whole[size_t(l)]) + 8 * double(whole[size_t(l)].remote) : 0;
+      // layer-sized buffers, and every chunk's routing is made at once and held through the loop
+      // (dispatch_indices: the saved indices and each remote assignment's table row), a chunk's
+      // indices being views of it; with one, the chunk's are the layer's.
+      const bool several = chunks > 1;
+      const MoeRows& layer_rows = whole[size_t(l)];
+      const double base = below + kept + shared_grads + grad +
+                          (several ? act + z.E * z.T * z.k + saved_index_bytes(layer_rows) + 8 * double(layer_rows.remote) : 0);
       for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
         if (a == b) continue;
         const MoeRows r = moe_rows(rank.layers[size_t(l)], m.topk, T, a, b);
-        consider(moe_backward_peak(z, r, base + routing - (chunks > 1 ? saved_index_bytes(r) : 0) + moe_stored(z, r, false)),
+        consider(moe_backward_peak(z, r, base + moe_stored(z, r, false) - (several ? saved_index_bytes(r) : 0)),
                  at + ", MoE chunk " + std::to_string(ci));
       }
     } else {

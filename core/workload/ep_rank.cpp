@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <numeric>
+
 #include "core/model/model.h"
 #include "core/workload/workload.h"
 
@@ -60,7 +62,6 @@ RankRouting rank_routing(const at::Tensor& ids, const ExperimentConfig& c, int64
   std::vector<int64_t> pos, rk, ex, key;
   std::vector<double> score;
   auto acc = ids.accessor<int64_t, 2>();
-  int64_t own_local = 0;
   r.expert_rows.assign(size_t(r.local_experts), 0);
   for (int64_t src = 0; src < c.ep; ++src) {
     for (int64_t t = 0; t < T; ++t) {
@@ -68,10 +69,7 @@ RankRouting rank_routing(const at::Tensor& ids, const ExperimentConfig& c, int64
         const int64_t e = acc[src * T + t][j] - r.first_expert;
         if (e < 0 || e >= r.local_experts) continue;
         ++r.expert_rows[size_t(e)];
-        if (src == rank) {
-          ++own_local;
-          continue;
-        }
+        if (src == rank) continue;
         pos.push_back(t), rk.push_back(src), ex.push_back(e), key.push_back(key_of(src, t, j));
         // A deterministic stand-in for the sender's router probability (drop policy "probs").
         score.push_back(double(mix_seed(salt ^ 0x5bd1e995, uint64_t((src * T + t) * k + j)) >> 11) / 9007199254740992.0);
@@ -81,7 +79,7 @@ RankRouting rank_routing(const at::Tensor& ids, const ExperimentConfig& c, int64
   auto to_long = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
   r.peer_pos = to_long(pos), r.peer_rank = to_long(rk), r.peer_expert = to_long(ex), r.peer_key = to_long(key);
   r.peer_score = at::tensor(score, at::kDouble);
-  r.tokens_received = own_local + int64_t(pos.size());
+  r.tokens_received = std::accumulate(r.expert_rows.begin(), r.expert_rows.end(), int64_t(0));
   // Balanced: every rank sends T*k rows spread evenly over the ep ranks, so each receives T*k.
   r.overload_factor = double(r.tokens_received) / double(T * k);
   return r;
