@@ -190,6 +190,40 @@ class Figures(unittest.TestCase):
         self.assertIn("| 43.0 | 43.0 | +0.0% | 22.9 | 22.9 | +0.0% |", rows[0])
         self.assertIn("| 43.0 | 39.5 | +8.9% |", rows[3])  # error of ours against the paper's Model II static
 
+    def test_quality_table_pairs_seeds_and_says_when_a_difference_exceeds_their_spread(self):
+        train = {"steps": 2, "stats_ep": 2}
+        cfg = dict(CONFIG, model=dict(CONFIG["model"], vocab=256), train=train)
+        finals = {"no_recompute": [2.0, 2.1, 2.2],
+                  "capacity(capacity_factor=1.0,drop_policy=probs)": [2.10, 2.21, 2.29],  # +0.1 at every seed
+                  "capacity(capacity_factor=2.0,drop_policy=probs)": [2.1, 2.0, 2.2]}     # +0.1, -0.1, 0
+        recs = []
+        for strategy, losses in finals.items():
+            for seed, loss in zip((1, 2, 3), losses):
+                for step in (0, 1):
+                    r = {"experiment": "q", "point": f"seed={seed}", "strategy": strategy, "status": "ok", "seed": seed,
+                         "step": step, "loss": loss + 1, "eval_loss": loss if step == 1 else None,
+                         "overload_per_layer": [1.5 + step, 1.2], "counters": {"dropped_fraction": 0.3 - 0.1 * step}
+                         if "capacity" in strategy else {}}
+                    if step == 0:
+                        r.update(config=cfg, env=ENV)
+                    recs.append(r)
+        os.makedirs(os.path.join(self.tmp, "quality"))
+        path = os.path.join(self.tmp, "quality", "train.jsonl")
+        with open(path, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in recs))
+        paths = figures.quality(path, self.out)
+        self.assertTrue(all(os.path.getsize(p) > 500 for p in paths))
+        with open(os.path.join(self.out, "quality_table.md")) as f:
+            rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in f
+                    if line.startswith("| ") and "strategy" not in line}
+        self.assertEqual(rows["capacity(capacity_factor=1.0,drop_policy=probs)"][3], "+0.1000 +- 0.0248")
+        self.assertEqual(rows["capacity(capacity_factor=1.0,drop_policy=probs)"][4], "yes")
+        self.assertEqual(rows["capacity(capacity_factor=2.0,drop_policy=probs)"][4], "no")
+        self.assertEqual(rows["capacity(capacity_factor=1.0,drop_policy=probs)"][5], "30.0% -> 20.0%")
+        self.assertEqual(rows["capacity(capacity_factor=1.0,drop_policy=probs)"][6].strip(" |\n"), "-1.572")
+        lines = "\n".join(figures.quality_lines(self.tmp))
+        self.assertIn("2.50x", lines)  # the largest overload seen
+
     def test_cli_runs(self):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "figures.py"), "--help"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0)

@@ -16,6 +16,7 @@
 #include "core/dist/launch.h"
 #include "core/run/predict.h"
 #include "core/run/runner.h"
+#include "core/run/train.h"
 #include "core/strategy/strategy.h"
 
 namespace {
@@ -28,6 +29,9 @@ commands:
   run FILE.yaml [--out DIR] [--resume] [--threads N]
                         run an experiment sweep; one JSON line per point and strategy in
                         DIR/results.jsonl (default results/<device class>/<experiment name>/)
+  train FILE.yaml [--out DIR] [--resume] [--threads N]
+                        train a language model on real text (a file with a train: section),
+                        one JSON line per step in DIR/train.jsonl; checkpoints for --resume
   validate FILE.yaml    check an experiment file without running it (exit 2 on problems)
   launch --nproc N FILE.yaml [run options]
                         run FILE.yaml as N local expert-parallel ranks (c10d, Gloo on loopback);
@@ -54,6 +58,26 @@ A point that exceeds memory.budget is recorded with status "oom"; the sweep goes
   --no-progress  no progress bar on stderr
 
 exit status: 0 all points measured (oom is a result), 1 a point failed, 2 bad input
+)";
+
+const char* kTrainHelp = R"(usage: memfine train FILE.yaml [--out DIR] [--resume] [--threads N] [--no-progress]
+
+Trains FILE.yaml's language model (model.vocab, a train: section) on real text with learned
+routing: every strategy of every sweep point in turn, from the same weights on the same data
+order. One record per step in DIR/train.jsonl: loss, evaluation loss every train.eval_every steps,
+the router's tokens per layer and expert, s' and the overload factor of the hottest of
+train.stats_ep ranks, the activation peak, step time and the strategy's counters (MACT's chunks,
+capacity's dropped share). The whole training state is saved every train.checkpoint_every steps
+in DIR/checkpoints/; --resume continues from there on the same data, without gap or repeat in the
+records. Out of memory ends that run with a record of status "oom"; the others go on.
+
+  --out DIR      results folder (default results/<device class>/<experiment name>)
+  --resume       continue DIR/train.jsonl from the checkpoints
+  --threads N    LibTorch intra-op threads (0 = all cores); overrides the YAML's `threads`
+  --no-progress  no progress bar on stderr
+
+The corpus (train.corpus) defaults to Debian's 'fortunes' package (scripts/setup-deps installs it).
+exit status: 0 every run trained (oom is a result), 1 a run failed, 2 bad input
 )";
 
 const char* kLaunchHelp = R"(usage: memfine launch --nproc N FILE.yaml [--out DIR] [--resume] [--threads N]
@@ -133,14 +157,15 @@ int main(int argc, char** argv) {
   // Count every CPU byte from the start: installed before any tensor exists.
   memfine::MemoryMeter::get("cpu");
   try {
-    if (cmd == "run") {
-      if (wants_help(args)) return std::cout << kRunHelp, 0;
+    if (cmd == "run" || cmd == "train") {
+      const char* help = cmd == "run" ? kRunHelp : kTrainHelp;
+      if (wants_help(args)) return std::cout << help, 0;
       memfine::RunOptions opt;
       std::string file;
       for (size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         if (a == "--out") {
-          if (i + 1 >= args.size() || args[i + 1].empty()) return usage_error("--out needs a folder", kRunHelp);
+          if (i + 1 >= args.size() || args[i + 1].empty()) return usage_error("--out needs a folder", help);
           opt.out_dir = args[++i];
         } else if (a == "--resume") opt.resume = true;
         else if (a == "--no-progress") opt.progress = false;
@@ -148,14 +173,14 @@ int main(int argc, char** argv) {
           if (i + 1 >= args.size() || !parse_flag_int(args[i + 1], 0, 1024, opt.threads))
             return usage_error("--threads needs a whole number in [0, 1024] (0: all cores), got '" +
                                    (i + 1 < args.size() ? args[i + 1] : std::string()) + "'",
-                               kRunHelp);
+                               help);
           ++i;
-        } else if (!a.empty() && a[0] == '-') return usage_error("unknown option '" + a + "'", kRunHelp);
+        } else if (!a.empty() && a[0] == '-') return usage_error("unknown option '" + a + "'", help);
         else if (file.empty()) file = a;
-        else return usage_error("one experiment file at a time", kRunHelp);
+        else return usage_error("one experiment file at a time", help);
       }
-      if (file.empty()) return usage_error("run needs an experiment file", kRunHelp);
-      return memfine::run_experiment(file, opt);
+      if (file.empty()) return usage_error(cmd + " needs an experiment file", help);
+      return cmd == "run" ? memfine::run_experiment(file, opt) : memfine::train_experiment(file, opt);
     }
     if (cmd == "launch") {
       if (wants_help(args)) return std::cout << kLaunchHelp, 0;

@@ -176,6 +176,7 @@ void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p) {
   r.read_positive("micro_batch", m.micro_batch, 65536);
   r.read_int("shared_experts", m.shared_experts, 0, 64);
   r.read_choice("attention", m.attention, {"gqa", "none"});
+  r.read_int("vocab", m.vocab, 0, 1 << 20);
   r.check_unknown();
   if (m.topk > m.experts)
     p.add(r.child("topk"), "model.topk", "topk (" + std::to_string(m.topk) + ") exceeds experts (" +
@@ -360,6 +361,41 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
       }
     }
   }
+  {
+    YAML::Node tn = r.child("train");
+    if (tn.IsDefined() && !tn.IsNull()) {
+      TrainConfig& t = c.train;
+      t.enabled = true;
+      MapReader tr(tn, "train", p);
+      tr.read_positive("steps", t.steps, 10000000);
+      tr.read_number("lr", t.lr, 0, 10);
+      tr.read_int("warmup", t.warmup, 0, 10000000);
+      tr.read_number("min_lr", t.min_lr, 0, 10);
+      tr.read_positive("eval_every", t.eval_every, 10000000);
+      tr.read_positive("eval_batches", t.eval_batches, 100000);
+      tr.read_positive("checkpoint_every", t.checkpoint_every, 10000000);
+      tr.read_number("aux_loss", t.aux_loss, 0, 100);
+      tr.read("data_seed", t.data_seed, "a non-negative integer");
+      tr.read("corpus", t.corpus, "a path");
+      if (std::filesystem::path(t.corpus).is_relative())
+        t.corpus = (std::filesystem::path(dir.empty() ? "." : dir) / t.corpus).lexically_normal().string();
+      tr.read_positive("stats_ep", t.stats_ep, 65536);
+      tr.check_unknown();
+      if (t.min_lr > t.lr) p.add(tr.child("min_lr"), "train.min_lr", "exceeds train.lr");
+      if (c.model.vocab == 0)
+        p.add(tn, "train", "training needs a language model: set model.vocab (256 for the byte tokenizer)");
+      // Training learns its routing: the router's own top-k decides.
+      const YAML::Node wn = r.child("workload");
+      if (!wn.IsDefined() || wn.IsNull() || !wn["kind"].IsDefined()) c.workload.kind = "router";
+      else if (c.workload.kind != "router")
+        p.add(wn["kind"], "workload.kind", "training learns its routing: use 'router' (or leave workload out)");
+      if (c.model.experts % t.stats_ep != 0)
+        p.add(tr.child("stats_ep"), "train.stats_ep", "experts (" + std::to_string(c.model.experts) +
+                                                          ") is not divisible by stats_ep (" + std::to_string(t.stats_ep) + ")");
+    }
+  }
+  if (c.model.vocab > 0 && !c.train.enabled)
+    p.add(r.child("model")["vocab"], "model.vocab", "a language model is trained, not benchmarked: add a train: section and use memfine train");
   r.read("cost_model", c.cost_model, "a path");
   if (!c.cost_model.empty()) {
     std::filesystem::path cp(c.cost_model);

@@ -24,6 +24,10 @@ struct ModelConfig {
   int64_t micro_batch = 1;      // sequences per rank (b)
   int64_t shared_experts = 0;   // shared expert of width shared_experts * ffn_hidden, 0 = none
   std::string attention = "gqa";  // "gqa" (causal grouped-query) or "none" (MoE-only layers)
+  // A language model over `vocab` token ids (0: the benchmark's stand-in, random hidden states in
+  // and a regression target out): token embedding, the output head tied to it, next-token
+  // cross-entropy (core/model/model.h).
+  int64_t vocab = 0;
   int64_t tokens() const { return seq * micro_batch; }
 };
 
@@ -71,6 +75,22 @@ struct PaperScaleConfig {
   double m_g = 1;                    // stored layers' worth of activations (1 under full recomputation)
 };
 
+// `memfine train` (core/run/train.h): a language model trained on real text, one record per step.
+struct TrainConfig {
+  bool enabled = false;        // the YAML has a `train:` section
+  int64_t steps = 100;
+  double lr = 3e-3;            // peak learning rate (Adam)
+  int64_t warmup = 10;         // linear warmup steps, then cosine decay to min_lr
+  double min_lr = 3e-4;
+  int64_t eval_every = 25;     // evaluation loss on held-out text every N steps (and at the last)
+  int64_t eval_batches = 4;    // held-out batches per evaluation (fixed, the same for every run)
+  int64_t checkpoint_every = 25;  // whole training state every N steps (resume continues from it)
+  double aux_loss = 0.01;      // Switch Transformer's load-balancing loss coefficient; 0: off
+  uint64_t data_seed = 1;      // the data order, apart from `seed` (the weights)
+  std::string corpus = "/usr/share/games/fortunes";  // Debian package `fortunes` (core/workload/corpus.h)
+  int64_t stats_ep = 1;        // expert-parallel ranks that s' and the overload factor are computed for
+};
+
 struct ExperimentConfig {
   std::string name;
   std::string source;  // the YAML file
@@ -92,6 +112,7 @@ struct ExperimentConfig {
   int64_t budget = -1;            // bytes; -1 = no budget
   std::vector<StrategySpec> strategies;
   PaperScaleConfig paper;
+  TrainConfig train;
   // The step-time cost model fitted on this machine (scripts/fit-cost-model): MACT's objective:
   // time and the records' share of the matmul ceiling. Empty: none (no default: an input is named).
   std::string cost_model;

@@ -50,7 +50,7 @@ json config_to_json(const ExperimentConfig& c) {
               {"model", {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"kv_heads", m.kv_heads},
                          {"head_dim", m.head_dim}, {"ffn_hidden", m.ffn_hidden}, {"experts", m.experts},
                          {"topk", m.topk}, {"seq", m.seq}, {"micro_batch", m.micro_batch},
-                         {"shared_experts", m.shared_experts}, {"attention", m.attention}}},
+                         {"shared_experts", m.shared_experts}, {"attention", m.attention}, {"vocab", m.vocab}}},
               {"parallel", {{"ep", c.ep}, {"rank", c.rank < 0 ? json("hottest") : json(c.rank)}}},
               {"workload", {{"kind", w.kind}, {"alpha", w.alpha}, {"sigma", w.sigma}, {"hot_fraction", w.hot_fraction},
                             {"hot_experts", w.hot_experts}, {"trace", w.trace}, {"schedule", w.schedule},
@@ -67,6 +67,13 @@ json config_to_json(const ExperimentConfig& c) {
                     {"v_head_dim", p.v_head_dim}, {"bytes_param", p.bytes_param}, {"bytes_grad", p.bytes_grad},
                     {"bytes_optimizer", p.bytes_optimizer}, {"received", p.received}, {"figure2", p.figure2},
                     {"m_g", p.m_g}};
+  }
+  if (c.train.enabled) {
+    const TrainConfig& t = c.train;
+    out["train"] = {{"steps", t.steps}, {"lr", t.lr}, {"warmup", t.warmup}, {"min_lr", t.min_lr},
+                    {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
+                    {"checkpoint_every", t.checkpoint_every}, {"aux_loss", t.aux_loss}, {"data_seed", t.data_seed},
+                    {"corpus", t.corpus}, {"stats_ep", t.stats_ep}};
   }
   return out;
 }

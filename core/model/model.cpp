@@ -42,6 +42,7 @@ Model Model::clone() const {
     for (auto& t : l.w_out) own(t);
   }
   own(m.final_norm);
+  own(m.embed);
   return m;
 }
 
@@ -50,6 +51,7 @@ std::vector<at::Tensor> Model::parameters() const {
   for (const auto& l : layers)
     for (auto& p : l.parameters()) out.push_back(p);
   out.push_back(final_norm);
+  if (embed.defined()) out.push_back(embed);
   return out;
 }
 
@@ -108,6 +110,7 @@ Model make_model(const ExperimentConfig& c, int64_t rank) {
     model.layers.push_back(std::move(w));
   }
   model.final_norm = ones(h, opt);
+  if (m.vocab > 0) model.embed = draw(mix_seed(c.seed, 9000), {m.vocab, h}, sh, opt);
   return model;
 }
 
@@ -117,7 +120,7 @@ int64_t parameter_count(const ModelConfig& m, int64_t ep) {
   if (m.attention == "gqa")
     per_layer += h + 2 * h * m.heads * m.head_dim + 2 * h * m.kv_heads * m.head_dim;
   if (m.shared_experts > 0) per_layer += 3 * h * g * m.shared_experts;
-  return per_layer * m.layers + h;
+  return per_layer * m.layers + h + m.vocab * h;
 }
 
 int64_t static_bytes_lower_bound(const ExperimentConfig& c) {
@@ -150,11 +153,31 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor&
   return at::matmul(at::silu(halves[0]) * halves[1], w_out);
 }
 
-Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk) {
+Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk,
+             double aux_coef) {
   at::Tensor probs = at::softmax(at::matmul(x_norm, w.router), -1);
-  if (expert_ids.defined()) return {probs.gather(1, expert_ids.to(probs.device())), expert_ids};
-  auto top = probs.topk(topk, -1);
-  return {std::get<0>(top), std::get<1>(top).cpu()};
+  Routed r;
+  if (expert_ids.defined()) {
+    r = {probs.gather(1, expert_ids.to(probs.device())), expert_ids};
+  } else {
+    auto top = probs.topk(topk, -1);
+    r = {std::get<0>(top), std::get<1>(top).cpu()};
+  }
+  if (aux_coef > 0) {
+    const int64_t E = probs.size(1);
+    at::Tensor share = at::bincount(r.expert_ids.reshape(-1), {}, E).to(probs.options()) / double(r.expert_ids.numel());
+    r.aux_loss = (share * probs.mean(0)).sum() * (aux_coef * double(E));
+  } else {
+    r.aux_loss = at::zeros({}, probs.options());
+  }
+  return r;
+}
+
+at::Tensor embed_tokens(const Model& m, const at::Tensor& tokens) { return m.embed.index_select(0, tokens.reshape(-1)); }
+
+at::Tensor next_token_loss(const Model& m, const at::Tensor& h, const at::Tensor& next_tokens) {
+  at::Tensor logits = at::matmul(rms_norm(h, m.final_norm), m.embed.t());
+  return at::cross_entropy_loss(logits, next_tokens.reshape(-1));
 }
 
 }  // namespace memfine

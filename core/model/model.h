@@ -27,6 +27,7 @@ struct Model {
   int64_t ep = 1, rank = 0;
   std::vector<LayerWeights> layers;
   at::Tensor final_norm;
+  at::Tensor embed;  // [vocab, hidden] when cfg.vocab > 0: token embedding, and the output head (tied)
   int64_t local_experts() const { return cfg.experts / ep; }
   int64_t first_expert() const { return rank * local_experts(); }
   std::vector<at::Tensor> parameters() const;
@@ -50,8 +51,18 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor&
 struct Routed {
   at::Tensor probs;       // [tokens, topk], differentiable
   at::Tensor expert_ids;  // [tokens, topk], int64
+  at::Tensor aux_loss;    // Switch's load-balancing loss times its coefficient (scalar); 0 when off
 };
-Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk);
+// `aux_coef` > 0 adds Switch Transformer's load-balancing loss (Fedus et al. 2021, Eq. 4-6, over
+// top-k assignments): coef * experts * sum_e f_e * P_e, f_e the share of the assignments that
+// expert e got, P_e the mean router probability of e (only P carries a gradient).
+Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk,
+             double aux_coef = 0);
+
+// The language model's ends (cfg.vocab > 0): token rows in, next-token cross-entropy out, through
+// the one embedding matrix (tied head: logits = final RMSNorm(h) . embed^T).
+at::Tensor embed_tokens(const Model& m, const at::Tensor& tokens);
+at::Tensor next_token_loss(const Model& m, const at::Tensor& h, const at::Tensor& next_tokens);
 
 // Static bytes known before anything is built: parameters, gradients and Adam's two moments,
 // plus the input and target (the routing tables add a little on top). Validation uses it.

@@ -15,6 +15,12 @@ class Adam {
   void zero_grad();  // in place: gradients stay allocated (static memory)
   int64_t state_bytes() const;
   const std::vector<at::Tensor>& params() const { return params_; }
+  void set_lr(double lr) { lr_ = lr; }
+  // Its whole state, for checkpoints: the two moments (in params() order) and the step count.
+  const std::vector<at::Tensor>& first_moments() const { return m_; }
+  const std::vector<at::Tensor>& second_moments() const { return v_; }
+  int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   std::vector<at::Tensor> params_, m_, v_;

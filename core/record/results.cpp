@@ -63,8 +63,8 @@ bool write_all(int fd, const char* data, size_t size) {
   return true;
 }
 
-// Replaces `path` with `text` through a temporary file whose every write and fsync succeeded;
-// on any failure the original is left as it was and the temporary file removed.
+}  // namespace
+
 void replace_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -82,15 +82,13 @@ void replace_file(const std::string& path, const std::string& text) {
   }
 }
 
-}  // namespace
-
-ResultsFile::ResultsFile(const std::string& dir, bool resume, bool writer) : writer_(writer) {
+ResultsFile::ResultsFile(const std::string& dir, bool resume, bool writer, const std::string& file) : writer_(writer) {
   if (dir.empty()) throw std::runtime_error("the results folder is empty: give --out a folder");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(dir + ": cannot make the results folder: " + ec.message());
   if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": not a folder");
-  path_ = (fs::path(dir) / "results.jsonl").string();
+  path_ = (fs::path(dir) / file).string();
   if (writer_) lock(dir);
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0) {
@@ -148,7 +146,7 @@ ResultsFile::ResultsFile(const std::string& dir, bool resume, bool writer) : wri
     } else {
       good_end = nl + 1;
     }
-    done_.insert({rec["point"].get<std::string>(), rec["strategy"].get<std::string>()});
+    mark_done(rec);
     records_.push_back(std::move(rec));
     pos = complete ? nl + 1 : text.size();
   }
@@ -180,8 +178,13 @@ void ResultsFile::lock(const std::string& dir) {
   }
 }
 
-bool ResultsFile::has(const std::string& point, const std::string& strategy) const {
-  return done_.count({point, strategy}) > 0;
+bool ResultsFile::has(const std::string& point, const std::string& strategy, int64_t step) const {
+  return done_.count({point, strategy, step}) > 0;
+}
+
+void ResultsFile::mark_done(const json& r) {
+  const int64_t step = r.contains("step") && r["step"].is_number_integer() ? r["step"].get<int64_t>() : -1;
+  done_.insert({r["point"].get<std::string>(), r["strategy"].get<std::string>(), step});
 }
 
 void ResultsFile::append(const json& record) {
@@ -204,7 +207,7 @@ void ResultsFile::append(const json& record) {
     throw std::runtime_error(path_ + ": cannot write a record: " + why + " (the records before it are kept)");
   }
   ::close(fd);
-  done_.insert({record["point"].get<std::string>(), record["strategy"].get<std::string>()});
+  mark_done(record);
   records_.push_back(record);
 }
 

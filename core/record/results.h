@@ -6,6 +6,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -21,12 +22,14 @@ class ResultsFile {
   // appends) locks the folder for its lifetime (a second run is refused, naming the holder's pid),
   // checks that it can write before anything is measured, and repairs a torn last line; other
   // ranks only read.
-  ResultsFile(const std::string& dir, bool resume, bool writer = true);
+  // `file`: the file's name in DIR (`memfine train` writes train.jsonl beside a run's results).
+  ResultsFile(const std::string& dir, bool resume, bool writer = true, const std::string& file = "results.jsonl");
   ~ResultsFile();
   ResultsFile(const ResultsFile&) = delete;
   ResultsFile& operator=(const ResultsFile&) = delete;
   const std::string& path() const { return path_; }
-  bool has(const std::string& point, const std::string& strategy) const;
+  // Training records are one per step: they are keyed by their "step" as well (-1: none).
+  bool has(const std::string& point, const std::string& strategy, int64_t step = -1) const;
   void append(const json& record);
   const std::vector<json>& records() const { return records_; }
   std::string repaired_note() const { return repaired_; }  // non-empty if a torn line was dropped
@@ -37,8 +40,13 @@ class ResultsFile {
   int lock_fd_ = -1;
   std::string path_, repaired_;
   std::vector<json> records_;
-  std::set<std::pair<std::string, std::string>> done_;
+  std::set<std::tuple<std::string, std::string, int64_t>> done_;
+  void mark_done(const json& record);
 };
+
+// Replaces `path` with `bytes` through a temporary file whose every write and fsync succeeded, then
+// a rename: a kill or a full disk leaves the old file whole. Throws std::runtime_error naming it.
+void replace_file(const std::string& path, const std::string& bytes);
 
 // Reads a results file strictly (scripts and tests); throws naming file:line on a bad line.
 std::vector<json> read_results(const std::string& path);

@@ -79,6 +79,10 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       }
   }
   const ExperimentConfig& base = points.front().config;
+  if (base.train.enabled) {
+    std::cerr << "memfine run: " << yaml << " trains a language model (it has a 'train' section): use memfine train\n";
+    return 2;
+  }
   if (base.paper.enabled) {
     std::cerr << "memfine run: " << yaml << " is a paper-scale projection (it has a 'paper' section): use memfine predict\n";
     return 2;

@@ -9,6 +9,7 @@ namespace memfine {
 namespace {
 // A rank's input and target (`what` 1 and 2), the same whichever process draws them.
 at::Tensor rank_data(const ExperimentConfig& c, int64_t rank, uint64_t what) {
+  if (c.model.vocab > 0) return at::zeros({c.model.tokens()}, at::TensorOptions(at::kLong).device(options_of(c).device()));
   at::Generator gen = at::detail::createCPUGenerator(mix_seed(mix_seed(c.seed, 7000 + uint64_t(rank)), what));
   return at::randn({c.model.tokens(), c.model.hidden}, gen, at::TensorOptions().dtype(at::kDouble)).to(options_of(c));
 }
@@ -37,7 +38,8 @@ std::unique_ptr<TrainState> copy_train_state(const TrainState& src) {
   st->dist = src.dist;
   st->model = src.model.clone();
   st->rank = src.rank.clone();
-  st->input = src.input.detach().clone().requires_grad_(src.input.requires_grad());
+  st->input = src.input.detach().clone();
+  if (src.input.requires_grad()) st->input.requires_grad_(true);
   st->target = src.target.clone();
   st->adam = std::make_unique<Adam>(st->model.parameters());
   return st;
@@ -79,17 +81,20 @@ std::unique_ptr<TrainState> make_global_reference(const ExperimentConfig& c, boo
 }
 
 at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step) {
-  at::Tensor h = st.input;
-  at::Tensor aux = at::zeros({}, st.input.options());
+  const bool lm = st.model.cfg.vocab > 0;
+  at::Tensor h = lm ? embed_tokens(st.model, st.input) : st.input;
+  at::Tensor aux = at::zeros({}, h.options());
+  if (st.expert_counts) st.expert_counts->assign(size_t(st.model.cfg.layers), at::Tensor());
   for (int64_t l = 0; l < st.model.cfg.layers; ++l) {
-    LayerInput in{&st.cfg, &st.model, &st.model.layers[size_t(l)], &st.rank, l, step, st.dist};
+    LayerInput in{&st.cfg, &st.model, &st.model.layers[size_t(l)], &st.rank, l, step, st.dist, st.expert_counts};
     LayerOutput out = s.run_layer(h, in);
     h = out.hidden;
     aux = aux + out.aux_loss;
   }
-  at::Tensor diff = rms_norm(h, st.model.final_norm) - st.target;
   // Real ranks: each holds 1/world of the global batch's mean loss.
   const double share = st.dist ? 1.0 / double(st.dist->world()) : 1.0;
+  if (lm) return next_token_loss(st.model, h, st.target) * share + aux;
+  at::Tensor diff = rms_norm(h, st.model.final_norm) - st.target;
   return diff.pow(2).mean() * share + aux;
 }
 
@@ -108,6 +113,7 @@ double train_step(TrainState& st, Strategy& s, int64_t step, bool update) {
     for (const auto& layer : st.model.layers)
       for (const auto& p : layer.replicated()) st.dist->allreduce_sum(p.mutable_grad());
     st.dist->allreduce_sum(st.model.final_norm.mutable_grad());
+    if (st.model.embed.defined()) st.dist->allreduce_sum(st.model.embed.mutable_grad());
     at::Tensor l = at::tensor({loss_value}, at::kDouble);
     st.dist->allreduce_sum(l);
     loss_value = l.item<double>();

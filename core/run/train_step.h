@@ -19,8 +19,13 @@ struct TrainState {
   ExperimentConfig cfg;
   Model model;
   EmulatedRank rank;
-  at::Tensor input;   // [tokens, hidden] the first layer's input (embedding output stand-in)
-  at::Tensor target;  // [tokens, hidden] regression target of the final RMSNorm
+  // The stand-in model (vocab 0): [tokens, hidden] first layer's input and the final RMSNorm's
+  // regression target. A language model: [tokens] token ids in, and the next tokens (int64),
+  // filled per step by its trainer (core/run/train.h).
+  at::Tensor input;
+  at::Tensor target;
+  // Set: each layer's router assignments per expert of the last forward (LayerInput::expert_counts).
+  std::vector<at::Tensor>* expert_counts = nullptr;
   std::unique_ptr<Adam> adam;
   const Dist* dist = nullptr;  // real ranks: this is rank dist->rank() of the expert-parallel group
   // Parameters + gradients + optimizer state + inputs: the paper's static memory for this rank.

@@ -10,7 +10,10 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   const RankRouting& rr = in.rank->layers[size_t(in.layer)];
   at::Tensor h = m.attention == "gqa" ? x + attention(rms_norm(x, w.norm1), w, m) : x;
   at::Tensor xn = rms_norm(h, w.norm2);
-  Routed r = route(xn, w, rr.own_experts, m.topk);
+  const TrainConfig& t = in.config->train;
+  Routed r = route(xn, w, rr.own_experts, m.topk, t.enabled ? t.aux_loss : 0);
+  if (in.expert_counts && !recomputing_for_backward())
+    in.expert_counts->at(size_t(in.layer)) = at::bincount(r.expert_ids.reshape(-1), {}, m.experts);
   MoeRouting routing;
   routing.dist = in.dist;
   routing.rank = &rr;
@@ -23,7 +26,7 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   Combined c = moe(xn, r.probs, routing, w);
   at::Tensor y = c.y;
   if (w.shared_in.defined()) y = y + swiglu(xn, w.shared_in, w.shared_out);
-  return {h + y, c.peer_loss};
+  return {h + y, c.peer_loss + r.aux_loss};
 }
 
 Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,

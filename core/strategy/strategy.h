@@ -35,6 +35,9 @@ struct LayerInput {
   int64_t layer = 0;
   int64_t step = 0;
   const Dist* dist = nullptr;  // real expert-parallel ranks; null: one process (emulated peers)
+  // Set: the router's assignments per expert of this layer are written at [layer] (int64 [experts]),
+  // once per step (not again when backward recomputes the layer). `memfine train` records them.
+  std::vector<at::Tensor>* expert_counts = nullptr;
 };
 
 struct LayerOutput {

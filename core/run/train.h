@@ -1,0 +1,20 @@
+// `memfine train`: a language model trained on real text (core/workload/corpus.h) with learned
+// routing, every strategy of every sweep point in turn, one record per step in DIR/train.jsonl:
+// losses, the router's tokens per expert and layer, s' and the overload factor of the hottest of
+// `train.stats_ep` ranks, the activation peak, step time and the strategy's own counters (MACT's
+// chunks, capacity's dropped share). The whole training state is checkpointed every
+// `train.checkpoint_every` steps; --resume continues from it on the same data, and the records
+// show no gap and no repeat (steps recorded after the checkpoint are run again, not written again).
+#pragma once
+#include <string>
+
+#include "core/run/runner.h"
+
+namespace memfine {
+
+
+// Returns the exit code: 0 ok (out of memory is a result), 1 a run failed, 2 bad input.
+// The options are `memfine run`'s (--out, --resume, --threads, --no-progress).
+int train_experiment(const std::string& yaml, const RunOptions& opt);
+
+}  // namespace memfine

@@ -1,0 +1,126 @@
+// `memfine train` end to end on tests/train_tiny.yaml (a 2-layer byte-level MoE language model on
+// Debian's fortunes): the loss falls, the dropless strategies train the same model, a killed run
+// resumes from its checkpoint without gap or repeat, and bad input is refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli_testing.h"
+
+namespace memfine {
+namespace {
+
+using namespace cli_test;
+using json = nlohmann::json;
+
+const std::string kTinyTrain = std::string(MEMFINE_TESTS_DIR) + "/train_tiny.yaml";
+
+// strategy -> records in file order
+std::map<std::string, std::vector<json>> read_steps(const std::string& dir) {
+  std::map<std::string, std::vector<json>> out;
+  std::istringstream in(slurp(dir + "/train.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    json r = json::parse(line);
+    out[r["strategy"].get<std::string>()].push_back(r);
+  }
+  return out;
+}
+
+TEST(Train, LossFallsAndDroplessStrategiesTrainTheSameModel) {
+  const std::string dir = scratch("out");
+  fs::remove_all(dir);
+  Result r = run("train " + kTinyTrain + " --out " + dir + " --no-progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto runs = read_steps(dir);
+  ASSERT_EQ(runs.size(), 3u);
+  const auto& ref = runs.at("no_recompute");
+  ASSERT_EQ(ref.size(), 40u);
+  // Bytes are 5.55 nats apart when uniform (ln 256); a model that learns nothing stays there.
+  EXPECT_GT(ref.front()["loss"].get<double>(), 5.0);
+  EXPECT_LT(ref.back()["loss"].get<double>(), 4.0);
+  EXPECT_LT(ref.back()["eval_loss"].get<double>(), 4.0);
+  for (const auto& [label, recs] : runs) {
+    ASSERT_EQ(recs.size(), ref.size()) << label;
+    for (size_t i = 0; i < recs.size(); ++i) {
+      ASSERT_EQ(recs[i]["status"], "ok") << label << " step " << i;
+      // Learned routing: a last-bit difference can flip a top-k choice and the runs drift apart.
+      // They must not (float32, 40 steps): the stated tolerance is 1e-3 nats.
+      EXPECT_NEAR(recs[i]["loss"].get<double>(), ref[i]["loss"].get<double>(), 1e-3) << label << " step " << i;
+      // A near-tie may go the other way: at most 2% of a layer's assignments move.
+      for (size_t l = 0; l < ref[i]["expert_tokens"].size(); ++l) {
+        int64_t moved = 0, all = 0;
+        for (size_t e = 0; e < ref[i]["expert_tokens"][l].size(); ++e) {
+          moved += std::abs(recs[i]["expert_tokens"][l][e].get<int64_t>() - ref[i]["expert_tokens"][l][e].get<int64_t>());
+          all += ref[i]["expert_tokens"][l][e].get<int64_t>();
+        }
+        EXPECT_LE(double(moved), 0.02 * double(all)) << label << " step " << i << " layer " << l;
+      }
+      if (!ref[i]["eval_loss"].is_null())
+        EXPECT_NEAR(recs[i]["eval_loss"].get<double>(), ref[i]["eval_loss"].get<double>(), 1e-3) << label;
+    }
+  }
+  // The statistics: per layer, the router's rows per expert sum to tokens x topk; s' is the
+  // hottest of stats_ep ranks' share, at least the mean.
+  const json& last = ref.back();
+  for (size_t l = 0; l < 2; ++l) {
+    int64_t sum = 0;
+    for (const auto& n : last["expert_tokens"][l]) sum += n.get<int64_t>();
+    EXPECT_EQ(sum, 64 * 4 * 2);
+    EXPECT_GE(last["tokens_received_per_layer"][l].get<int64_t>(), sum / 4);
+    EXPECT_GE(last["overload_per_layer"][l].get<double>(), 1.0);
+  }
+  EXPECT_TRUE(ref.front().contains("config"));
+  EXPECT_FALSE(ref.back().contains("config"));
+}
+
+TEST(Train, KilledRunResumesWithoutGapOrRepeat) {
+  // One strategy: the whole run, then the same run killed after 25 steps (its last checkpoint is
+  // after step 19) and resumed.
+  const std::string yaml = write("one.yaml", slurp(kTinyTrain).substr(0, slurp(kTinyTrain).find("strategies:")) +
+                                                 "strategies: [{name: memfine, chunks: 2}]\n");
+  // The copied file names no corpus: the default (Debian's fortunes) is read from anywhere.
+  const std::string whole = scratch("whole"), killed = scratch("killed");
+  fs::remove_all(whole), fs::remove_all(killed);
+  ASSERT_EQ(run("train " + yaml + " --out " + whole + " --no-progress").code, 0);
+  Result k = run("train " + yaml + " --out " + killed + " --no-progress", "", "MEMFINE_FAULT_KILL_AFTER_STEPS=25 ");
+  ASSERT_NE(k.code, 0);
+  ASSERT_EQ(read_steps(killed).at("memfine(chunks=2)").size(), 25u);
+  Result again = run("train " + yaml + " --out " + killed + " --no-progress");
+  EXPECT_NE(again.code, 0) << "an existing train.jsonl needs --resume";
+  Result resumed = run("train " + yaml + " --out " + killed + " --resume --no-progress");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  const auto a = read_steps(whole).at("memfine(chunks=2)"), b = read_steps(killed).at("memfine(chunks=2)");
+  ASSERT_EQ(b.size(), 40u);
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(b[i]["step"].get<int64_t>(), int64_t(i)) << "a gap or a repeat";
+    // The same state and data: the same numbers, to the bit.
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i;
+    EXPECT_EQ(b[i]["expert_tokens"], a[i]["expert_tokens"]) << "step " << i;
+  }
+}
+
+TEST(Train, BadInputIsRefused) {
+  const std::string text = slurp(kTinyTrain);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return write("bad.yaml", t);
+  };
+  Result missing = run("train " + with("stats_ep: 4}", "stats_ep: 4, corpus: /no/such/corpus}") + " --out " + scratch("o1"));
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("'fortunes' package"), std::string::npos) << missing.err;
+  Result no_vocab = run("validate " + with("vocab: 256", "vocab: 0"));
+  EXPECT_EQ(no_vocab.code, 2);
+  EXPECT_NE(no_vocab.err.find("train: training needs a language model"), std::string::npos) << no_vocab.err;
+  Result fixed_routing = run("validate " + with("strategies:", "workload: {kind: zipf}\nstrategies:"));
+  EXPECT_EQ(fixed_routing.code, 2);
+  EXPECT_NE(fixed_routing.err.find("workload.kind: training learns its routing"), std::string::npos) << fixed_routing.err;
+  Result measured = run("run " + kTinyTrain + " --out " + scratch("o2"));
+  EXPECT_EQ(measured.code, 2);
+  EXPECT_NE(measured.err.find("use memfine train"), std::string::npos) << measured.err;
+}
+
+}  // namespace
+}  // namespace memfine
