@@ -310,9 +310,11 @@ def figure4(path, out_dir):
 
 
 # ---- Figure 5: MACT's chunk choices ----
-def figure5(path, out_dir):
+def figure5(path, out_dir, stem="figure5_mact_chunks", strategy_prefix="memfine(bins", what="ours"):
+    """MACT's chunk grid beside the paper's; `strategy_prefix` picks the MACT record (trace_replay:
+    the same grid over routing learned in real training)."""
     recs = load(path)
-    rec = next((r for r in recs if isinstance(r.get("chunks"), list) and r["strategy"].startswith("memfine(bins")
+    rec = next((r for r in recs if isinstance(r.get("chunks"), list) and r["strategy"].startswith(strategy_prefix)
                 and r["status"] == "ok"), None)
     if rec is None:
         raise ResultsError(f"{path}: no MACT record with per-step chunks")
@@ -321,7 +323,7 @@ def figure5(path, out_dir):
     pgrid = [[int(r[f"it{i}"]) for i in range(1, 21)] for r in paper]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     cmap = plt.get_cmap("viridis", 4)
-    for ax, g, title, y0, steps in ((axes[0], grid, f"ours ({rec['point'].replace('memory.budget=', 'budget ')})", 0,
+    for ax, g, title, y0, steps in ((axes[0], grid, f"{what} ({rec['point'].replace('memory.budget=', 'budget ')})", 0,
                                      # iterations counted from 1, as the paper's (records count steps from 0)
                                      [i + 1 for i in rec.get("chunk_steps") or range(len(grid[0]))]),
                                     (axes[1], pgrid, "paper (Model I, layers 4-15)", 4, list(range(1, 21)))):
@@ -341,7 +343,7 @@ def figure5(path, out_dir):
     cb.ax.set_yticklabels(["1", "2", "4", "8"])
     cb.set_label("chunks")
     fig.suptitle(f"Figure 5: chunk count MACT chose per layer and step, {device_label(recs)}", fontsize=10)
-    return save(fig, out_dir, "figure5_mact_chunks", source_line(path, recs) + " | " + config_line(rec), tight=False)
+    return save(fig, out_dir, stem, source_line(path, recs) + " | " + config_line(rec), tight=False)
 
 
 def mark_oom(ax, x, y_top, label="OOM"):
@@ -1044,6 +1046,28 @@ def drift_line(runs, ref, rows):
             "on average over seeds. (tests/test_train.cpp holds a 40-step run to 1e-3 nats per step.)")
 
 
+def trace_replay_lines(results_dir):
+    """The recorded routing replayed at another size (experiments/trace_replay.yaml)."""
+    path = os.path.join(results_dir, "trace_replay", "results.jsonl")
+    if not os.path.exists(path):
+        return []
+    recs = load(path)
+    mact = next((r for r in recs if r["strategy"] == "memfine(chunks=auto)" and r["status"] == "ok"), None)
+    full = next((r for r in recs if r["strategy"] == "full_recompute"), None)
+    if mact is None or not mact.get("tokens_received_per_step"):
+        return []
+    m = mact["config"]["model"]
+    share = m["seq"] * m.get("micro_batch", 1) * m["topk"]
+    per_step = mact["tokens_received_per_step"]
+    top = max(max(row) for row in per_step)
+    hot = [i + 1 for i, row in enumerate(mact["chunks"]) if max(row) > 1]
+    return [f"- Replayed at {mact['ep']} ranks of {m['seq']} tokens (`experiments/trace_replay.yaml`, the routing's first "
+            f"{len(per_step)} steps), the emulated rank receives up to {top / share:.1f}x its balanced share in one layer; "
+            f"full recomputation is {full['status'] if full else 'n/a'} under the budget, and MACT chooses "
+            f"{max(max(r) for r in mact['chunks'])} chunks where the routing is hot"
+            + (f" (iterations {hot[0]}-{hot[-1]})" if hot else "") + ", 1 elsewhere (`trace_replay_mact_chunks.png`)."]
+
+
 def quality_lines(results_dir):
     """REPORT.md: what capping cost, and how imbalanced learned routing was."""
     path = os.path.join(results_dir, "quality", "train.jsonl")
@@ -1069,6 +1093,7 @@ def quality_lines(results_dir):
                    "That is the finding, not a proof that capping is free at scale (Switch's own differences are in "
                    "the third decimal)."),
               drift_line(runs, ref, rows),
+              *trace_replay_lines(results_dir),
               f"- Learned routing is most imbalanced early: the hottest of {t['stats_ep']} ranks gets up to "
               f"{max(early):.2f}x the mean in the first 10 steps, {max(late):.2f}x in the last 10; the largest seen is "
               f"{worst[0]:.2f}x (step {worst[1]}, {worst[2]}; `quality_overload.png`).", ""]
@@ -1185,6 +1210,9 @@ def main(argv=None):
         ("figure2", figure2, os.path.join(args.results, "paper_figure5", "results.jsonl")),
         ("figure4", figure4, os.path.join(args.results, "paper_figure5", "results.jsonl")),
         ("figure5", figure5, os.path.join(args.results, "paper_figure5", "results.jsonl")),
+        ("trace_replay", lambda src, out: figure5(src, out, "trace_replay_mact_chunks", "memfine(chunks=auto)",
+                                                  "ours: routing learned in quality.yaml, replayed"),
+         os.path.join(args.results, "trace_replay", "results.jsonl")),
         ("imbalance", imbalance, os.path.join(args.results, "imbalance_sweep", "results.jsonl")),
         ("chunks", chunks, os.path.join(args.results, "chunk_sweep", "results.jsonl")),
         ("chunk_balanced", lambda src, out: chunks(src, out, "chunks_balanced_step_time",

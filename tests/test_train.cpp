@@ -3,6 +3,7 @@
 // resumes from its checkpoint without gap or repeat, and bad input is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -99,6 +100,36 @@ TEST(Train, KilledRunResumesWithoutGapOrRepeat) {
     EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i;
     EXPECT_EQ(b[i]["expert_tokens"], a[i]["expert_tokens"]) << "step " << i;
   }
+}
+
+TEST(Train, RoutingWrittenAsATraceReplays) {
+  const std::string yaml = write("one.yaml", slurp(kTinyTrain).substr(0, slurp(kTinyTrain).find("strategies:")) +
+                                                 "strategies: [no_recompute]\n");
+  const std::string dir = scratch("out"), trace = scratch("routing.csv");
+  fs::remove_all(dir), fs::remove_all(scratch("replayed"));
+  Result t = run("train " + yaml + " --out " + dir + " --no-progress --trace-out " + trace);
+  ASSERT_EQ(t.code, 0) << t.err;
+  const auto trained = read_steps(dir).at("no_recompute");
+  // 40 steps x 2 layers x 8 experts, and a header.
+  const std::string csv = slurp(trace);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 40 * 2 * 8 + 1);
+  // The same routing replayed by an emulated rank of 4 with as many assignments (4 x 64 tokens x 2):
+  // exactly the counts training recorded, step by step.
+  const std::string replay = write("replay.yaml", "name: replay\nwarmup: 0\nrepeats: 2\nthreads: 1\n"
+      "model: {layers: 2, hidden: 16, heads: 2, kv_heads: 1, head_dim: 8, ffn_hidden: 16, experts: 8, topk: 2, seq: 16, micro_batch: 4}\n"
+      "parallel: {ep: 4}\nworkload: {kind: trace, trace: " + trace + ", schedule: trace, peak_step: 7}\nstrategies: [no_recompute]\n");
+  Result r = run("run " + replay + " --out " + scratch("replayed") + " --no-progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const json rec = json::parse(slurp(scratch("replayed") + "/results.jsonl"));
+  EXPECT_EQ(rec["expert_tokens_step"], 7);
+  EXPECT_EQ(rec["expert_tokens"], trained[7]["expert_tokens"]);
+  // A trace without steps cannot drive a step schedule.
+  const std::string flat = write("flat.csv", "layer,expert,tokens\n0,0,5\n0,1,3\n");
+  std::string text = slurp(replay);
+  text.replace(text.find(trace), trace.size(), flat);
+  Result bad = run("validate " + write("flat.yaml", text));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("needs a trace with a step column"), std::string::npos) << bad.err;
 }
 
 TEST(Train, BadInputIsRefused) {

@@ -29,7 +29,7 @@ commands:
   run FILE.yaml [--out DIR] [--resume] [--threads N]
                         run an experiment sweep; one JSON line per point and strategy in
                         DIR/results.jsonl (default results/<device class>/<experiment name>/)
-  train FILE.yaml [--out DIR] [--resume] [--threads N]
+  train FILE.yaml [--out DIR] [--resume] [--threads N] [--trace-out CSV]
                         train a language model on real text (a file with a train: section),
                         one JSON line per step in DIR/train.jsonl; checkpoints for --resume
   validate FILE.yaml    check an experiment file without running it (exit 2 on problems)
@@ -60,7 +60,7 @@ A point that exceeds memory.budget is recorded with status "oom"; the sweep goes
 exit status: 0 all points measured (oom is a result), 1 a point failed, 2 bad input
 )";
 
-const char* kTrainHelp = R"(usage: memfine train FILE.yaml [--out DIR] [--resume] [--threads N] [--no-progress]
+const char* kTrainHelp = R"(usage: memfine train FILE.yaml [--out DIR] [--resume] [--threads N] [--no-progress] [--trace-out CSV]
 
 Trains FILE.yaml's language model (model.vocab, a train: section) on real text with learned
 routing: every strategy of every sweep point in turn, from the same weights on the same data
@@ -75,6 +75,9 @@ records. Out of memory ends that run with a record of status "oom"; the others g
   --resume       continue DIR/train.jsonl from the checkpoints
   --threads N    LibTorch intra-op threads (0 = all cores); overrides the YAML's `threads`
   --no-progress  no progress bar on stderr
+  --trace-out CSV  write the first run's routing (first point, first strategy) as step,layer,expert,tokens:
+                 the trace workload's format, which replays it at any size (workload: {kind: trace,
+                 trace: CSV, schedule: trace}) in memfine run, memfine predict or on a GPU
 
 The corpus (train.corpus) defaults to Debian's 'fortunes' package (scripts/setup-deps installs it).
 exit status: 0 every run trained (oom is a result), 1 a run failed, 2 bad input
@@ -167,6 +170,9 @@ int main(int argc, char** argv) {
         if (a == "--out") {
           if (i + 1 >= args.size() || args[i + 1].empty()) return usage_error("--out needs a folder", help);
           opt.out_dir = args[++i];
+        } else if (a == "--trace-out" && cmd == "train") {
+          if (i + 1 >= args.size() || args[i + 1].empty()) return usage_error("--trace-out needs a file", help);
+          opt.trace_out = args[++i];
         } else if (a == "--resume") opt.resume = true;
         else if (a == "--no-progress") opt.progress = false;
         else if (a == "--threads") {

@@ -196,7 +196,7 @@ void parse_workload(const YAML::Node& node, const std::string& yaml_dir, Workloa
   r.read_number("hot_fraction", w.hot_fraction, 0, 1);
   r.read_positive("hot_experts", w.hot_experts, 65536);
   r.read("trace", w.trace, "a path");
-  r.read_choice("schedule", w.schedule, {"none", "figure5"});
+  r.read_choice("schedule", w.schedule, {"none", "figure5", "trace"});
   r.read_number("peak_step", w.peak_step, -1e6, 1e6);
   r.read_number("width", w.width, 1e-6, 1e6);
   r.check_unknown();
@@ -429,7 +429,7 @@ YAML::Node node_at(YAML::Node root, const std::string& dotted) {
 }  // namespace
 
 double WorkloadConfig::intensity(int64_t step, int64_t layer, int64_t layers) const {
-  if (schedule == "none") return 1.0;
+  if (schedule == "none" || schedule == "trace") return 1.0;
   const double depth = double(layer + 1) / double(layers);
   const double t = (double(step) - peak_step) / width;
   return depth * (0.15 + 0.85 * std::exp(-t * t));

@@ -41,6 +41,8 @@ struct WorkloadConfig {
   // How imbalance changes over training steps and depth. "none": the same routing every step.
   // "figure5": the shape of the paper's Figures 2 and 5 - calm first steps, a hot middle around
   // `peak_step` (spread `width` steps), deeper layers more imbalanced; routing redrawn each step.
+  // "trace": step s replays the trace's s-th step (a trace with a step column, as `memfine train
+  // --trace-out` writes); `peak_step` picks the step at which the hottest rank is chosen.
   std::string schedule = "none";
   double peak_step = 8, width = 4;
   // Imbalance strength in [0, 1] at a step and layer (1 when there is no schedule).

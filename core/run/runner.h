@@ -14,6 +14,7 @@ struct RunOptions {
   bool resume = false;
   int64_t threads = -1;  // -1: as the YAML says
   bool progress = true;
+  std::string trace_out;  // memfine train: write the routing of the first run as a stepped trace CSV
 };
 
 // `memfine run`: returns the process exit code (0 ok, 1 some point failed, 2 bad input).

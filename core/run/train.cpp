@@ -287,6 +287,28 @@ int train_experiment(const std::string& yaml, const RunOptions& opt) {
       }
     }
   }
+  if (!opt.trace_out.empty()) {
+    // The first strategy of the first point, every recorded step: `step,layer,expert,tokens`, the
+    // trace workload's format with a step column (experiments/README.md, schedule: trace).
+    const std::string point = points.front().id, label = points.front().config.strategies.front().label();
+    std::string csv = "step,layer,expert,tokens\n";
+    int64_t rows = 0;
+    for (const auto& r : results->records()) {
+      if (r["point"] != point || r["strategy"] != label || r["status"] != "ok") continue;
+      const auto& layers = r["expert_tokens"];
+      for (size_t l = 0; l < layers.size(); ++l)
+        for (size_t e = 0; e < layers[l].size(); ++e, ++rows)
+          csv += std::to_string(r["step"].get<int64_t>()) + "," + std::to_string(l) + "," + std::to_string(e) + "," +
+                 std::to_string(layers[l][e].get<int64_t>()) + "\n";
+    }
+    try {
+      replace_file(opt.trace_out, csv);
+      std::cout << "trace: " << opt.trace_out << " (" << point << ", " << label << ", " << rows << " rows)\n";
+    } catch (const std::exception& e) {
+      std::cerr << "memfine train: " << e.what() << "\n";
+      failed = true;
+    }
+  }
   std::cout << "\nrecords: " << results->path() << " (" << results->records().size() << " steps)\n";
   if (failed) std::cerr << "memfine train: some runs failed; see 'error' in the records\n";
   return failed ? 1 : 0;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -99,7 +100,7 @@ bool parse_int(const std::string& text, int64_t& out) {
 }
 }  // namespace
 
-std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts) {
+std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts, int64_t step) {
   // A regular file of bounded size: /dev/zero or a FIFO would read forever or block.
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
@@ -108,37 +109,59 @@ std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t 
   if (st.st_size > (int64_t(1) << 28)) throw std::invalid_argument("trace file '" + path + "' is larger than 256 MiB");
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
-  std::map<int64_t, std::vector<int64_t>> by_layer;
+  // step -> layer -> per-expert tokens; a file without a step column is all step 0.
+  std::map<int64_t, std::map<int64_t, std::vector<int64_t>>> by_step;
   std::string line;
-  int lineno = 0;
+  int lineno = 0, columns = 0;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line[0] == '#') continue;
-    if (lineno == 1 && line.find("layer") != std::string::npos) continue;  // header
+    std::vector<std::string> cells;
     std::stringstream ss(line);
-    std::string a, b, c;
-    if (!std::getline(ss, a, ',') || !std::getline(ss, b, ',') || !std::getline(ss, c, ','))
-      throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": expected 'layer,expert,tokens'");
-    int64_t l, e, n;
-    if (!parse_int(a, l) || !parse_int(b, e) || !parse_int(c, n))
-      throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": not integers: '" + line + "'");
+    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+    if (columns == 0) columns = int(cells.size());
+    if (lineno == 1 && line.find("layer") != std::string::npos) continue;  // header
+    if (int(cells.size()) != columns || (columns != 3 && columns != 4))
+      throw std::invalid_argument(path + ":" + std::to_string(lineno) +
+                                  ": expected 'layer,expert,tokens' or 'step,layer,expert,tokens' on every line");
+    int64_t v[4] = {0, 0, 0, 0};
+    for (int k = 0; k < columns; ++k)
+      if (!parse_int(cells[size_t(k)], v[4 - columns + k]))
+        throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": not integers: '" + line + "'");
+    const int64_t s = v[0], l = v[1], e = v[2], n = v[3];
     if (n > (int64_t(1) << 40))
       throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": tokens " + std::to_string(n) + " is absurd");
-    if (e < 0 || e >= experts || n < 0)
+    if (e < 0 || e >= experts || n < 0 || s < 0)
       throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": expert must be in [0, " +
-                                  std::to_string(experts) + ") and tokens >= 0");
-    auto& v = by_layer[l];
-    v.resize(experts, 0);
-    v[e] += n;
+                                  std::to_string(experts) + "), tokens and step >= 0");
+    auto& counts = by_step[s][l];
+    counts.resize(size_t(experts), 0);
+    counts[size_t(e)] += n;
   }
-  if (by_layer.empty()) throw std::invalid_argument("trace file '" + path + "' has no rows");
-  auto it = by_layer.find(layer);
-  if (it == by_layer.end()) {
-    auto jt = by_layer.begin();
-    std::advance(jt, layer % int64_t(by_layer.size()));
-    it = jt;
+  if (by_step.empty()) throw std::invalid_argument("trace file '" + path + "' has no rows");
+  // Steps and layers the file lacks cycle through those it has, in order.
+  auto pick = [](auto& m, int64_t key) {
+    auto it = m.find(key);
+    if (it != m.end()) return it;
+    it = m.begin();
+    std::advance(it, key % int64_t(m.size()));
+    return it;
+  };
+  auto& layers = pick(by_step, std::max<int64_t>(step, 0))->second;
+  return pick(layers, layer)->second;
+}
+
+int64_t trace_steps(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::set<int64_t> steps;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.find("layer") != std::string::npos) continue;
+    if (std::count(line.begin(), line.end(), ',') != 3) return 1;
+    int64_t s = 0;
+    if (parse_int(line.substr(0, line.find(',')), s)) steps.insert(s);
   }
-  return it->second;
+  return std::max<int64_t>(1, int64_t(steps.size()));
 }
 
 void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep) {
@@ -148,7 +171,12 @@ void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep
   if (w.kind == "hot" && w.hot_experts > m.experts)
     throw std::invalid_argument("hot_experts (" + std::to_string(w.hot_experts) + ") exceeds experts (" +
                                 std::to_string(m.experts) + ")");
+  if (w.schedule == "trace" && w.kind != "trace")
+    throw std::invalid_argument("schedule 'trace' replays a trace's steps: it needs kind 'trace'");
   if (w.kind == "trace") {
+    if (w.schedule == "trace" && trace_steps(w.trace) < 2)
+      throw std::invalid_argument("schedule 'trace' needs a trace with a step column ('step,layer,expert,tokens'); '" +
+                                  w.trace + "' has one step");
     auto c = read_trace(w.trace, 0, m.experts);
     if (std::accumulate(c.begin(), c.end(), int64_t(0)) == 0)
       throw std::invalid_argument("trace file '" + w.trace + "' routes no tokens");
@@ -177,7 +205,7 @@ std::vector<int64_t> expert_counts(const WorkloadConfig& w, const ModelConfig& m
     for (int64_t r = 0; r < E; ++r)
       weight[order[r]] = r < hot ? frac / double(hot) : (hot == E ? 0.0 : (1.0 - frac) / double(E - hot));
   } else if (w.kind == "trace") {
-    const auto trace = read_trace(w.trace, layer, E);
+    const auto trace = read_trace(w.trace, layer, E, w.schedule == "trace" ? step : 0);
     for (int64_t e = 0; e < E; ++e) weight[e] = double(trace[e]);
     // Replayed exactly when the trace matches this model's assignment total; scaled otherwise.
     if (std::accumulate(trace.begin(), trace.end(), int64_t(0)) == total &&

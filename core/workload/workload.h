@@ -27,8 +27,12 @@ std::vector<int64_t> expert_counts(const WorkloadConfig& w, const ModelConfig& m
 // tokens shuffled under `seed` so the hot assignments are spread over positions and ranks.
 at::Tensor assign_experts(const std::vector<int64_t>& counts, int64_t total_tokens, int64_t topk, uint64_t seed);
 
-// Per-expert counts from a trace CSV (`layer,expert,tokens`), for `layer` (cycled if absent).
-std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts);
+// Per-expert counts from a trace CSV, `layer,expert,tokens` or `step,layer,expert,tokens` (what
+// `memfine train --trace-out` writes), for `step` and `layer`; steps and layers the file lacks cycle
+// through those it has. A file without a step column gives the same counts at every step.
+std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts, int64_t step = 0);
+// The number of distinct steps in a trace CSV (1 without a step column).
+int64_t trace_steps(const std::string& path);
 
 // Deterministic hash used to derive per-layer seeds and table keys.
 uint64_t mix_seed(uint64_t a, uint64_t b);
