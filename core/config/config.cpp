@@ -375,6 +375,7 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
       tr.read_positive("eval_batches", t.eval_batches, 100000);
       tr.read_positive("checkpoint_every", t.checkpoint_every, 10000000);
       tr.read_number("aux_loss", t.aux_loss, 0, 100);
+      tr.read_number("bias_update", t.bias_update, 0, 10);
       tr.read("data_seed", t.data_seed, "a non-negative integer");
       tr.read("corpus", t.corpus, "a path");
       if (std::filesystem::path(t.corpus).is_relative())

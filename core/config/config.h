@@ -88,6 +88,10 @@ struct TrainConfig {
   int64_t eval_batches = 4;    // held-out batches per evaluation (fixed, the same for every run)
   int64_t checkpoint_every = 25;  // whole training state every N steps (resume continues from it)
   double aux_loss = 0.01;      // Switch Transformer's load-balancing loss coefficient; 0: off
+  // DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias added to the router's scores for
+  // the top-k choice only, moved by this much after each step towards balance (0.001 in the
+  // DeepSeek-V3 report); 0: off.
+  double bias_update = 0;
   uint64_t data_seed = 1;      // the data order, apart from `seed` (the weights)
   std::string corpus = "/usr/share/games/fortunes";  // Debian package `fortunes` (core/workload/corpus.h)
   int64_t stats_ep = 1;        // expert-parallel ranks that s' and the overload factor are computed for

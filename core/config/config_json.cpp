@@ -72,7 +72,7 @@ json config_to_json(const ExperimentConfig& c) {
     const TrainConfig& t = c.train;
     out["train"] = {{"steps", t.steps}, {"lr", t.lr}, {"warmup", t.warmup}, {"min_lr", t.min_lr},
                     {"eval_every", t.eval_every}, {"eval_batches", t.eval_batches},
-                    {"checkpoint_every", t.checkpoint_every}, {"aux_loss", t.aux_loss}, {"data_seed", t.data_seed},
+                    {"checkpoint_every", t.checkpoint_every}, {"aux_loss", t.aux_loss}, {"bias_update", t.bias_update}, {"data_seed", t.data_seed},
                     {"corpus", t.corpus}, {"stats_ep", t.stats_ep}};
   }
   return out;

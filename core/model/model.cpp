@@ -40,6 +40,7 @@ Model Model::clone() const {
     each_replicated(l, own);
     for (auto& t : l.w_in) own(t);
     for (auto& t : l.w_out) own(t);
+    own(l.expert_bias);
   }
   own(m.final_norm);
   own(m.embed);
@@ -107,6 +108,7 @@ Model make_model(const ExperimentConfig& c, int64_t rank) {
       w.shared_in = draw(s(6), {h, 2 * gs}, sh, opt);
       w.shared_out = draw(s(7), {gs, h}, 1.0 / std::sqrt(double(gs)), opt);
     }
+    if (c.train.enabled && c.train.bias_update > 0) w.expert_bias = at::zeros({m.experts}, opt);
     model.layers.push_back(std::move(w));
   }
   model.final_norm = ones(h, opt);
@@ -160,8 +162,13 @@ Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& 
   if (expert_ids.defined()) {
     r = {probs.gather(1, expert_ids.to(probs.device())), expert_ids};
   } else {
-    auto top = probs.topk(topk, -1);
-    r = {std::get<0>(top), std::get<1>(top).cpu()};
+    if (w.expert_bias.defined()) {  // the bias chooses, the probability still weighs
+      at::Tensor ids = std::get<1>((probs.detach() + w.expert_bias).topk(topk, -1));
+      r = {probs.gather(1, ids), ids.cpu()};
+    } else {
+      auto top = probs.topk(topk, -1);
+      r = {std::get<0>(top), std::get<1>(top).cpu()};
+    }
   }
   if (aux_coef > 0) {
     const int64_t E = probs.size(1);

@@ -17,6 +17,9 @@ struct LayerWeights {
   // expert's gradient accumulates in place: [h, 2g] (gate and up) and [g, h].
   std::vector<at::Tensor> w_in, w_out;
   at::Tensor shared_in, shared_out;   // shared expert (undefined when shared_experts is 0)
+  // [experts] added to the router's probabilities for the top-k choice only (DeepSeek-V3's
+  // auxiliary-loss-free balancing, train.bias_update); not a parameter; undefined when off.
+  at::Tensor expert_bias;
   // Everything but the routed experts: what expert-parallel ranks all hold a copy of.
   std::vector<at::Tensor> replicated() const;
   std::vector<at::Tensor> parameters() const;  // replicated(), then w_in, then w_out

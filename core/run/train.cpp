@@ -77,7 +77,21 @@ std::vector<at::Tensor> state_tensors(const TrainState& st) {
   std::vector<at::Tensor> all = st.adam->params();
   for (const auto& m : st.adam->first_moments()) all.push_back(m);
   for (const auto& v : st.adam->second_moments()) all.push_back(v);
+  for (const auto& l : st.model.layers)
+    if (l.expert_bias.defined()) all.push_back(l.expert_bias);
   return all;
+}
+
+// DeepSeek-V3's auxiliary-loss-free balancing, after a step: each expert's bias moves by `rate`
+// towards balance, up when it got fewer than the mean of the assignments, down when more.
+void update_expert_bias(TrainState& st, const std::vector<at::Tensor>& counts, double rate) {
+  at::NoGradGuard no_grad;
+  for (size_t l = 0; l < counts.size(); ++l) {
+    at::Tensor& b = st.model.layers[l].expert_bias;
+    if (!b.defined() || !counts[l].defined()) continue;
+    const at::Tensor n = counts[l].to(b.options());
+    b.add_(at::sign(n.mean() - n) * rate);
+  }
 }
 
 void save_checkpoint(const std::string& path, const TrainState& st, const std::string& point, const std::string& label,
@@ -191,6 +205,7 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
       return oom;
     }
     const double ms = timer.elapsed_ms();
+    if (t.bias_update > 0) update_expert_bias(*st, counts, t.bias_update);
     if (!std::isfinite(loss)) {
       rec["status"] = "error";
       rec["error"] = "step " + std::to_string(step) + ": the loss is not finite (" + std::to_string(loss) + "): lower train.lr";
