@@ -913,6 +913,12 @@ SWITCH_TABLE1 = {("top-1", 2.0): -1.554, ("top-1", 1.25): -1.553, ("top-1", 1.0)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
+def overloads(rec, stats_ep):
+    """A training step's overload factor per layer: s' of the hottest of `stats_ep` ranks over the
+    mean rank's share of the layer's assignments."""
+    return [s * stats_ep / max(1, sum(n)) for s, n in zip(rec["tokens_received_per_layer"], rec["expert_tokens"])]
+
+
 def train_runs(path):
     """`memfine train` records -> {strategy: {seed: [records by step]}} and the step-0 config."""
     recs = load(path, required=("experiment", "point", "strategy", "status", "step"))
@@ -933,7 +939,7 @@ def quality_stats(path):
     steps = first["config"]["train"]["steps"]
     final = {s: {seed: rs[-1].get("eval_loss") for seed, rs in by.items()
                  if len(rs) == steps and rs[-1]["status"] == "ok"} for s, by in runs.items()}
-    ref = next(s for s in runs if s == "no_recompute")
+    ref = next(r["strategy"] for r in recs if r.get("role") == "reference")  # in each run's first record
     rows = {}
     for s, per_seed in final.items():
         vals = list(per_seed.values())
@@ -951,9 +957,13 @@ def quality_stats(path):
     return recs, runs, first, rows, ref
 
 
+def capped(runs, strategy):
+    """Whether a strategy drops assignments (capacity capping: its records count what it dropped)."""
+    return any("dropped_fraction" in r for rs in runs[strategy].values() for r in rs)
+
+
 def drop_share(rs, at):
-    c = rs[at].get("counters") or {}
-    return c.get("dropped_fraction")
+    return rs[at].get("dropped_fraction")
 
 
 def quality(path, out_dir):
@@ -972,7 +982,7 @@ def quality(path, out_dir):
         xs = sorted({x for x, _ in curves})
         ys = [[y for x2, y in curves if x2 == x] for x in xs]
         mean = [sum(v) / len(v) for v in ys]
-        style = "-" if "capacity" not in s else ("--" if "position" in s else ":")
+        style = "-" if not capped(runs, s) else ("--" if "position" in s else ":")
         ax.plot(xs, mean, style, label=s, lw=1.3)
         ax.fill_between(xs, [min(v) for v in ys], [max(v) for v in ys], alpha=0.12)
     dress(ax, "training tokens", "held-out loss (nats per byte)", "Held-out loss over training (mean; band: seeds' range)")
@@ -981,7 +991,7 @@ def quality(path, out_dir):
     # Dropped share per step (capacity capping), mean over seeds.
     fig, ax = plt.subplots(figsize=(7, 4))
     for s, by in sorted(runs.items()):
-        if "capacity" not in s:
+        if not capped(runs, s):
             continue
         n = min(len(rs) for rs in by.values())
         ys = [sum(drop_share(rs, i) or 0 for rs in by.values()) / len(by) for i in range(n)]
@@ -994,7 +1004,7 @@ def quality(path, out_dir):
     by = runs[ref]
     n = min(len(rs) for rs in by.values())
     for layer in range(m["layers"]):
-        ys = [sum(rs[i]["overload_per_layer"][layer] for rs in by.values()) / len(by) for i in range(n)]
+        ys = [sum(overloads(rs[i], t["stats_ep"])[layer] for rs in by.values()) / len(by) for i in range(n)]
         ax.plot(range(n), ys, label=f"layer {layer}", lw=1.1)
     ax.axhline(1.0, color="0.6", lw=0.8)
     dress(ax, "step", f"overload factor (hottest of {t['stats_ep']} ranks / mean)",
@@ -1004,10 +1014,10 @@ def quality(path, out_dir):
     # Switch Table 1's convention: negative log perplexity at the last step.
     topk = f"top-{m['topk']}"
     table = []
-    for s, r in sorted(rows.items(), key=lambda kv: ("capacity" in kv[0], kv[0] != ref, kv[0])):
+    for s, r in sorted(rows.items(), key=lambda kv: (capped(runs, kv[0]), kv[0] != ref, kv[0])):
         by = runs[s]
         cf = None
-        if "capacity" in s:
+        if capped(runs, s) and "capacity_factor=" in s:
             cf = float(s.split("capacity_factor=")[1].split(",")[0].rstrip(")"))
         drops = [drop_share(rs, 0) for rs in by.values()], [drop_share(rs, -1) for rs in by.values()]
         drop_txt = "-" if drops[0][0] is None else \
@@ -1036,7 +1046,7 @@ def quality(path, out_dir):
 def drift_line(runs, ref, rows):
     """How far the dropless strategies' runs are apart: rounding at first, then learned routing's
     near-ties flip and the runs become different samples of one training."""
-    dropless = [s for s in runs if "capacity" not in s and s != ref]
+    dropless = [s for s in runs if not capped(runs, s) and s != ref]
     step_gap = max((abs(a["loss"] - b["loss"]) for s in dropless for seed, rs in runs[s].items()
                     for a, b in zip(rs, runs[ref].get(seed, [])) if a["status"] == b["status"] == "ok"), default=0.0)
     end_gap = max((abs(rows[s]["diff"]) for s in dropless if rows.get(s)), default=0.0)
@@ -1075,10 +1085,11 @@ def quality_lines(results_dir):
         return []
     recs, runs, first, rows, ref = quality_stats(path)
     t = first["config"]["train"]
-    worst = max((o, r["step"], r["strategy"]) for r in recs if r["status"] == "ok" for o in r["overload_per_layer"])
-    early = [max(r["overload_per_layer"]) for r in recs if r["strategy"] == ref and r["step"] < 10]
-    late = [max(r["overload_per_layer"]) for r in recs if r["strategy"] == ref and r["step"] >= t["steps"] - 10]
-    caps = [(s, r) for s, r in sorted(rows.items()) if "capacity" in s and r]
+    over = lambda r: overloads(r, t["stats_ep"])
+    worst = max((o, r["step"], r["strategy"]) for r in recs if r["status"] == "ok" for o in over(r))
+    early = [max(over(r)) for r in recs if r["strategy"] == ref and r["step"] < 10]
+    late = [max(over(r)) for r in recs if r["strategy"] == ref and r["step"] >= t["steps"] - 10]
+    caps = [(s, r) for s, r in sorted(rows.items()) if capped(runs, s) and r]
     sig = [s for s, r in caps if r["significant"]]
     lines = ["## Capacity capping's cost in quality, and learned routing's imbalance (real training)", "",
              f"A byte-level MoE language model trained on Debian's fortunes (`experiments/quality.yaml`, {t['steps']} "

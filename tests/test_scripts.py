@@ -200,12 +200,16 @@ class Figures(unittest.TestCase):
         for strategy, losses in finals.items():
             for seed, loss in zip((1, 2, 3), losses):
                 for step in (0, 1):
+                    # overload = s' * stats_ep / assignments: 1.5 + step in layer 0, 1.25 in layer 1
                     r = {"experiment": "q", "point": f"seed={seed}", "strategy": strategy, "status": "ok", "seed": seed,
-                         "step": step, "loss": loss + 1, "eval_loss": loss if step == 1 else None,
-                         "overload_per_layer": [1.5 + step, 1.2], "counters": {"dropped_fraction": 0.3 - 0.1 * step}
-                         if "capacity" in strategy else {}}
+                         "step": step, "loss": loss + 1, "expert_tokens": [[4, 4, 4, 4], [4, 4, 4, 4]],
+                         "tokens_received_per_layer": [12 + 8 * step, 10]}
+                    if step == 1:
+                        r["eval_loss"] = loss
+                    if "capacity" in strategy:
+                        r["dropped_fraction"] = 0.3 - 0.1 * step
                     if step == 0:
-                        r.update(config=cfg, env=ENV)
+                        r.update(config=cfg, env=ENV, role="reference" if strategy == "no_recompute" else None)
                     recs.append(r)
         os.makedirs(os.path.join(self.tmp, "quality"))
         path = os.path.join(self.tmp, "quality", "train.jsonl")

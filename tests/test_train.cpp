@@ -58,7 +58,7 @@ TEST(Train, LossFallsAndDroplessStrategiesTrainTheSameModel) {
         }
         EXPECT_LE(double(moved), 0.02 * double(all)) << label << " step " << i << " layer " << l;
       }
-      if (!ref[i]["eval_loss"].is_null())
+      if (ref[i].contains("eval_loss"))
         EXPECT_NEAR(recs[i]["eval_loss"].get<double>(), ref[i]["eval_loss"].get<double>(), 1e-3) << label;
     }
   }
@@ -69,11 +69,11 @@ TEST(Train, LossFallsAndDroplessStrategiesTrainTheSameModel) {
     int64_t sum = 0;
     for (const auto& n : last["expert_tokens"][l]) sum += n.get<int64_t>();
     EXPECT_EQ(sum, 64 * 4 * 2);
-    EXPECT_GE(last["tokens_received_per_layer"][l].get<int64_t>(), sum / 4);
-    EXPECT_GE(last["overload_per_layer"][l].get<double>(), 1.0);
+    EXPECT_GE(last["tokens_received_per_layer"][l].get<int64_t>(), sum / 4);  // overload factor >= 1
   }
   EXPECT_TRUE(ref.front().contains("config"));
   EXPECT_FALSE(ref.back().contains("config"));
+  EXPECT_FALSE(ref[1].contains("eval_loss")) << "only evaluated steps have one";
 }
 
 TEST(Train, KilledRunResumesWithoutGapOrRepeat) {
@@ -148,8 +148,8 @@ TEST(Train, ExpertBiasBalancesLearnedRouting) {
     const auto runs = read_steps(dir);
     for (const auto& rec : runs.at("no_recompute"))
       if (rec["step"].get<int64_t>() >= 20) {
-        double top = 0;
-        for (const auto& o : rec["overload_per_layer"]) top = std::max(top, o.get<double>());
+        double top = 0;  // the overload factor: s' over the mean rank's share (64 x 4 x 2 / 4 rows)
+        for (const auto& r : rec["tokens_received_per_layer"]) top = std::max(top, r.get<double>() / 128.0);
         sum += top, ++n;
       }
     return n ? sum / n : 0.0;

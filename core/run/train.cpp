@@ -150,13 +150,9 @@ struct RunContext {
   const PointContext* ctx;
 };
 
-// The hottest of `ep` ranks (experts split evenly in order): its rows and its load over the mean.
-std::pair<int64_t, double> hottest_rank(const at::Tensor& counts, int64_t ep) {
-  at::Tensor per_rank = counts.view({ep, -1}).sum(1);
-  const int64_t top = per_rank.max().item<int64_t>();
-  const double mean = per_rank.to(at::kDouble).mean().item<double>();
-  return {top, mean > 0 ? double(top) / mean : 0.0};
-}
+// s' of a layer as `ep` ranks would see it: the rows of the hottest rank (experts split evenly in
+// order). The overload factor is s' over the mean, s' * ep / sum(counts): readers derive it.
+int64_t hottest_rank_rows(const at::Tensor& counts, int64_t ep) { return counts.view({ep, -1}).sum(1).max().item<int64_t>(); }
 
 // Returns false when the run failed (an error, not out of memory).
 bool train_one(const RunContext& rc, const StrategySpec& spec) {
@@ -181,9 +177,15 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
   const int64_t static_bytes = st->static_bytes();
   const char* kill_after = std::getenv("MEMFINE_FAULT_KILL_AFTER_STEPS");  // tests/test_train.cpp
   int64_t ran = 0;
+  // A run's head (its strategy's name and role, static bytes, the config and the environment) is in
+  // its first step's record; every step's names its run and step and holds what changes.
+  json head = new_record(c, *rc.ctx, rc.point->id, spec, "ok");
+  head["static_bytes"] = static_bytes;
+  head["stats_ep"] = t.stats_ep;
+  const json lean = {{"experiment", head["experiment"]}, {"point", head["point"]}, {"strategy", head["strategy"]},
+                     {"seed", head["seed"]}, {"status", "ok"}};
   for (int64_t step = first; step < t.steps; ++step) {
-    json rec = new_record(c, *rc.ctx, rc.point->id, spec, "ok");
-    if (step > 0) rec.erase("config"), rec.erase("env");  // step 0 carries them for the whole run
+    json rec = step == 0 ? head : lean;
     rec["step"] = step;
     const double lr = learning_rate(t, step);
     st->adam->set_lr(lr);
@@ -215,30 +217,26 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
     rec["loss"] = loss;
     rec["lr"] = lr;
     rec["step_ms"] = ms;
-    rec["tokens_per_s"] = double(c.model.tokens()) / ms * 1e3;
     rec["peak_activation_bytes"] = meter.peak_bytes() - start;
-    rec["static_bytes"] = static_bytes;
-    json experts = json::array(), received = json::array(), overload = json::array();
+    json experts = json::array(), received = json::array();
     for (const auto& layer : counts) {
       const at::Tensor n = layer.cpu();
       experts.push_back(std::vector<int64_t>(n.data_ptr<int64_t>(), n.data_ptr<int64_t>() + n.numel()));
-      const auto [top, over] = hottest_rank(n, t.stats_ep);
-      received.push_back(top), overload.push_back(over);
+      received.push_back(hottest_rank_rows(n, t.stats_ep));
     }
     rec["expert_tokens"] = experts;
     rec["tokens_received_per_layer"] = received;
-    rec["overload_per_layer"] = overload;
-    rec["stats_ep"] = t.stats_ep;
-    rec["counters"] = strategy->step_counters();
+    const json counters = strategy->step_counters();
+    for (const auto& [key, value] : counters.items()) rec[key] = value;  // as `run` writes them
     const bool eval = (step + 1) % t.eval_every == 0 || step + 1 == t.steps;
-    rec["eval_loss"] = eval ? json(evaluate(*st, *plain, *rc.corpus)) : json(nullptr);
+    if (eval) rec["eval_loss"] = evaluate(*st, *plain, *rc.corpus);
     if (!rc.results->has(rc.point->id, label, step)) rc.results->append(rec);
     // The last step needs none: a run whose every step is recorded is skipped on resume.
     if ((step + 1) % t.checkpoint_every == 0 && step + 1 < t.steps) save_checkpoint(ckpt, *st, rc.point->id, label, step);
     char what[160];
     std::snprintf(what, sizeof what, "%s step %lld loss %.3f%s  %.0f tok/s", label.c_str(), (long long)step, loss,
                   eval ? (" eval " + std::to_string(rec["eval_loss"].get<double>()).substr(0, 5)).c_str() : "",
-                  rec["tokens_per_s"].get<double>());
+                  double(c.model.tokens()) / ms * 1e3);
     rc.progress->tick(what);
     if (kill_after && ++ran == std::atoll(kill_after)) ::raise(SIGKILL);
   }

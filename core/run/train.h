@@ -1,8 +1,10 @@
 // `memfine train`: a language model trained on real text (core/workload/corpus.h) with learned
 // routing, every strategy of every sweep point in turn, one record per step in DIR/train.jsonl:
-// losses, the router's tokens per expert and layer, s' and the overload factor of the hottest of
-// `train.stats_ep` ranks, the activation peak, step time and the strategy's own counters (MACT's
-// chunks, capacity's dropped share). The whole training state is checkpointed every
+// losses (the held-out one when evaluated), the router's tokens per expert and layer, s' of the
+// hottest of `train.stats_ep` ranks (its overload factor is s' * stats_ep over the layer's
+// assignments), the activation peak, step time and the strategy's own counters (MACT's chunks,
+// capacity's dropped share). The first step's record carries the run's head: config, environment,
+// strategy name and role, static bytes, stats_ep. The whole training state is checkpointed every
 // `train.checkpoint_every` steps; --resume continues from it on the same data, and the records
 // show no gap and no repeat (steps recorded after the checkpoint are run again, not written again).
 #pragma once
