@@ -100,17 +100,20 @@ bool parse_int(const std::string& text, int64_t& out) {
 }
 }  // namespace
 
-std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts, int64_t step) {
-  // A regular file of bounded size: /dev/zero or a FIFO would read forever or block.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw std::invalid_argument("trace file '" + path + "' is not a regular file");
-  if (st.st_size > (int64_t(1) << 28)) throw std::invalid_argument("trace file '" + path + "' is larger than 256 MiB");
+namespace {
+
+// A trace file parsed: step -> layer -> tokens per expert (a file without a step column is all
+// step 0), and where its largest expert id is (checked against a model's experts when read).
+struct ParsedTrace {
+  std::map<int64_t, std::map<int64_t, std::vector<int64_t>>> by_step;
+  int64_t max_expert = -1;
+  int max_expert_line = 0;
+};
+
+ParsedTrace parse_trace(const std::string& path) {
+  ParsedTrace t;
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
-  // step -> layer -> per-expert tokens; a file without a step column is all step 0.
-  std::map<int64_t, std::map<int64_t, std::vector<int64_t>>> by_step;
   std::string line;
   int lineno = 0, columns = 0;
   while (std::getline(in, line)) {
@@ -128,41 +131,56 @@ std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t 
     for (int k = 0; k < columns; ++k)
       if (!parse_int(cells[size_t(k)], v[4 - columns + k]))
         throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": not integers: '" + line + "'");
-    const int64_t s = v[0], l = v[1], e = v[2], n = v[3];
+    const int64_t step = v[0], layer = v[1], e = v[2], n = v[3];
     if (n > (int64_t(1) << 40))
       throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": tokens " + std::to_string(n) + " is absurd");
-    if (e < 0 || e >= experts || n < 0 || s < 0)
-      throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": expert must be in [0, " +
-                                  std::to_string(experts) + "), tokens and step >= 0");
-    auto& counts = by_step[s][l];
-    counts.resize(size_t(experts), 0);
+    if (e < 0 || n < 0 || step < 0)
+      throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": expert, tokens and step must be >= 0");
+    if (e > t.max_expert) t.max_expert = e, t.max_expert_line = lineno;
+    auto& counts = t.by_step[step][layer];
+    if (int64_t(counts.size()) <= e) counts.resize(size_t(e) + 1, 0);
     counts[size_t(e)] += n;
   }
-  if (by_step.empty()) throw std::invalid_argument("trace file '" + path + "' has no rows");
+  if (t.by_step.empty()) throw std::invalid_argument("trace file '" + path + "' has no rows");
+  return t;
+}
+
+// Parsed once per file and version: a stepped replay reads it for every layer of every step.
+const ParsedTrace& trace_of(const std::string& path) {
+  // A regular file of bounded size: /dev/zero or a FIFO would read forever or block.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument("trace file '" + path + "' is not a regular file");
+  if (st.st_size > (int64_t(1) << 28)) throw std::invalid_argument("trace file '" + path + "' is larger than 256 MiB");
+  static std::map<std::string, std::pair<std::pair<int64_t, int64_t>, ParsedTrace>> cache;
+  const std::pair<int64_t, int64_t> version{int64_t(st.st_size), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  auto it = cache.find(path);
+  if (it == cache.end() || it->second.first != version) it = cache.insert_or_assign(path, std::make_pair(version, parse_trace(path))).first;
+  return it->second.second;
+}
+
+}  // namespace
+
+std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts, int64_t step) {
+  const ParsedTrace& t = trace_of(path);
+  if (t.max_expert >= experts)
+    throw std::invalid_argument(path + ":" + std::to_string(t.max_expert_line) + ": expert must be in [0, " +
+                                std::to_string(experts) + ")");
   // Steps and layers the file lacks cycle through those it has, in order.
-  auto pick = [](auto& m, int64_t key) {
+  auto pick = [](const auto& m, int64_t key) {
     auto it = m.find(key);
     if (it != m.end()) return it;
     it = m.begin();
     std::advance(it, key % int64_t(m.size()));
     return it;
   };
-  auto& layers = pick(by_step, std::max<int64_t>(step, 0))->second;
-  return pick(layers, layer)->second;
+  std::vector<int64_t> counts = pick(pick(t.by_step, std::max<int64_t>(step, 0))->second, layer)->second;
+  counts.resize(size_t(experts), 0);
+  return counts;
 }
 
-int64_t trace_steps(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::set<int64_t> steps;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#' || line.find("layer") != std::string::npos) continue;
-    if (std::count(line.begin(), line.end(), ',') != 3) return 1;
-    int64_t s = 0;
-    if (parse_int(line.substr(0, line.find(',')), s)) steps.insert(s);
-  }
-  return std::max<int64_t>(1, int64_t(steps.size()));
-}
+int64_t trace_steps(const std::string& path) { return int64_t(trace_of(path).by_step.size()); }
 
 void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep) {
   if (w.kind == "router" && ep != 1)
