@@ -67,8 +67,8 @@ routing: every strategy of every sweep point in turn, from the same weights on t
 order. One record per step in DIR/train.jsonl: loss, evaluation loss every train.eval_every steps,
 the router's tokens per layer and expert, s' of the hottest of train.stats_ep ranks (its
 overload factor: s' * stats_ep over the layer's assignments), the activation peak, step time
-and the strategy's counters (MACT's chunks, capacity's dropped share). The whole training state is saved every train.checkpoint_every steps
-in DIR/checkpoints/; --resume continues from there on the same data, without gap or repeat in the
+and the strategy's counters (MACT's chunks, capacity's dropped share). The whole training state
+is saved every train.checkpoint_every steps in DIR/checkpoints/; --resume continues from there on the same data, without gap or repeat in the
 records. Out of memory ends that run with a record of status "oom"; the others go on.
 
   --out DIR      results folder (default results/<device class>/<experiment name>)
