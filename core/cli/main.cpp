@@ -60,7 +60,8 @@ A point that exceeds memory.budget is recorded with status "oom"; the sweep goes
 exit status: 0 all points measured (oom is a result), 1 a point failed, 2 bad input
 )";
 
-const char* kTrainHelp = R"(usage: memfine train FILE.yaml [--out DIR] [--resume] [--threads N] [--no-progress] [--trace-out CSV]
+const char* kTrainHelp = R"(usage: memfine train FILE.yaml [--out DIR] [--resume] [--threads N] [--no-progress]
+                          [--trace-out CSV]
 
 Trains FILE.yaml's language model (model.vocab, a train: section) on real text with learned
 routing: every strategy of every sweep point in turn, from the same weights on the same data
@@ -68,16 +69,18 @@ order. One record per step in DIR/train.jsonl: loss, evaluation loss every train
 the router's tokens per layer and expert, s' of the hottest of train.stats_ep ranks (its
 overload factor: s' * stats_ep over the layer's assignments), the activation peak, step time
 and the strategy's counters (MACT's chunks, capacity's dropped share). The whole training state
-is saved every train.checkpoint_every steps in DIR/checkpoints/; --resume continues from there on the same data, without gap or repeat in the
-records. Out of memory ends that run with a record of status "oom"; the others go on.
+is saved every train.checkpoint_every steps in DIR/checkpoints/; --resume continues from there
+on the same data, without gap or repeat in the records. Out of memory ends that run with a
+record of status "oom"; the others go on.
 
-  --out DIR      results folder (default results/<device class>/<experiment name>)
-  --resume       continue DIR/train.jsonl from the checkpoints
-  --threads N    LibTorch intra-op threads (0 = all cores); overrides the YAML's `threads`
-  --no-progress  no progress bar on stderr
-  --trace-out CSV  write the first run's routing (first point, first strategy) as step,layer,expert,tokens:
-                 the trace workload's format, which replays it at any size (workload: {kind: trace,
-                 trace: CSV, schedule: trace}) in memfine run, memfine predict or on a GPU
+  --out DIR        results folder (default results/<device class>/<experiment name>)
+  --resume         continue DIR/train.jsonl from the checkpoints
+  --threads N      LibTorch intra-op threads (0 = all cores); overrides the YAML's `threads`
+  --no-progress    no progress bar on stderr
+  --trace-out CSV  write the first run's routing (first point, first strategy) as
+                   step,layer,expert,tokens: the trace workload's format, which replays it at any
+                   size (workload: {kind: trace, trace: CSV, schedule: trace}) in memfine run,
+                   memfine predict or on a GPU
 
 The corpus (train.corpus) defaults to Debian's 'fortunes' package (scripts/setup-deps installs it).
 exit status: 0 every run trained (oom is a result), 1 a run failed, 2 bad input
