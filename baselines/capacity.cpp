@@ -2,6 +2,7 @@
 // capacity = ceil(tokens * topk / experts * capacity_factor) of its assignments reach an expert;
 // the rest are dropped (drop_policy "probs": lowest router probability first; "position": latest
 // tokens first). With pad: true every expert's input is padded to the most it can receive.
+#include <algorithm>
 #include <cmath>
 
 #include "core/moe/capacity.h"
@@ -31,6 +32,18 @@ class Capacity : public Strategy {
     return {{"assignments", assignments_}, {"dropped", dropped_},
             {"dropped_fraction", assignments_ > 0 ? double(dropped_) / double(assignments_) : 0.0},
             {"kept_row_fraction", local_rows_ > 0 ? double(local_kept_) / double(local_rows_) : 1.0}};
+  }
+  // Real ranks: the job's assignments and drops; the kept share of the rank that keeps the least.
+  json merge_rank_counters(const std::vector<json>& ranks) const override {
+    int64_t assignments = 0, dropped = 0;
+    double kept = 1;
+    for (const auto& r : ranks) {
+      assignments += r["assignments"].get<int64_t>(), dropped += r["dropped"].get<int64_t>();
+      kept = std::min(kept, r["kept_row_fraction"].get<double>());
+    }
+    return {{"assignments", assignments}, {"dropped", dropped},
+            {"dropped_fraction", assignments > 0 ? double(dropped) / double(assignments) : 0.0},
+            {"kept_row_fraction", kept}};
   }
   // The rows that survive the cap are known from the counts alone (which ones survive depends on
   // the probabilities, how many does not), so the model predicts it before the step.

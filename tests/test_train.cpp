@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cli_testing.h"
@@ -156,6 +157,133 @@ TEST(Train, ExpertBiasBalancesLearnedRouting) {
   };
   const double off = late_overload("0"), on = late_overload("0.01");
   EXPECT_LT(on, 0.8 * off) << "with the bias " << on << ", without " << off;  // measured: 2.31 and 3.54
+}
+
+// The tiny model's head (everything before its strategies) with `edits` applied in order.
+std::string tiny_head(const std::vector<std::pair<std::string, std::string>>& edits) {
+  std::string text = slurp(kTinyTrain).substr(0, slurp(kTinyTrain).find("strategies:"));
+  for (const auto& [from, to] : edits) {
+    const size_t at = text.find(from);
+    if (at == std::string::npos) ADD_FAILURE() << "'" << from << "' not in " << kTinyTrain;
+    else text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+TEST(Train, RealRanksTrainWhatOneProcessTrains) {
+  // 2 real ranks of 2 sequences each against one process of 4 (the same global batch, weights and
+  // data), 20 steps. Without an auxiliary loss (each rank's is over its own tokens, as Megatron's)
+  // the math is the same; DeepSeek-V3's bias is on, so every rank must update it from the whole
+  // job's counts. Stated tolerance: 1e-4 nats per step (float32; measured 1.4e-6 over 12 steps).
+  const auto head = [&](bool ranks) {
+    return tiny_head({{"steps: 40", "steps: 20"}, {"aux_loss: 0.01,", "aux_loss: 0, bias_update: 0.01,"},
+                      {"stats_ep: 4", "stats_ep: 2"}}) +
+           (ranks ? "parallel: {ep: 2}\n" : "");
+  };
+  std::string ranks = head(true);
+  ranks.replace(ranks.find("micro_batch: 4"), 14, "micro_batch: 2");
+  ranks.replace(ranks.find(", stats_ep: 2"), 13, "");
+  const std::string one = scratch("one"), two = scratch("two");
+  fs::remove_all(one), fs::remove_all(two);
+  Result a = run("train " + write("one.yaml", head(false) + "strategies: [no_recompute, {name: memfine, chunks: 2}]\n") +
+                 " --out " + one + " --no-progress");
+  ASSERT_EQ(a.code, 0) << a.err;
+  const std::string yaml2 = write("two.yaml", ranks + "strategies: [no_recompute, {name: memfine, chunks: 2}, "
+                                                      "{name: capacity, capacity_factor: 1.0}]\n");
+  Result b = run("launch --nproc 2 " + yaml2 + " --out " + two + " --no-progress");
+  ASSERT_EQ(b.code, 0) << b.err;
+  const auto x = read_steps(one), y = read_steps(two);
+  for (const std::string label : {"no_recompute", "memfine(chunks=2)"}) {
+    ASSERT_EQ(y.at(label).size(), 20u) << label;
+    for (size_t i = 0; i < 20; ++i) {
+      const json &p = x.at(label)[i], &q = y.at(label)[i];
+      EXPECT_NEAR(q["loss"].get<double>(), p["loss"].get<double>(), 1e-4) << label << " step " << i;
+      EXPECT_EQ(q["expert_tokens"], p["expert_tokens"]) << label << " step " << i;
+      // s' is the hottest real rank's here, and stats_ep's there: the same split of the experts.
+      EXPECT_EQ(q["tokens_received_per_layer"], p["tokens_received_per_layer"]) << label << " step " << i;
+      if (p.contains("eval_loss")) EXPECT_NEAR(q["eval_loss"].get<double>(), p["eval_loss"].get<double>(), 1e-4);
+    }
+  }
+  EXPECT_EQ(y.at("no_recompute").front()["ranks"], 2);
+  // Capacity's counters are the job's: every assignment of the 4 x 64 tokens (top-2) of each of the
+  // 2 layers counted once.
+  for (const auto& rec : y.at("capacity(capacity_factor=1.0)")) {
+    ASSERT_EQ(rec["status"], "ok");
+    EXPECT_EQ(rec["assignments"], 2 * 4 * 64 * 2);
+    EXPECT_LE(rec["dropped"].get<int64_t>(), rec["assignments"].get<int64_t>());
+  }
+  // One process cannot stand in for ranks, nor ranks for a file of another ep.
+  Result alone = run("train " + yaml2 + " --out " + scratch("alone") + " --no-progress");
+  EXPECT_EQ(alone.code, 2);
+  EXPECT_NE(alone.err.find("memfine launch --nproc 2"), std::string::npos) << alone.err;
+  Result given = run("validate " + write("stats.yaml", ranks + "strategies: [no_recompute]\n"));
+  EXPECT_EQ(given.code, 0) << given.err;
+  std::string wrong = ranks;
+  wrong.replace(wrong.find("aux_loss: 0,"), 12, "aux_loss: 0, stats_ep: 4,");
+  Result bad = run("validate " + write("stats.yaml", wrong + "strategies: [no_recompute]\n"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("train.stats_ep: parallel.ep is 2"), std::string::npos) << bad.err;
+}
+
+TEST(Train, RealRanksResumeTogether) {
+  // Every rank killed after 15 steps (the checkpoints are after step 9), then resumed: each rank
+  // loads its own state of the same step, and the records are the uninterrupted run's, to the bit.
+  const std::string yaml = write("ranks.yaml", tiny_head({{"steps: 40", "steps: 20"}, {"micro_batch: 4", "micro_batch: 2"},
+                                                          {", stats_ep: 4", ", bias_update: 0.01"}}) +
+                                                   "parallel: {ep: 2}\nstrategies: [{name: memfine, chunks: 2}]\n");
+  const std::string whole = scratch("whole2"), killed = scratch("killed2");
+  fs::remove_all(whole), fs::remove_all(killed);
+  ASSERT_EQ(run("launch --nproc 2 " + yaml + " --out " + whole + " --no-progress").code, 0);
+  Result k = run("launch --nproc 2 " + yaml + " --out " + killed + " --no-progress", "", "MEMFINE_FAULT_KILL_AFTER_STEPS=15 ");
+  ASSERT_NE(k.code, 0);
+  ASSERT_EQ(read_steps(killed).at("memfine(chunks=2)").size(), 15u);
+  Result resumed = run("launch --nproc 2 " + yaml + " --out " + killed + " --resume --no-progress");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  const auto a = read_steps(whole).at("memfine(chunks=2)"), b = read_steps(killed).at("memfine(chunks=2)");
+  ASSERT_EQ(b.size(), 20u);
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_EQ(b[i]["step"].get<int64_t>(), int64_t(i)) << "a gap or a repeat";
+    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i;
+    EXPECT_EQ(b[i]["expert_tokens"], a[i]["expert_tokens"]) << "step " << i;
+  }
+  EXPECT_TRUE(fs::is_empty(killed + "/checkpoints")) << "a whole run keeps no checkpoint";
+}
+
+TEST(Train, MactPlansLearnedRoutingOnRealRanks) {
+  // 2 real ranks whose router sends most rows to one of them. Under a budget that a whole layer
+  // fits only while routing is mild, MACT reads every rank's counts after each layer's router,
+  // plans for the rank receiving the most, and runs more chunks the more it receives; the fullest
+  // rank stays within the budget. full_recompute does not, and its run ends "oom" (a result).
+  const std::string head = tiny_head({{"steps: 40", "steps: 12"}, {"micro_batch: 4", "micro_batch: 2"},
+                                      {"aux_loss: 0.01, stats_ep: 4", "aux_loss: 0"}}) +
+                           "parallel: {ep: 2}\nmemory: {budget: 6400000}\n";
+  const std::string dir = scratch("mact");
+  fs::remove_all(dir);
+  Result r = run("launch --nproc 2 " + write("mact.yaml", head + "strategies: [full_recompute, {name: memfine, chunks: auto, "
+                                                               "headroom: 0.25}]\n") +
+                 " --out " + dir + " --no-progress");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto runs = read_steps(dir);
+  const auto& full = runs.at("full_recompute");
+  EXPECT_EQ(full.back()["status"], "oom");
+  EXPECT_NE(full.back()["error"].get<std::string>().find("the fullest rank reached"), std::string::npos);
+  const auto& mact = runs.at("memfine(chunks=auto,headroom=0.25)");
+  ASSERT_EQ(mact.size(), 12u);
+  const int64_t room = 6400000 - mact.front()["static_bytes"].get<int64_t>();
+  std::map<int64_t, std::vector<int64_t>> chunks_by_rows;  // s' -> the chunk counts chosen for it
+  for (const auto& rec : mact) {
+    ASSERT_EQ(rec["status"], "ok") << rec.value("error", "");
+    EXPECT_LE(rec["peak_activation_bytes"].get<int64_t>(), room) << "step " << rec["step"];
+    for (size_t l = 0; l < 2; ++l)
+      chunks_by_rows[rec["tokens_received_per_layer"][l].get<int64_t>()].push_back(rec["chunks"][l].get<int64_t>());
+  }
+  // More rows never get fewer chunks, and the plan changes with the routing.
+  int64_t most = 0;
+  for (const auto& [rows, cs] : chunks_by_rows) {
+    EXPECT_GE(*std::min_element(cs.begin(), cs.end()), most) << "s' " << rows;
+    most = std::max(most, *std::max_element(cs.begin(), cs.end()));
+  }
+  EXPECT_GT(most, chunks_by_rows.begin()->second.front()) << "one chunk count for every s'";
 }
 
 TEST(Train, BadInputIsRefused) {

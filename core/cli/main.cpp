@@ -33,10 +33,10 @@ commands:
                         train a language model on real text (a file with a train: section),
                         one JSON line per step in DIR/train.jsonl; checkpoints for --resume
   validate FILE.yaml    check an experiment file without running it (exit 2 on problems)
-  launch --nproc N FILE.yaml [run options]
-                        run FILE.yaml as N local expert-parallel ranks (c10d, Gloo on loopback);
-                        `run` alone joins a job started by torchrun-style launchers (RANK,
-                        WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
+  launch --nproc N FILE.yaml [run or train options]
+                        run (or train) FILE.yaml as N local expert-parallel ranks (c10d, Gloo
+                        on loopback); `run` and `train` alone join a job started by
+                        torchrun-style launchers (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
   predict FILE.yaml     print the memory model's predictions, one JSON line per point and strategy
   strategies            list the registered strategies and their parameters
   export FILE.yaml --out DIR [--point N]
@@ -71,7 +71,8 @@ overload factor: s' * stats_ep over the layer's assignments), the activation pea
 and the strategy's counters (MACT's chunks, capacity's dropped share). The whole training state
 is saved every train.checkpoint_every steps in DIR/checkpoints/; --resume continues from there
 on the same data, without gap or repeat in the records. Out of memory ends that run with a
-record of status "oom"; the others go on.
+record of status "oom"; the others go on. With parallel.ep N > 1 it trains on N real ranks:
+start it with memfine launch --nproc N (see memfine launch --help).
 
   --out DIR        results folder (default results/<device class>/<experiment name>)
   --resume         continue DIR/train.jsonl from the checkpoints
@@ -86,13 +87,17 @@ The corpus (train.corpus) defaults to Debian's 'fortunes' package (scripts/setup
 exit status: 0 every run trained (oom is a result), 1 a run failed, 2 bad input
 )";
 
-const char* kLaunchHelp = R"(usage: memfine launch --nproc N FILE.yaml [--out DIR] [--resume] [--threads N]
+const char* kLaunchHelp = R"(usage: memfine launch --nproc N FILE.yaml [--out DIR] [--resume] [--threads N] [--trace-out CSV]
 
 Starts N local ranks of `memfine run FILE.yaml` (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
 MASTER_PORT), one per expert-parallel rank: FILE.yaml's parallel.ep must be N. Tokens really move
 between ranks through c10d's all-to-all (Gloo). Rank 0 gathers every rank's records into the one
 results file; the summary names the hottest rank. A rank that fails ends the job: its exit status
 is reported, and the others stop when their collectives time out (60 s).
+
+A file with a train: section is trained instead (`memfine train` on every rank): each rank holds
+its E/N experts and micro_batch sequences of the global batch, routing is learned across the
+ranks, and rank 0 writes one record per step (s' is the hottest real rank's). --trace-out as train.
 --threads defaults to the cores divided by N.
 )";
 
@@ -211,9 +216,11 @@ int main(int argc, char** argv) {
         }
       }
       if (nproc < 1) return usage_error("launch needs --nproc N (1 or more)", kLaunchHelp);
-      // One rank per expert-parallel rank: a mismatch is said once, before any rank starts.
+      // One rank per expert-parallel rank: a mismatch is said once, before any rank starts. A file
+      // with a train: section is trained (memfine train), any other measured (memfine run).
+      std::string command = "run";
       for (size_t i = 0; i < rest.size(); ++i) {
-        if (rest[i] == "--out" || rest[i] == "--threads") {
+        if (rest[i] == "--out" || rest[i] == "--threads" || rest[i] == "--trace-out") {
           ++i;
           continue;
         }
@@ -222,6 +229,7 @@ int main(int argc, char** argv) {
         const auto points = memfine::load_and_validate(rest[i], errors);
         for (const auto& e : errors) std::cerr << e << "\n";
         if (!errors.empty()) return 2;
+        if (!points.empty() && points.front().config.train.enabled) command = "train";
         for (const auto& pt : points)
           if (pt.config.ep != nproc) {
             std::cerr << pt.config.where("parallel.ep") << ": parallel.ep is " << pt.config.ep << " but --nproc is " << nproc
@@ -235,7 +243,7 @@ int main(int argc, char** argv) {
         rest.push_back("--threads");
         rest.push_back(std::to_string(std::max(1u, cores / unsigned(nproc))));
       }
-      return memfine::launch_experiment("/proc/self/exe", nproc, rest);
+      return memfine::launch_experiment("/proc/self/exe", nproc, command, rest);
     }
     if (cmd == "validate" || cmd == "predict") {
       const char* help = cmd == "validate" ? kValidateHelp : kPredictHelp;

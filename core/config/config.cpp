@@ -390,6 +390,13 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
       if (!wn.IsDefined() || wn.IsNull() || !wn["kind"].IsDefined()) c.workload.kind = "router";
       else if (c.workload.kind != "router")
         p.add(wn["kind"], "workload.kind", "training learns its routing: use 'router' (or leave workload out)");
+      if (c.ep > 1) {
+        // Real ranks (memfine launch) measure s' on themselves: the hottest of parallel.ep.
+        if (tr.child("stats_ep").IsDefined() && t.stats_ep != c.ep)
+          p.add(tr.child("stats_ep"), "train.stats_ep", "parallel.ep is " + std::to_string(c.ep) +
+                                                            ": real ranks measure s' themselves; leave stats_ep out");
+        t.stats_ep = c.ep;
+      }
       if (c.model.experts % t.stats_ep != 0)
         p.add(tr.child("stats_ep"), "train.stats_ep", "experts (" + std::to_string(c.model.experts) +
                                                           ") is not divisible by stats_ep (" + std::to_string(t.stats_ep) + ")");

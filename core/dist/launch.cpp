@@ -2,11 +2,14 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <stdexcept>
 #include <chrono>
 #include <thread>
 #include <iostream>
@@ -17,7 +20,18 @@ extern char** environ;
 
 namespace memfine {
 
-int launch_experiment(const std::string& self, int nproc, const std::vector<std::string>& run_args) {
+std::unique_ptr<Dist> join_job(const std::string& device) {
+  if (const char* launcher = std::getenv("MEMFINE_LAUNCHER")) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (std::to_string(::getppid()) != launcher) throw std::runtime_error("memfine launch ended before this rank started");
+  }
+  const char* t = std::getenv("MEMFINE_COLLECTIVE_TIMEOUT");
+  const long timeout_s = t && std::atol(t) > 0 ? std::atol(t) : 60;
+  return Dist::from_env(std::chrono::seconds(timeout_s), device);
+}
+
+int launch_experiment(const std::string& self, int nproc, const std::string& command,
+                      const std::vector<std::string>& run_args) {
   const int port = free_loopback_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
@@ -32,7 +46,7 @@ int launch_experiment(const std::string& self, int nproc, const std::vector<std:
                                  std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port),
                                  "MEMFINE_LAUNCHER=" + std::to_string(::getpid())})
       env.push_back(kv);
-    std::vector<std::string> args = {self, "run"};
+    std::vector<std::string> args = {self, command};
     args.insert(args.end(), run_args.begin(), run_args.end());
     if (r > 0) args.push_back("--no-progress");
     std::vector<char*> argv, envp;

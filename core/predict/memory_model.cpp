@@ -59,8 +59,13 @@ MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t beg
       m.pad[size_t(e)] = std::max<int64_t>(pad_rows - m.own[size_t(e)] - m.peer[size_t(e)], 0);
     return m;
   }
-  if (!r.own_experts.defined()) {  // the router decides: single rank, all rows local; assume even
-    for (int64_t e = 0; e < r.local_experts; ++e) m.own[size_t(e)] = (end - begin) * topk / r.local_experts;
+  if (!r.own_experts.defined()) {
+    // The router decides: each local expert's rows as RankRouting says (a balanced estimate, or the
+    // counts once the router has run), a token range taking its share of every sender's.
+    for (int64_t e = 0; e < r.local_experts; ++e)
+      m.own[size_t(e)] = r.expert_rows.empty() ? (end - begin) * topk / r.local_experts
+                                               : r.expert_rows[size_t(e)] * (end - begin) / tokens;
+    m.remote = r.remote_rows * (end - begin) / tokens;
     return m;
   }
   auto ids = r.own_experts.accessor<int64_t, 2>();

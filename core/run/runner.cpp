@@ -1,7 +1,6 @@
 #include "core/run/runner.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
+#include "core/dist/launch.h"
 #include "core/meter/ceiling.h"
 #include "core/record/environment.h"
 #include "core/record/record.h"
@@ -24,11 +24,6 @@
 namespace memfine {
 
 int run_experiment(const std::string& yaml, const RunOptions& opt) {
-  // A rank of `memfine launch` dies with it: no orphan keeps writing after the launch is killed.
-  if (const char* launcher = std::getenv("MEMFINE_LAUNCHER")) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (std::to_string(::getppid()) != launcher) return 1;  // it died before we got here
-  }
   std::vector<std::string> errors;
   std::vector<SweepPoint> points = load_and_validate(yaml, errors);
   if (!errors.empty()) {
@@ -37,10 +32,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
   }
   std::unique_ptr<Dist> dist;
   try {
-    // How long a collective waits for a silent rank (MEMFINE_COLLECTIVE_TIMEOUT seconds; 60).
-    const char* t = std::getenv("MEMFINE_COLLECTIVE_TIMEOUT");
-    const long timeout_s = t && std::atol(t) > 0 ? std::atol(t) : 60;
-    dist = Dist::from_env(std::chrono::seconds(timeout_s), points.front().config.device);
+    dist = join_job(points.front().config.device);
   } catch (const std::exception& e) {
     std::cerr << "memfine run: " << yaml << ": " << e.what() << "\n";
     return 2;

@@ -11,6 +11,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/dist/dist.h"
+#include "core/dist/gather.h"
+#include "core/dist/launch.h"
 #include "core/meter/memory_meter.h"
 #include "core/meter/timer.h"
 #include "core/record/environment.h"
@@ -46,7 +49,29 @@ void set_tokens(TrainState& st, const at::Tensor& seqs) {
 uint64_t step_seed(const TrainConfig& t, int64_t step) { return mix_seed(t.data_seed, uint64_t(step) + 1); }
 uint64_t eval_seed(const TrainConfig& t, int64_t batch) { return mix_seed(mix_seed(t.data_seed, 0xe7a1), uint64_t(batch)); }
 
-// Mean next-token loss over the fixed held-out batches (no auxiliary loss, no gradients).
+// This rank's sequences of a step: real ranks share one global batch of micro_batch * world
+// sequences, rank r taking the r-th micro_batch of them, so N ranks see what one process with
+// micro_batch * N would.
+at::Tensor rank_batch(const at::Tensor& text, const ModelConfig& m, uint64_t seed, const Dist* d) {
+  const int64_t world = d ? d->world() : 1, rank = d ? d->rank() : 0;
+  return sample_sequences(text, m.micro_batch * world, m.seq, seed).narrow(0, rank * m.micro_batch, m.micro_batch);
+}
+
+// --- what real ranks agree on ---------------------------------------------------------------------
+
+// Rank 0's value (>= 0) on every rank.
+int64_t from_rank0(const Dist* d, int64_t v) {
+  if (!d) return v;
+  at::Tensor t = at::tensor({d->rank() == 0 ? v : int64_t(0)}, at::kLong);
+  d->allreduce_sum(t);
+  return t.item<int64_t>();
+}
+int64_t min_over_ranks(const Dist* d, int64_t v) {
+  return d ? -d->allreduce_max(at::tensor({-v}, at::kLong)).item<int64_t>() : v;
+}
+
+// Mean next-token loss over the fixed held-out batches (no auxiliary loss, no gradients); real
+// ranks evaluate their shares of each batch together.
 double evaluate(TrainState& st, Strategy& plain, const Corpus& corpus) {
   const TrainConfig t = st.cfg.train;
   st.cfg.train.aux_loss = 0;
@@ -56,13 +81,15 @@ double evaluate(TrainState& st, Strategy& plain, const Corpus& corpus) {
   {
     at::NoGradGuard no_grad;
     for (int64_t b = 0; b < t.eval_batches; ++b) {
-      set_tokens(st, sample_sequences(corpus.validation, st.cfg.model.micro_batch, st.cfg.model.seq, eval_seed(t, b)));
-      sum += forward_loss(st, plain, -1).item<double>();
+      set_tokens(st, rank_batch(corpus.validation, st.cfg.model, eval_seed(t, b), st.dist));
+      sum += forward_loss(st, plain, -1).item<double>();  // real ranks: 1/world of the batch's mean
     }
   }
   st.cfg.train = t;
   st.expert_counts = counts;
-  return sum / double(t.eval_batches);
+  at::Tensor mean = at::tensor({sum / double(t.eval_batches)}, at::kDouble);
+  if (st.dist) st.dist->allreduce_sum(mean);
+  return mean.item<double>();
 }
 
 // --- checkpoints: parameters, Adam's moments and step count, and the training step --------------
@@ -139,15 +166,82 @@ int64_t load_checkpoint(const std::string& path, TrainState& st, const std::stri
   return head["step"].get<int64_t>();
 }
 
+// Where a run's state is saved. One process: BASE.ckpt, replaced atomically. Real ranks: each rank
+// its own, named by step (BASE.rankR.stepS.ckpt); the older go once every rank has written the
+// newer, so a kill between two ranks' writes still leaves a step that every rank has.
+class Checkpoints {
+ public:
+  Checkpoints(std::string base, const Dist* d) : base_(std::move(base)), dist_(d) {}
+
+  // The step the checkpoint was taken after, its state loaded into `st`; -1 when there is none.
+  int64_t load(TrainState& st, const std::string& point, const std::string& label) const {
+    if (!dist_) return load_checkpoint(base_ + ".ckpt", st, point, label);
+    const std::vector<int64_t> mine = steps();
+    const int64_t agreed = min_over_ranks(dist_, mine.empty() ? -1 : mine.back());
+    if (agreed < 0) return -1;
+    const int64_t got = load_checkpoint(path(agreed), st, point, label);
+    if (got != agreed) throw std::runtime_error(path(agreed) + ": missing or of another step; remove the run's checkpoints");
+    return got;
+  }
+
+  void save(const TrainState& st, const std::string& point, const std::string& label, int64_t step) const {
+    if (!dist_) return save_checkpoint(base_ + ".ckpt", st, point, label, step);
+    save_checkpoint(path(step), st, point, label, step);
+    at::Tensor done = at::ones({1});
+    dist_->allreduce_sum(done);  // every rank has this step's
+    for (int64_t s : steps())
+      if (s < step) remove(s);
+  }
+
+  // The run is whole in the records; its state would only take disk.
+  void remove_all() const {
+    if (!dist_) {
+      std::error_code ec;
+      fs::remove(base_ + ".ckpt", ec);
+      return;
+    }
+    for (int64_t s : steps()) remove(s);
+  }
+
+ private:
+  std::string prefix() const { return fs::path(base_).filename().string() + ".rank" + std::to_string(dist_->rank()) + ".step"; }
+  std::string path(int64_t step) const { return base_ + ".rank" + std::to_string(dist_->rank()) + ".step" + std::to_string(step) + ".ckpt"; }
+  void remove(int64_t step) const {
+    std::error_code ec;
+    fs::remove(path(step), ec);
+  }
+  // This rank's checkpoints' steps, ascending.
+  std::vector<int64_t> steps() const {
+    std::vector<int64_t> out;
+    std::error_code ec;
+    const std::string pre = prefix();
+    for (const auto& e : fs::directory_iterator(fs::path(base_).parent_path(), ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(pre, 0) != 0 || n.size() <= pre.size() + 5 || n.substr(n.size() - 5) != ".ckpt") continue;
+      const std::string digits = n.substr(pre.size(), n.size() - pre.size() - 5);
+      if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit)) out.push_back(std::stoll(digits));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::string base_;
+  const Dist* dist_;
+};
+
 // --- one strategy's training run -----------------------------------------------------------------
 
 struct RunContext {
   const SweepPoint* point;
   const Corpus* corpus;
-  ResultsFile* results;
+  ResultsFile* results;  // rank 0's; null on the other ranks
   Progress* progress;
   std::string ckpt_dir;
   const PointContext* ctx;
+  const Dist* dist;  // real ranks; null: one process
+  bool recorded(const std::string& label, int64_t step) const { return results && results->has(point->id, label, step); }
+  void append(const std::string& label, const json& rec) const {
+    if (results && !results->has(point->id, label, rec["step"].get<int64_t>())) results->append(rec);
+  }
 };
 
 // s' of a layer as `ep` ranks would see it: the rows of the hottest rank (experts split evenly in
@@ -158,21 +252,22 @@ int64_t hottest_rank_rows(const at::Tensor& counts, int64_t ep) { return counts.
 bool train_one(const RunContext& rc, const StrategySpec& spec) {
   const ExperimentConfig& c = rc.point->config;
   const TrainConfig& t = c.train;
+  const Dist* dist = rc.dist;
   const std::string label = spec.label();
   bool all_done = true;
-  for (int64_t s = 0; s < t.steps && all_done; ++s) all_done = rc.results->has(rc.point->id, label, s);
-  if (all_done) {
+  for (int64_t s = 0; s < t.steps && all_done; ++s) all_done = rc.recorded(label, s);
+  if (from_rank0(dist, all_done)) {
     for (int64_t s = 0; s < t.steps; ++s) rc.progress->tick(label + ": recorded");
     return true;
   }
   MemoryMeter& meter = MemoryMeter::get(c.device);
-  auto st = make_train_state(c);
+  auto st = dist ? make_rank_state(c, *dist) : make_train_state(c);
   std::vector<at::Tensor> counts;
   st->expert_counts = &counts;
   auto strategy = make_strategy(spec);
   auto plain = make_strategy(StrategySpec{strategy_of_role(Role::Reference), {}});
-  const std::string ckpt = (fs::path(rc.ckpt_dir) / (safe_name(rc.point->id) + "__" + safe_name(label) + ".ckpt")).string();
-  const int64_t first = load_checkpoint(ckpt, *st, rc.point->id, label) + 1;
+  const Checkpoints ckpt((fs::path(rc.ckpt_dir) / (safe_name(rc.point->id) + "__" + safe_name(label))).string(), dist);
+  const int64_t first = ckpt.load(*st, rc.point->id, label) + 1;
   for (int64_t s = 0; s < first; ++s) rc.progress->tick("");  // done before the checkpoint
   const int64_t static_bytes = st->static_bytes();
   const char* kill_after = std::getenv("MEMFINE_FAULT_KILL_AFTER_STEPS");  // tests/test_train.cpp
@@ -180,8 +275,9 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
   // A run's head (its strategy's name and role, static bytes, the config and the environment) is in
   // its first step's record; every step's names its run and step and holds what changes.
   json head = new_record(c, *rc.ctx, rc.point->id, spec, "ok");
-  head["static_bytes"] = static_bytes;
+  head["static_bytes"] = static_bytes;  // real ranks: rank 0's (the ranks hold alike)
   head["stats_ep"] = t.stats_ep;
+  if (dist) head["ranks"] = dist->world();
   const json lean = {{"experiment", head["experiment"]}, {"point", head["point"]}, {"strategy", head["strategy"]},
                      {"seed", head["seed"]}, {"status", "ok"}};
   for (int64_t step = first; step < t.steps; ++step) {
@@ -189,35 +285,59 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
     rec["step"] = step;
     const double lr = learning_rate(t, step);
     st->adam->set_lr(lr);
-    set_tokens(*st, sample_sequences(rc.corpus->train, c.model.micro_batch, c.model.seq, step_seed(t, step)));
+    set_tokens(*st, rank_batch(rc.corpus->train, c.model, step_seed(t, step), dist));
     meter.reset_peak();
     const int64_t start = meter.current_bytes();
     double loss = 0;
     Timer timer(c.device);
+    // Real ranks cannot stop one rank mid-step (the others would wait in its collectives): they run
+    // the step whole and compare the fullest rank's peak with the budget after it.
+    const int64_t room = c.budget >= 0 ? c.budget - static_bytes : -1;
     try {
-      MemoryLimitGuard guard(meter, c.budget >= 0 ? start - static_bytes + c.budget : -1);
+      MemoryLimitGuard guard(meter, room >= 0 && !dist ? start + room : -1);
       loss = train_step(*st, *strategy, step);
     } catch (const std::exception& e) {
+      // A real rank cannot skip a step alone (the others wait in its collectives), but a planned
+      // out of memory is planned alike on every rank from the counts they share.
+      if (dist && !dynamic_cast<const PlannedOutOfMemory*>(&e)) throw;
       const bool oom = is_out_of_memory(e);
       std::string msg = e.what();
       rec["status"] = oom ? "oom" : "error";
       rec["error"] = "step " + std::to_string(step) + ": " + msg.substr(0, msg.find('\n'));
-      if (!rc.results->has(rc.point->id, label, step)) rc.results->append(rec);
+      rc.append(label, rec);
       for (int64_t s = step; s < t.steps; ++s) rc.progress->tick(label + ": " + rec["status"].get<std::string>());
       return oom;
     }
-    const double ms = timer.elapsed_ms();
+    double ms = timer.elapsed_ms();
+    int64_t peak = meter.peak_bytes() - start;
+    if (dist) {
+      // The job's: every layer's routing over all ranks, and the slowest and fullest rank.
+      for (auto& n : counts) dist->allreduce_sum(n);
+      const at::Tensor worst = dist->allreduce_max(at::tensor({ms, double(peak)}, at::kDouble));
+      ms = worst[0].item<double>(), peak = int64_t(worst[1].item<double>());
+      if (room >= 0 && peak > room) {
+        rec["status"] = "oom";
+        rec["error"] = "step " + std::to_string(step) + ": activations exceed the budget " + fmt_bytes(double(c.budget)) +
+                       " (static " + fmt_bytes(double(static_bytes)) + ", leaving " + fmt_bytes(double(room)) +
+                       " for activations): the fullest rank reached " + fmt_bytes(double(peak)) +
+                       " (real ranks run a step whole and check it after)";
+        rec["peak_activation_bytes"] = peak;
+        rc.append(label, rec);
+        for (int64_t s = step; s < t.steps; ++s) rc.progress->tick(label + ": oom");
+        return true;
+      }
+    }
     if (t.bias_update > 0) update_expert_bias(*st, counts, t.bias_update);
     if (!std::isfinite(loss)) {
       rec["status"] = "error";
       rec["error"] = "step " + std::to_string(step) + ": the loss is not finite (" + std::to_string(loss) + "): lower train.lr";
-      if (!rc.results->has(rc.point->id, label, step)) rc.results->append(rec);
+      rc.append(label, rec);
       return false;
     }
     rec["loss"] = loss;
     rec["lr"] = lr;
     rec["step_ms"] = ms;
-    rec["peak_activation_bytes"] = meter.peak_bytes() - start;
+    rec["peak_activation_bytes"] = peak;
     json experts = json::array(), received = json::array();
     for (const auto& layer : counts) {
       const at::Tensor n = layer.cpu();
@@ -226,22 +346,25 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
     }
     rec["expert_tokens"] = experts;
     rec["tokens_received_per_layer"] = received;
-    const json counters = strategy->step_counters();
+    json counters = strategy->step_counters();
+    if (dist) {
+      const auto all = gather_records(*dist, "train/" + rc.point->id + "/" + label + "/" + std::to_string(step), {counters});
+      counters = dist->rank() == 0 ? strategy->merge_rank_counters(all) : json::object();
+    }
     for (const auto& [key, value] : counters.items()) rec[key] = value;  // as `run` writes them
     const bool eval = (step + 1) % t.eval_every == 0 || step + 1 == t.steps;
     if (eval) rec["eval_loss"] = evaluate(*st, *plain, *rc.corpus);
-    if (!rc.results->has(rc.point->id, label, step)) rc.results->append(rec);
+    rc.append(label, rec);
     // The last step needs none: a run whose every step is recorded is skipped on resume.
-    if ((step + 1) % t.checkpoint_every == 0 && step + 1 < t.steps) save_checkpoint(ckpt, *st, rc.point->id, label, step);
+    if ((step + 1) % t.checkpoint_every == 0 && step + 1 < t.steps) ckpt.save(*st, rc.point->id, label, step);
     char what[160];
     std::snprintf(what, sizeof what, "%s step %lld loss %.3f%s  %.0f tok/s", label.c_str(), (long long)step, loss,
                   eval ? (" eval " + std::to_string(rec["eval_loss"].get<double>()).substr(0, 5)).c_str() : "",
-                  double(c.model.tokens()) / ms * 1e3);
+                  double(c.model.tokens() * (dist ? dist->world() : 1)) / ms * 1e3);
     rc.progress->tick(what);
     if (kill_after && ++ran == std::atoll(kill_after)) ::raise(SIGKILL);
   }
-  std::error_code ec;
-  fs::remove(ckpt, ec);  // the run is whole in the records; its state would only take disk
+  ckpt.remove_all();
   return true;
 }
 
@@ -257,6 +380,25 @@ int train_experiment(const std::string& yaml, const RunOptions& opt) {
     return 2;
   }
   const ExperimentConfig& base = points.front().config;
+  std::unique_ptr<Dist> dist;
+  try {
+    dist = join_job(base.device);
+  } catch (const std::exception& e) {
+    std::cerr << "memfine train: " << yaml << ": " << e.what() << "\n";
+    return 2;
+  }
+  const bool writer = !dist || dist->rank() == 0;
+  for (const auto& p : points) {
+    const int64_t world = dist ? dist->world() : 1;
+    if (p.config.ep == world) continue;
+    // Every rank finds it; rank 0 says it.
+    if (writer)
+      std::cerr << p.config.where("parallel.ep") << ": parallel.ep is " << p.config.ep
+                << (dist ? " but WORLD_SIZE is " + std::to_string(world) : std::string(" and this is one process"))
+                << ": train on one real rank per expert-parallel rank (memfine launch --nproc " << p.config.ep << " "
+                << yaml << "), or set parallel.ep to 1 (train.stats_ep computes s' for more ranks)\n";
+    return 2;
+  }
   Corpus corpus;
   try {
     corpus = read_corpus(base.train.corpus);
@@ -264,42 +406,52 @@ int train_experiment(const std::string& yaml, const RunOptions& opt) {
       if (p.config.train.corpus != base.train.corpus)
         throw std::runtime_error(p.config.where("train.corpus") + ": every point of a file trains on one corpus");
   } catch (const std::exception& e) {
-    std::cerr << base.where("train.corpus") << ": " << e.what() << "\n";
+    if (writer) std::cerr << base.where("train.corpus") << ": " << e.what() << "\n";
     return 2;
   }
   const std::string dir = opt.out_dir.empty()
                               ? (fs::path("results") / device_class(base.device) / base.name).string()
                               : opt.out_dir;
+  // Rank 0 alone reads and writes the records; the other ranks learn what it found.
   std::unique_ptr<ResultsFile> results;
-  try {
-    results = std::make_unique<ResultsFile>(dir, opt.resume, true, "train.jsonl");
-    fs::create_directories(fs::path(dir) / "checkpoints");
-  } catch (const std::exception& e) {
-    std::cerr << "memfine train: " << e.what() << "\n";
-    return 2;
+  bool opened = true;
+  if (writer) {
+    try {
+      results = std::make_unique<ResultsFile>(dir, opt.resume, true, "train.jsonl");
+      fs::create_directories(fs::path(dir) / "checkpoints");
+    } catch (const std::exception& e) {
+      std::cerr << "memfine train: " << e.what() << "\n";
+      opened = false;
+    }
   }
-  if (!results->repaired_note().empty()) std::cerr << "memfine train: " << results->repaired_note() << "\n";
-  std::cerr << "memfine train: corpus " << corpus.dir << ": " << corpus.train.numel() << " training and "
-            << corpus.validation.numel() << " held-out byte tokens (" << corpus.entries_train << " and "
-            << corpus.entries_validation << " entries, " << corpus.files.size() << " files)\n";
+  if (!from_rank0(dist.get(), opened)) return 2;
+  if (results && !results->repaired_note().empty()) std::cerr << "memfine train: " << results->repaired_note() << "\n";
+  if (writer)
+    std::cerr << "memfine train: corpus " << corpus.dir << ": " << corpus.train.numel() << " training and "
+              << corpus.validation.numel() << " held-out byte tokens (" << corpus.entries_train << " and "
+              << corpus.entries_validation << " entries, " << corpus.files.size() << " files)"
+              << (dist ? "; " + std::to_string(dist->world()) + " real ranks (" + dist->backend() + ")" : std::string()) << "\n";
   int64_t total = 0;
   for (const auto& p : points) total += int64_t(p.config.strategies.size()) * p.config.train.steps;
-  Progress progress(total, opt.progress);
+  Progress progress(total, opt.progress && writer);
   bool failed = false;
   for (auto& p : points) {
     if (opt.threads >= 0) p.config.threads = opt.threads;
     p.config.threads = apply_threads(p.config.threads);
     const PointContext ctx = point_context(p.config);
-    RunContext rc{&p, &corpus, results.get(), &progress, (fs::path(dir) / "checkpoints").string(), &ctx};
+    RunContext rc{&p, &corpus, results.get(), &progress, (fs::path(dir) / "checkpoints").string(), &ctx, dist.get()};
     for (const auto& spec : p.config.strategies) {
       try {
         failed |= !train_one(rc, spec);
       } catch (const std::exception& e) {
-        std::cerr << "memfine train: " << p.id << " " << spec.label() << ": " << e.what() << "\n";
+        std::cerr << "memfine train: " << (dist ? "rank " + std::to_string(dist->rank()) + ": " : std::string()) << p.id
+                  << " " << spec.label() << ": " << e.what() << "\n";
+        if (dist) return 1;  // the other ranks' collectives time out and they exit too
         failed = true;
       }
     }
   }
+  if (!writer) return failed ? 1 : 0;
   if (!opt.trace_out.empty()) {
     // The first strategy of the first point, every recorded step: `step,layer,expert,tokens`, the
     // trace workload's format with a step column (experiments/README.md, schedule: trace).

@@ -91,11 +91,13 @@ at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step) {
     h = out.hidden;
     aux = aux + out.aux_loss;
   }
-  // Real ranks: each holds 1/world of the global batch's mean loss.
+  // Real ranks: each holds 1/world of the global batch's mean loss. The router's auxiliary loss
+  // is each rank's own over its tokens (as Megatron computes it per micro-batch), averaged the same
+  // way; emulated peers' loss terms (the other part of `aux`) are zero there.
   const double share = st.dist ? 1.0 / double(st.dist->world()) : 1.0;
-  if (lm) return next_token_loss(st.model, h, st.target) * share + aux;
+  if (lm) return (next_token_loss(st.model, h, st.target) + aux) * share;
   at::Tensor diff = rms_norm(h, st.model.final_norm) - st.target;
-  return diff.pow(2).mean() * share + aux;
+  return (diff.pow(2).mean() + aux) * share;
 }
 
 double train_step(TrainState& st, Strategy& s, int64_t step, bool update) {

@@ -121,7 +121,7 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
                                     " bytes) is below the static memory of parameters, gradients, optimizer state and inputs (" +
                                     std::to_string(floor) + " bytes)");
     try {
-      validate_workload(c.workload, c.model, c.ep);
+      validate_workload(c.workload, c.model, c.ep, c.train.enabled);
     } catch (const std::exception& e) {
       p.add(c, "workload", e.what());
     }

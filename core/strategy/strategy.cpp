@@ -44,6 +44,13 @@ LayerOutput layer_recomputed(const at::Tensor& x, const LayerInput& in, Strategy
   return {out[0], out[1]};
 }
 
+json Strategy::merge_rank_counters(const std::vector<json>& ranks) const {
+  if (ranks.empty()) return json::object();
+  for (const auto& r : ranks)
+    if (r != ranks.front()) return {{"per_rank", ranks}};
+  return ranks.front();
+}
+
 Prediction Strategy::predict(const ExperimentConfig& c, const EmulatedRank& rank) const {
   const std::optional<StrategyShape> shape = memory_shape();
   if (!shape) throw NotModelled(unmodelled_why());

@@ -72,6 +72,9 @@ class Strategy {
   // Its own statistics of the last step, named as it likes (Google Benchmark's user counters);
   // the record writes them as it finds them.
   virtual json step_counters() const { return json::object(); }
+  // Real ranks' training step: one record's fields from every rank's step_counters (rank order).
+  // Default: theirs when the ranks agree, else each rank's under "per_rank".
+  virtual json merge_rank_counters(const std::vector<json>& ranks) const;
   // The record's fields from the counters of every timed step, in order (`first_step` is the
   // first's index). Default: the last step's.
   virtual json record_counters(const std::vector<json>& steps, int64_t first_step) const {

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/model/model.h"
@@ -105,15 +106,19 @@ void route_step(EmulatedRank& er, const ExperimentConfig& c, int64_t step) {
 EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step) {
   EmulatedRank er;
   if (c.workload.kind == "router") {
-    // The router decides at run time; one rank receives all of its own rows.
-    er.rank = 0;
+    // The router decides at run time. One process holds every expert; real ranks (training
+    // under memfine launch) hold E/ep each and exchange rows through all-to-all.
+    er.rank = c.ep > 1 ? std::max<int64_t>(rank, 0) : 0;
     for (int64_t l = 0; l < c.model.layers; ++l) {
       RankRouting r;
-      r.local_experts = c.model.experts;
+      r.rank = er.rank, r.ep = c.ep;
+      r.local_experts = c.model.experts / c.ep;
+      r.first_expert = er.rank * r.local_experts;
       r.own_key = at::zeros({c.model.tokens(), c.model.topk}, at::kLong);
       r.peer_pos = r.peer_rank = r.peer_expert = r.peer_key = at::zeros({0}, at::kLong);
       r.peer_score = at::zeros({0}, at::kDouble);
       r.tokens_received = c.model.tokens() * c.model.topk;
+      r.remote_rows = r.tokens_received * (c.ep - 1) / c.ep;
       // Not known before the router runs: planned as if balanced.
       for (int64_t e = 0; e < r.local_experts; ++e)
         r.expert_rows.push_back((e + 1) * r.tokens_received / r.local_experts - e * r.tokens_received / r.local_experts);

@@ -23,6 +23,9 @@ struct RankRouting {
   at::Tensor peer_score;   // [P] the sender's router probability of the assignment (seeded)
   int64_t tokens_received = 0;  // s' = own rows to local experts + peer rows
   std::vector<int64_t> expert_rows;  // per local expert: the rows it receives (s' is their sum)
+  // Router-decided routing (own_experts undefined): own assignments sent to other ranks' experts.
+  // Before a step, expert_rows and this are a balanced estimate; MACT replaces them by the counts.
+  int64_t remote_rows = 0;
   double overload_factor = 1;   // s' / balanced s' (tokens * topk: each rank sends that many rows)
 };
 

@@ -182,8 +182,8 @@ std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t 
 
 int64_t trace_steps(const std::string& path) { return int64_t(trace_of(path).by_step.size()); }
 
-void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep) {
-  if (w.kind == "router" && ep != 1)
+void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep, bool training) {
+  if (w.kind == "router" && ep != 1 && !training)
     throw std::invalid_argument("kind 'router' (the router's own top-k decides) needs parallel.ep = 1: "
                                 "an emulated rank's peers need a workload to route their tokens");
   if (w.kind == "hot" && w.hot_experts > m.experts)

@@ -15,7 +15,8 @@ namespace memfine {
 std::vector<std::string> workload_kinds();
 
 // Throws std::invalid_argument with a readable message (bad trace file, impossible counts...).
-void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep);
+// `training`: real ranks learn their routing together (memfine launch), so 'router' may span ranks.
+void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep, bool training = false);
 
 // Assignments each expert receives in one layer, summed over all `ep` ranks' tokens; the counts
 // add up to ep * tokens * topk and none exceeds ep * tokens (a token picks an expert once).

@@ -79,10 +79,27 @@ class MemFine : public Strategy {
 
   void begin_step(int64_t step) override {
     step_chunks_.clear();
+    learned_peaks_.clear();
     step_ = step;
   }
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
+    if (learned(in)) {
+      // The router decides this layer's routing now: plan once it has (the paper's notify), then
+      // run the chunks. Backward's recomputation reuses the count.
+      const size_t l = size_t(in.layer);
+      if (learned_chunks_.size() <= l) learned_chunks_.resize(l + 1, 0);
+      learned_chunks_[l] = 0;
+      MoeFn chunked = [this, in](const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& routing,
+                                 const LayerWeights& w) {
+        int64_t& chunks = learned_chunks_[size_t(in.layer)];
+        if (chunks == 0) chunks = plan_learned(in, routing);
+        return chunked_moe(xn, probs, routing, w, chunks);
+      };
+      LayerOutput out = layer_recomputed(x, in, *this, chunked);
+      step_chunks_.push_back(learned_chunks_[l]);
+      return out;
+    }
     if (chunks_ == 0 && in.layer == 0) {
       plan_ = fixed_.empty() ? plan(*in.config, *in.rank) : Plan{fixed_};
       if (in.dist) {
@@ -103,6 +120,7 @@ class MemFine : public Strategy {
   json step_counters() const override {
     json j = {{"chunks", step_chunks_}, {"step", step_}};
     if (plan_.predicted_ms >= 0) j["predicted_step_ms"] = plan_.predicted_ms;
+    if (!learned_peaks_.empty()) j["predicted_layer_peak_bytes"] = learned_peaks_;
     return j;
   }
   json record_counters(const std::vector<json>& steps, int64_t first_step) const override {
@@ -162,6 +180,41 @@ class MemFine : public Strategy {
                        : predict_step(c, rank, chunked(1), chosen);
     p.chunks = chosen;
     return p;
+  }
+
+  // MACT over learned routing (workload: router, `chunks: auto`, objective: memory): a layer's
+  // rows are known only once its router has run, so each layer is planned then, from every rank's
+  // counts (real ranks share them: one small all-reduce), for the rank receiving the most. Every
+  // rank then runs the same chunk count. A recomputed layer keeps only its output, so one layer's
+  // count does not change another's peak (every_bin): planning layer by layer is the whole plan.
+  // Storing a layer (store_when_fits) is decided before its router runs, so that, and objective:
+  // time, plan ahead from the balanced estimate.
+  bool learned(const LayerInput& in) const {
+    return chunks_ == 0 && fixed_.empty() && objective_ == "memory" && !store_when_fits_ &&
+           !in.rank->layers[size_t(in.layer)].own_experts.defined();
+  }
+  int64_t plan_learned(const LayerInput& in, const MoeRouting& routing) {
+    const size_t l = size_t(in.layer);
+    const RankRouting& rr = in.rank->layers[l];
+    const int64_t ep = rr.ep, El = rr.local_experts;
+    // sent[r][e]: rank r's assignments to expert e; every rank fills its row (notify).
+    at::Tensor sent = at::zeros({ep, ep * El}, at::kLong);
+    sent[in.dist ? in.dist->rank() : 0].copy_(at::bincount(routing.expert_ids.reshape(-1).cpu(), {}, ep * El));
+    if (in.dist) in.dist->allreduce_sum(sent);
+    const at::Tensor received = sent.sum(0).view({ep, El});
+    const int64_t hot = received.sum(1).argmax().item<int64_t>();
+    const at::Tensor rows = received[hot].contiguous();
+    EmulatedRank seen = *in.rank;
+    RankRouting& r = seen.layers[l];
+    r.tokens_received = rows.sum().item<int64_t>();
+    r.expert_rows.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
+    r.remote_rows = sent[hot].sum().item<int64_t>() - sent[hot].narrow(0, hot * El, El).sum().item<int64_t>();
+    const ExperimentConfig& c = *in.config;
+    const int64_t chunks = plan(c, seen).chunks[l];
+    // What the model expects of this layer's backward with that count, beside the meter's peak.
+    if (learned_peaks_.size() <= l) learned_peaks_.resize(l + 1, 0);
+    learned_peaks_[l] = predict_step(c, seen, chunked(chunks), std::vector<int64_t>(size_t(c.model.layers), chunks)).layer_peak[l];
+    return chunks;
   }
 
   // Chooses a step's chunk count per layer (0 = store without recomputation).
@@ -321,6 +374,8 @@ class MemFine : public Strategy {
   bool store_when_fits_ = false;
   double headroom_ = 0.05;
   Plan plan_;                        // this step's (MACT)
+  std::vector<int64_t> learned_chunks_;  // MACT over learned routing: per layer, this step (0: not yet)
+  std::vector<int64_t> learned_peaks_;   // and the model's peak of each layer's backward with them
   std::vector<int64_t> step_chunks_;  // per layer, this step
   int64_t step_ = 0;
 };
