@@ -87,7 +87,9 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
       k.m.static_bytes = k.state->static_bytes();
       meter.reset_peak();
       const int64_t start = meter.current_bytes();
-      const int64_t limit = c.budget >= 0 ? start - k.m.static_bytes + c.budget : -1;
+      // Real ranks cannot stop one rank mid-step (the others would wait in its collectives): they
+      // run the step whole and compare each rank's peak with the budget after it (below).
+      const int64_t limit = c.budget >= 0 && !dist ? start - k.m.static_bytes + c.budget : -1;
       Timer t(c.device);
       try {
         MemoryLimitGuard guard(meter, limit);
@@ -116,6 +118,18 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
         k.state.reset();
       }
       const double ms = t.elapsed_ms();
+      if (dist && c.budget >= 0 && k.m.status == "ok") {
+        const int64_t peak = meter.peak_bytes() - start, room = c.budget - k.m.static_bytes;
+        const at::Tensor worst = dist->allreduce_max(at::tensor({double(peak > room), double(peak)}, at::kDouble));
+        if (worst[0].item<double>() > 0) {  // every rank ends the strategy alike
+          k.m.status = "oom";
+          k.m.error = "step " + std::to_string(it) + ": activations exceed the budget " + fmt_bytes(double(c.budget)) +
+                      " (static " + fmt_bytes(double(k.m.static_bytes)) + ", leaving " + fmt_bytes(double(room)) +
+                      " for activations): the fullest rank reached " + fmt_bytes(worst[1].item<double>()) +
+                      " (real ranks run a step whole and check it after)";
+          k.state.reset();
+        }
+      }
       if (k.m.status == "ok" && it >= c.warmup) {
         k.m.ms.push_back(ms);
         k.m.peaks.push_back(double(meter.peak_bytes() - start));
