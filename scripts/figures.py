@@ -1198,10 +1198,9 @@ def train_ranks_lines(results_dir):
         lines += ["", f"- The hottest rank received up to {top:.1f}x its balanced share. MACT ran "
                       f"{', '.join(f'{c} chunk(s) in {100 * cells.count(c) / len(cells):.0f}%' for c in sorted(set(cells)))} "
                       "of the layer-steps, each planned once that layer's router had run, from every rank's counts.",
-                  f"- Its implementation model was built on the emulated rank. On real ranks the measured peak of the "
-                  f"fullest rank is {min(ratio):.2f}-{max(ratio):.2f}x the model's largest layer peak (the all-to-all's "
-                  "buffers are not in the model), so this experiment keeps 25% headroom. A model of the real-rank path is "
-                  "open work.", ""]
+                  f"- MACT plans with the implementation model of the real-rank path (the all-to-all's buffers included): "
+                  f"the fullest rank's measured peak is {min(ratio):.2f}-{max(ratio):.2f}x the model's largest layer peak "
+                  "for the plan it chose, over every step.", ""]
     return lines
 
 

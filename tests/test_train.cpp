@@ -259,15 +259,14 @@ TEST(Train, MactPlansLearnedRoutingOnRealRanks) {
                            "parallel: {ep: 2}\nmemory: {budget: 6400000}\n";
   const std::string dir = scratch("mact");
   fs::remove_all(dir);
-  Result r = run("launch --nproc 2 " + write("mact.yaml", head + "strategies: [full_recompute, {name: memfine, chunks: auto, "
-                                                               "headroom: 0.25}]\n") +
+  Result r = run("launch --nproc 2 " + write("mact.yaml", head + "strategies: [full_recompute, {name: memfine, chunks: auto}]\n") +
                  " --out " + dir + " --no-progress");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto runs = read_steps(dir);
   const auto& full = runs.at("full_recompute");
   EXPECT_EQ(full.back()["status"], "oom");
   EXPECT_NE(full.back()["error"].get<std::string>().find("the fullest rank reached"), std::string::npos);
-  const auto& mact = runs.at("memfine(chunks=auto,headroom=0.25)");
+  const auto& mact = runs.at("memfine(chunks=auto)");
   ASSERT_EQ(mact.size(), 12u);
   const int64_t room = 6400000 - mact.front()["static_bytes"].get<int64_t>();
   std::map<int64_t, std::vector<int64_t>> chunks_by_rows;  // s' -> the chunk counts chosen for it

@@ -91,6 +91,7 @@ struct Sizes {
   bool buffer_free = false;     // experts keep z (and SiLU(a) * b with keep_act), no rows of width h
   bool keep_act = false;
   int64_t block_rows = 256;
+  bool a2a = false;  // real ranks, ATen experts: rows move through the all-to-all (moe_stored_a2a)
   double expert_g() const { return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4; }  // stored widths of g per row
 };
 
@@ -138,12 +139,75 @@ double saved_index_bytes(const MoeRows& m) {
   return bytes;
 }
 
+// Real ranks (core/moe/alltoall.cpp): a range sends every kept assignment of its tokens (S rows,
+// its own experts' included) and receives R rows for its experts.
+double rows_sent(const MoeRows& m) {
+  double s = double(m.remote);
+  for (int64_t n : m.own) s += double(n);
+  return s;
+}
+double rows_received(const MoeRows& m) {
+  double r = 0;
+  for (size_t e = 0; e < m.own.size(); ++e) r += double(m.own[e] + m.peer[e]);
+  return r;
+}
+
+// What a real rank's MoE keeps: the arrived rows grouped by expert (the experts' inputs are views
+// of them), each expert's activations, their concatenated outputs (kept by the index_add that
+// un-groups them: its backward reads the source), the rows that came back and their probabilities
+// (kept by the weighting), the weighted rows (kept by the index_add into token order), and the
+// indices (tokens and slots of the sent rows, the grouping of the arrived ones).
+double moe_stored_a2a(const Sizes& z, const MoeRows& m) {
+  const double R = rows_received(m), S = rows_sent(m);
+  return z.E * (R * (2 * z.h + z.expert_g() * z.g) + 2 * S * z.h + S) + 8 * (2 * S + R);
+}
+
+// Its backward: the weighted rows' gradient, then the weighting's (the returned rows' gradient and
+// the product for the probabilities'), back through the all-to-all and un-grouped into all arrived
+// rows; each expert's output gradient is a view of that, so it stays until the last expert is
+// done. Each expert's input gradient is a slice whose backward fills a zeroed buffer of every
+// arrived row, added to the one accumulated; then the grouping's, the all-to-all's and the token
+// order's.
+double moe_backward_peak_a2a(const Sizes& z, const MoeRows& m, double stored) {
+  const double R = rows_received(m), S = rows_sent(m), Rh = z.E * R * z.h, Sh = z.E * S * z.h;
+  const double tokens_grad = z.E * double(m.tokens) * z.h;
+  // The forward (or the recomputation this backward follows) holds the sent rows and the arrived
+  // ones until the range returns. Un-grouping the outputs holds, besides, the experts' outputs, a
+  // zeroed buffer and its copy (before anything is sent back); at the end, the un-grouped outputs.
+  double peak = std::max(stored - Sh + 4 * Rh, stored + Sh + 2 * Rh);
+  peak = std::max(peak, stored + Sh);  // the weighted rows' gradient (they are released)
+  double cur = stored;
+  peak = std::max(peak, cur + 2 * Sh);  // the returned rows' gradient, the probabilities' product
+  cur -= Sh;                           // the returned rows and the weighted rows' gradient released
+  peak = std::max(peak, cur + Rh);    // through the all-to-all
+  cur += Rh - Sh;
+  peak = std::max(peak, cur + Rh);    // un-grouped: the outputs' gradient; the outputs released
+  cur -= Rh;
+  bool first = true;
+  for (size_t i = m.own.size(); i-- > 0;) {
+    const double rows = double(m.own[i] + m.peer[i]);
+    if (rows == 0) continue;
+    const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
+    const double first_gemm = cur - (z.expert_g() - 2) * rg + 2 * z.E * z.g * z.h;
+    peak = std::max({peak, cur + (z.act_recomputed ? 3 : 1) * rg + z.E * z.g * z.h, cur + 2 * rg, first_gemm});
+    cur -= z.E * rows * z.expert_g() * z.g;
+    peak = std::max(peak, cur + rh + Rh + (first ? 0 : Rh));
+    if (first) cur += Rh, first = false;
+  }
+  cur -= 2 * Rh;                    // the grouped rows and their outputs' gradient
+  peak = std::max(peak, cur + Rh);  // the arrived rows' gradient
+  peak = std::max(peak, cur + Sh);  // the sent rows', through the all-to-all
+  cur += Sh - Rh;
+  return std::max(peak, cur + 2 * tokens_grad);  // into token order, beside the one accumulated
+}
+
 // MoE (dispatch -> experts -> combine) with activations stored: what stays until backward.
 // Per expert: its input rows, gate|up (2g), silu(gate) (g), silu*up (g); where it has own rows,
 // its output (kept by the probability weighting), the weighted rows (kept by index_add) and the
 // gathered probabilities; index tensors. Remote rows: what arrived and its weighted copy.
 double moe_stored(const Sizes& z, const MoeRows& m, bool whole = true) {
   if (z.buffer_free) return moe_stored_buffer_free(z, m, whole);
+  if (z.a2a) return moe_stored_a2a(z, m);
   double bytes = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
@@ -162,6 +226,7 @@ double moe_stored(const Sizes& z, const MoeRows& m, bool whole = true) {
 // (two gradients of width g), and scattering its input gradient back to token order.
 double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
   if (z.buffer_free) return moe_backward_peak_buffer_free(z, m, stored);
+  if (z.a2a) return moe_backward_peak_a2a(z, m, stored);
   double freed_by_combine = z.E * 2 * double(m.remote) * z.h, in_flight = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
@@ -240,6 +305,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   z.buffer_free = s.experts == ExpertStorage::BufferFree;
   z.keep_act = s.keep_act;
   z.block_rows = s.block_rows;
+  z.a2a = rank.real && c.kernels != "fused" && !z.buffer_free;
   const int64_t L = m.layers, T = m.tokens();
   const double act = z.E * z.T * z.h;  // one [tokens, hidden] tensor
 
@@ -316,13 +382,15 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       // indices being views of it; with one, the chunk's are the layer's.
       const bool several = chunks > 1;
       const MoeRows& layer_rows = whole[size_t(l)];
-      const double base = below + kept + shared_grads + grad +
-                          (several ? act + z.E * z.T * z.k + saved_index_bytes(layer_rows) + 8 * double(layer_rows.remote) : 0);
+      // Real ranks exchange each chunk's routing with the chunk: nothing is held for the layer.
+      const bool held = several && !z.a2a;
+      const double base = below + kept + shared_grads + grad + (several ? act + z.E * z.T * z.k : 0) +
+                          (held ? saved_index_bytes(layer_rows) + 8 * double(layer_rows.remote) : 0);
       for (int64_t ci = 0; ci < chunks; ++ci) {
         const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
         if (a == b) continue;
         const MoeRows r = moe_rows(rank.layers[size_t(l)], m.topk, T, a, b);
-        consider(moe_backward_peak(z, r, base + moe_stored(z, r, false) - (several ? saved_index_bytes(r) : 0)),
+        consider(moe_backward_peak(z, r, base + moe_stored(z, r, false) - (held ? saved_index_bytes(r) : 0)),
                  at + ", MoE chunk " + std::to_string(ci));
       }
     } else {

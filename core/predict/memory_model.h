@@ -7,6 +7,10 @@
 //    ops' smaller saved set alone is not enough (it then reads up to 6% low under imbalance): with
 //    less kept for backward, the peak moves to the hottest expert's SwiGLU in the (recomputed)
 //    forward, a transient this model does not account yet.
+//    On real ranks (EmulatedRank::real) it accounts the all-to-all path instead of the emulated
+//    peers' tables (core/moe/alltoall.cpp, ATen experts): the sent, arrived and un-grouped rows and
+//    their gradients. Measured against the meter: 0.99-1.02x on experiments/ep_pair.yaml and
+//    ep_sweep.yaml (2 and 4 ranks, every strategy there), 0.97-0.99x while training train_ranks.yaml.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -49,7 +53,7 @@ struct Prediction {
   std::vector<int64_t> chunks;      // the chunk count per layer it was made for (0: stored); empty: none
 };
 
-// Predicts static bytes and the activation peak of one training step of the emulated rank.
+// Predicts static bytes and the activation peak of one training step of the emulated (or real) rank.
 // `chunks_per_layer` overrides the chunk count per layer (MACT; a Chunked shape), 0 being a layer
 // stored whole without recomputation (a plan that mixes storing and chunking); empty = the shape's.
 Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategyShape& s,

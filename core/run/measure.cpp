@@ -189,7 +189,8 @@ PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& 
   run_steps(c, cs, tick, dist);
 
   // Routing only: cheap next to a step. A real rank's routing is its own.
-  const EmulatedRank er = make_emulated_rank(c, dist ? dist->rank() : c.rank);
+  EmulatedRank er = make_emulated_rank(c, dist ? dist->rank() : c.rank);
+  er.real = dist != nullptr;
   out.routing = point_routing(c, er, dist);
   for (auto& k : cs) {
     k.m.counters = k.strategy->record_counters(k.step_counters, c.warmup);

@@ -50,6 +50,7 @@ std::unique_ptr<TrainState> make_rank_state(const ExperimentConfig& c, const Dis
   rc.rank = dist.rank();
   auto st = make_train_state(rc, input_requires_grad);
   st->dist = &dist;
+  st->rank.real = true;
   return st;
 }
 

@@ -36,6 +36,9 @@ struct EmulatedRank {
   at::Tensor remote_outputs;  // [kTableRows, hidden]
   static constexpr int64_t kTableRows = 509;  // prime, so keys spread over it
   int64_t rank = 0;
+  // The routing is a real rank's, whose rows move through the all-to-all (core/moe/alltoall.cpp):
+  // the memory model accounts that path's buffers instead of the emulated peers' tables.
+  bool real = false;
   int64_t input_bytes() const;
   EmulatedRank clone() const;  // the same tables and routing in memory of its own
 };
