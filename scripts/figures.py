@@ -14,6 +14,7 @@ import glob
 import json
 import math
 import os
+import statistics
 import sys
 
 import matplotlib
@@ -1123,11 +1124,6 @@ def train_ranks_stats(path):
     return recs, by, cfg, ranks, room, mact
 
 
-def median(xs):
-    xs = sorted(xs)
-    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else None
-
-
 def train_ranks(path, out_dir):
     recs, by, cfg, ranks, room, mact = train_ranks_stats(path)
     m = cfg["model"]
@@ -1182,7 +1178,7 @@ def train_ranks_lines(results_dir):
         ok = [r for r in rs if r["status"] == "ok"]
         bad = next((r for r in rs if r["status"] != "ok"), None)
         peak = max((r["peak_activation_bytes"] for r in ok), default=0)
-        ms = median([r["step_ms"] for r in ok[1:]])
+        ms = statistics.median([r["step_ms"] for r in ok[1:]]) if ok[1:] else None
         final = next((r.get("eval_loss") for r in reversed(ok) if r.get("eval_loss") is not None), None)
         if bad:
             lines.append(f"- {s}: {bad['status']} at step {bad['step']} (the fullest rank at "

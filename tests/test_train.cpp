@@ -30,6 +30,29 @@ std::map<std::string, std::vector<json>> read_steps(const std::string& dir) {
   return out;
 }
 
+// The tiny model's head (everything before its strategies) with `edits` applied in order.
+std::string tiny_head(const std::vector<std::pair<std::string, std::string>>& edits) {
+  const std::string all = slurp(kTinyTrain);
+  std::string text = all.substr(0, all.find("strategies:"));
+  for (const auto& [from, to] : edits) {
+    const size_t at = text.find(from);
+    if (at == std::string::npos) ADD_FAILURE() << "'" << from << "' not in " << kTinyTrain;
+    else text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+// A run killed and resumed against the same run whole: every step once, in order, with the
+// same numbers to the bit (the same state and data).
+void expect_resumed_as_whole(const std::vector<json>& whole, const std::vector<json>& resumed, size_t steps) {
+  ASSERT_EQ(resumed.size(), steps);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i]["step"].get<int64_t>(), int64_t(i)) << "a gap or a repeat";
+    EXPECT_EQ(resumed[i]["loss"].get<double>(), whole[i]["loss"].get<double>()) << "step " << i;
+    EXPECT_EQ(resumed[i]["expert_tokens"], whole[i]["expert_tokens"]) << "step " << i;
+  }
+}
+
 TEST(Train, LossFallsAndDroplessStrategiesTrainTheSameModel) {
   const std::string dir = scratch("out");
   fs::remove_all(dir);
@@ -80,9 +103,8 @@ TEST(Train, LossFallsAndDroplessStrategiesTrainTheSameModel) {
 TEST(Train, KilledRunResumesWithoutGapOrRepeat) {
   // One strategy: the whole run, then the same run killed after 25 steps (its last checkpoint is
   // after step 19) and resumed. DeepSeek-V3's expert bias is on: it is state the checkpoint must hold.
-  std::string text = slurp(kTinyTrain).substr(0, slurp(kTinyTrain).find("strategies:"));
-  text.replace(text.find("aux_loss: 0.01,"), 15, "aux_loss: 0.01, bias_update: 0.01,");
-  const std::string yaml = write("one.yaml", text + "strategies: [{name: memfine, chunks: 2}]\n");
+  const std::string yaml = write("one.yaml", tiny_head({{"aux_loss: 0.01,", "aux_loss: 0.01, bias_update: 0.01,"}}) +
+                                                 "strategies: [{name: memfine, chunks: 2}]\n");
   // The copied file names no corpus: the default (Debian's fortunes) is read from anywhere.
   const std::string whole = scratch("whole"), killed = scratch("killed");
   fs::remove_all(whole), fs::remove_all(killed);
@@ -94,19 +116,11 @@ TEST(Train, KilledRunResumesWithoutGapOrRepeat) {
   EXPECT_NE(again.code, 0) << "an existing train.jsonl needs --resume";
   Result resumed = run("train " + yaml + " --out " + killed + " --resume --no-progress");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  const auto a = read_steps(whole).at("memfine(chunks=2)"), b = read_steps(killed).at("memfine(chunks=2)");
-  ASSERT_EQ(b.size(), 40u);
-  for (size_t i = 0; i < b.size(); ++i) {
-    EXPECT_EQ(b[i]["step"].get<int64_t>(), int64_t(i)) << "a gap or a repeat";
-    // The same state and data: the same numbers, to the bit.
-    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i;
-    EXPECT_EQ(b[i]["expert_tokens"], a[i]["expert_tokens"]) << "step " << i;
-  }
+  expect_resumed_as_whole(read_steps(whole).at("memfine(chunks=2)"), read_steps(killed).at("memfine(chunks=2)"), 40);
 }
 
 TEST(Train, RoutingWrittenAsATraceReplays) {
-  const std::string yaml = write("one.yaml", slurp(kTinyTrain).substr(0, slurp(kTinyTrain).find("strategies:")) +
-                                                 "strategies: [no_recompute]\n");
+  const std::string yaml = write("one.yaml", tiny_head({}) + "strategies: [no_recompute]\n");
   const std::string dir = scratch("out"), trace = scratch("routing.csv");
   fs::remove_all(dir), fs::remove_all(scratch("replayed"));
   Result t = run("train " + yaml + " --out " + dir + " --no-progress --trace-out " + trace);
@@ -138,8 +152,7 @@ TEST(Train, ExpertBiasBalancesLearnedRouting) {
   // DeepSeek-V3's auxiliary-loss-free balancing against none (no auxiliary loss either): the
   // hottest of 4 ranks' load over the mean, averaged over the last 20 of 40 steps.
   auto late_overload = [&](const std::string& rate) {
-    std::string text = slurp(kTinyTrain).substr(0, slurp(kTinyTrain).find("strategies:"));
-    text.replace(text.find("aux_loss: 0.01,"), 15, "aux_loss: 0, bias_update: " + rate + ",");
+    const std::string text = tiny_head({{"aux_loss: 0.01,", "aux_loss: 0, bias_update: " + rate + ","}});
     const std::string dir = scratch("bias" + rate);
     fs::remove_all(dir);
     Result r = run("train " + write("bias.yaml", text + "strategies: [no_recompute]\n") + " --out " + dir + " --no-progress");
@@ -157,17 +170,6 @@ TEST(Train, ExpertBiasBalancesLearnedRouting) {
   };
   const double off = late_overload("0"), on = late_overload("0.01");
   EXPECT_LT(on, 0.8 * off) << "with the bias " << on << ", without " << off;  // measured: 2.31 and 3.54
-}
-
-// The tiny model's head (everything before its strategies) with `edits` applied in order.
-std::string tiny_head(const std::vector<std::pair<std::string, std::string>>& edits) {
-  std::string text = slurp(kTinyTrain).substr(0, slurp(kTinyTrain).find("strategies:"));
-  for (const auto& [from, to] : edits) {
-    const size_t at = text.find(from);
-    if (at == std::string::npos) ADD_FAILURE() << "'" << from << "' not in " << kTinyTrain;
-    else text.replace(at, from.size(), to);
-  }
-  return text;
 }
 
 TEST(Train, RealRanksTrainWhatOneProcessTrains) {
@@ -239,13 +241,7 @@ TEST(Train, RealRanksResumeTogether) {
   ASSERT_EQ(read_steps(killed).at("memfine(chunks=2)").size(), 15u);
   Result resumed = run("launch --nproc 2 " + yaml + " --out " + killed + " --resume --no-progress");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  const auto a = read_steps(whole).at("memfine(chunks=2)"), b = read_steps(killed).at("memfine(chunks=2)");
-  ASSERT_EQ(b.size(), 20u);
-  for (size_t i = 0; i < b.size(); ++i) {
-    EXPECT_EQ(b[i]["step"].get<int64_t>(), int64_t(i)) << "a gap or a repeat";
-    EXPECT_EQ(b[i]["loss"].get<double>(), a[i]["loss"].get<double>()) << "step " << i;
-    EXPECT_EQ(b[i]["expert_tokens"], a[i]["expert_tokens"]) << "step " << i;
-  }
+  expect_resumed_as_whole(read_steps(whole).at("memfine(chunks=2)"), read_steps(killed).at("memfine(chunks=2)"), 20);
   EXPECT_TRUE(fs::is_empty(killed + "/checkpoints")) << "a whole run keeps no checkpoint";
 }
 

@@ -41,6 +41,16 @@ std::string fmt_bytes(double b) {
   return buf;
 }
 
+std::string budget_terms(int64_t budget, int64_t static_bytes) {
+  return "the budget " + fmt_bytes(double(budget)) + " (static " + fmt_bytes(double(static_bytes)) + ", leaving " +
+         fmt_bytes(double(budget - static_bytes)) + " for activations)";
+}
+
+std::string over_budget_after_step(int64_t step, int64_t budget, int64_t static_bytes, int64_t fullest_peak) {
+  return "step " + std::to_string(step) + ": activations exceed " + budget_terms(budget, static_bytes) +
+         ": the fullest rank reached " + fmt_bytes(double(fullest_peak)) + " (real ranks run a step whole and check it after)";
+}
+
 bool is_out_of_memory(const std::exception& e) {
   return dynamic_cast<const OutOfMemory*>(&e) != nullptr ||
          std::strstr(e.what(), kOutOfMemoryMarker) != nullptr ||

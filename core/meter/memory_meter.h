@@ -29,6 +29,11 @@ bool is_out_of_memory(const std::exception& e);
 // "1.5 MiB": bytes in the largest unit below 1024 of it.
 std::string fmt_bytes(double bytes);
 
+// A budget in a record's terms: "the budget B (static S, leaving R for activations)".
+std::string budget_terms(int64_t budget, int64_t static_bytes);
+// Real ranks run a step whole and compare its peak with the budget after it: a record's error.
+std::string over_budget_after_step(int64_t step, int64_t budget, int64_t static_bytes, int64_t fullest_peak);
+
 class MemoryMeter {
  public:
   // The meter of a device ("cpu" or "cuda"); the CPU meter installs its counting allocator.

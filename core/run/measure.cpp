@@ -102,9 +102,7 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
         k.m.error = msg.substr(0, msg.find('\n'));
         if (k.m.status == "oom") {
           // In the configured budget's terms, not the meter's process-wide limit.
-          const std::string budget = "the budget " + fmt_bytes(double(c.budget)) + " (static " +
-                                     fmt_bytes(double(k.m.static_bytes)) + ", leaving " +
-                                     fmt_bytes(double(c.budget - k.m.static_bytes)) + " for activations)";
+          const std::string budget = budget_terms(c.budget, k.m.static_bytes);
           const auto* oom = dynamic_cast<const OutOfMemory*>(&e);
           if (oom)
             k.m.error = "step " + std::to_string(it) + ": activations exceed " + budget + ": at " +
@@ -123,10 +121,7 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
         const at::Tensor worst = dist->allreduce_max(at::tensor({double(peak > room), double(peak)}, at::kDouble));
         if (worst[0].item<double>() > 0) {  // every rank ends the strategy alike
           k.m.status = "oom";
-          k.m.error = "step " + std::to_string(it) + ": activations exceed the budget " + fmt_bytes(double(c.budget)) +
-                      " (static " + fmt_bytes(double(k.m.static_bytes)) + ", leaving " + fmt_bytes(double(room)) +
-                      " for activations): the fullest rank reached " + fmt_bytes(worst[1].item<double>()) +
-                      " (real ranks run a step whole and check it after)";
+          k.m.error = over_budget_after_step(it, c.budget, k.m.static_bytes, int64_t(worst[1].item<double>()));
           k.state.reset();
         }
       }

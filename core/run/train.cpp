@@ -5,11 +5,10 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
@@ -280,6 +279,13 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
   if (dist) head["ranks"] = dist->world();
   const json lean = {{"experiment", head["experiment"]}, {"point", head["point"]}, {"strategy", head["strategy"]},
                      {"seed", head["seed"]}, {"status", "ok"}};
+  // A run that cannot go on: its step's record says why, the rest of its steps are ticked off.
+  auto end_run = [&](json& rec, const std::string& status, const std::string& why) {
+    rec["status"] = status;
+    rec["error"] = why;
+    rc.append(label, rec);
+    for (int64_t s = rec["step"].get<int64_t>(); s < t.steps; ++s) rc.progress->tick(label + ": " + status);
+  };
   for (int64_t step = first; step < t.steps; ++step) {
     json rec = step == 0 ? head : lean;
     rec["step"] = step;
@@ -301,11 +307,8 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
       // out of memory is planned alike on every rank from the counts they share.
       if (dist && !dynamic_cast<const PlannedOutOfMemory*>(&e)) throw;
       const bool oom = is_out_of_memory(e);
-      std::string msg = e.what();
-      rec["status"] = oom ? "oom" : "error";
-      rec["error"] = "step " + std::to_string(step) + ": " + msg.substr(0, msg.find('\n'));
-      rc.append(label, rec);
-      for (int64_t s = step; s < t.steps; ++s) rc.progress->tick(label + ": " + rec["status"].get<std::string>());
+      const std::string msg = e.what();
+      end_run(rec, oom ? "oom" : "error", "step " + std::to_string(step) + ": " + msg.substr(0, msg.find('\n')));
       return oom;
     }
     double ms = timer.elapsed_ms();
@@ -316,22 +319,15 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
       const at::Tensor worst = dist->allreduce_max(at::tensor({ms, double(peak)}, at::kDouble));
       ms = worst[0].item<double>(), peak = int64_t(worst[1].item<double>());
       if (room >= 0 && peak > room) {
-        rec["status"] = "oom";
-        rec["error"] = "step " + std::to_string(step) + ": activations exceed the budget " + fmt_bytes(double(c.budget)) +
-                       " (static " + fmt_bytes(double(static_bytes)) + ", leaving " + fmt_bytes(double(room)) +
-                       " for activations): the fullest rank reached " + fmt_bytes(double(peak)) +
-                       " (real ranks run a step whole and check it after)";
         rec["peak_activation_bytes"] = peak;
-        rc.append(label, rec);
-        for (int64_t s = step; s < t.steps; ++s) rc.progress->tick(label + ": oom");
+        end_run(rec, "oom", over_budget_after_step(step, c.budget, static_bytes, peak));
         return true;
       }
     }
     if (t.bias_update > 0) update_expert_bias(*st, counts, t.bias_update);
     if (!std::isfinite(loss)) {
-      rec["status"] = "error";
-      rec["error"] = "step " + std::to_string(step) + ": the loss is not finite (" + std::to_string(loss) + "): lower train.lr";
-      rc.append(label, rec);
+      end_run(rec, "error", "step " + std::to_string(step) + ": the loss is not finite (" + std::to_string(loss) +
+                                "): lower train.lr");
       return false;
     }
     rec["loss"] = loss;

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <set>
 #include <numeric>
 #include <random>
 #include <sstream>
