@@ -14,15 +14,10 @@ namespace {
 class Capacity : public Strategy {
  public:
   explicit Capacity(StrategySpec spec) : Strategy(std::move(spec)) {
-    factor_ = spec_.get_double("capacity_factor", 1.0);
-    policy_ = spec_.get_string("drop_policy", "probs");
-    pad_ = spec_.get_bool("pad", false);
-    recompute_ = spec_.get_string("recompute", "none");
-    if (!(factor_ > 0 && factor_ <= 1e6)) throw std::invalid_argument("capacity_factor must be a finite number in (0, 1e6]");
-    if (policy_ != "probs" && policy_ != "position")
-      throw std::invalid_argument("drop_policy must be 'probs' or 'position', got '" + policy_ + "'");
-    if (recompute_ != "none" && recompute_ != "full")
-      throw std::invalid_argument("recompute must be 'none' or 'full', got '" + recompute_ + "'");
+    factor_ = spec_.value("capacity_factor").get<double>();
+    policy_ = spec_.value("drop_policy").get<std::string>();
+    pad_ = spec_.value("pad").get<bool>();
+    recompute_ = spec_.value("recompute").get<std::string>();
   }
   bool dropless() const override { return false; }
   void begin_step(int64_t) override { assignments_ = dropped_ = local_rows_ = local_kept_ = 0; }
@@ -96,10 +91,12 @@ class Capacity : public Strategy {
 
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     "capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
-    {{"capacity_factor", "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank (default 1.0)"},
-     {"drop_policy", "'probs' drops the lowest-probability assignments, 'position' the latest tokens (default probs)"},
-     {"pad", "pad each expert's input to capacity (default false)"},
-     {"recompute", "'none' stores activations, 'full' recomputes each layer (default none)"}},
+    {named(number_param("capacity_factor", "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank",
+                        1.0, 1e-6, 1e6)),
+     named(choice_param("drop_policy", "'probs' drops the lowest-probability assignments, 'position' the latest tokens",
+                        "probs", {"probs", "position"})),
+     bool_param("pad", "pad each expert's input to capacity", false),
+     choice_param("recompute", "'none' stores activations, 'full' recomputes each layer", "none", {"none", "full"})},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new Capacity(s)); }});
 
 }  // namespace

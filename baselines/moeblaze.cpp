@@ -13,10 +13,8 @@ namespace {
 class MoeBlaze : public Strategy {
  public:
   explicit MoeBlaze(StrategySpec spec) : Strategy(std::move(spec)) {
-    keep_act_ = spec_.get_bool("keep_act", false);
-    block_rows_ = spec_.get_int("block_rows", 256);
-    if (block_rows_ < 1 || block_rows_ > (int64_t(1) << 30))
-      throw std::invalid_argument("block_rows must be in [1, 2^30], got " + std::to_string(block_rows_));
+    keep_act_ = spec_.value("keep_act").get<bool>();
+    block_rows_ = spec_.value("block_rows").get<int64_t>();
   }
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
     return layer_forward(x, in, *this, moe_stored);
@@ -44,8 +42,9 @@ class MoeBlaze : public Strategy {
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     "moeblaze",
     "MoEBlaze-style buffer-free experts: index-only dispatch, z kept and SiLU recomputed, combine into the output",
-    {{"keep_act", "also keep SiLU(a)*b instead of recomputing it (default false)"},
-     {"block_rows", "rows per block of an expert's forward and backward, the tile of a fused kernel (default 256)"}},
+    {bool_param("keep_act", "also keep SiLU(a)*b instead of recomputing it", false),
+     int_param("block_rows", "rows per block of an expert's forward and backward, the tile of a fused kernel", 256, 1,
+               int64_t(1) << 30)},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MoeBlaze(s)); }});
 
 }  // namespace

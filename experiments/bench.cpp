@@ -153,7 +153,7 @@ void BM_LayerStep(benchmark::State& state) {
   const ExperimentConfig c = bench_config();
   StrategySpec spec;
   spec.name = state.range(0) == 0 ? "no_recompute" : state.range(0) == 1 ? "full_recompute" : "memfine";
-  if (state.range(0) == 2) spec.params["chunks"] = YAML::Load(std::to_string(state.range(1)));
+  if (state.range(0) == 2) spec.written["chunks"] = YAML::Load(std::to_string(state.range(1)));
   auto st = make_train_state(c);
   auto s = make_strategy(spec);
   int64_t step = 0;

@@ -10,13 +10,15 @@
 #include <sstream>
 #include <string>
 
+#include "scratch.h"
+
 namespace memfine::cli_test {
 
 namespace fs = std::filesystem;
 
 // Per-test file names: ctest runs the tests in parallel processes.
 inline std::string scratch(const std::string& name) {
-  return ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
+  return test_util::scratch_root() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
 }
 
 struct Result {

@@ -31,11 +31,11 @@ int main(int argc, char** argv) {
   // "-": defaults; "4" or "auto": memfine's chunks; "key=value,key=value": any parameters.
   const std::string params = argv[2];
   if (params.find('=') == std::string::npos) {
-    if (params != "-") spec.params["chunks"] = YAML::Load(params);
+    if (params != "-") spec.written["chunks"] = YAML::Load(params);
   } else {
     std::stringstream list(params);
     for (std::string kv; std::getline(list, kv, ',');)
-      spec.params[kv.substr(0, kv.find('='))] = YAML::Load(kv.substr(kv.find('=') + 1));
+      spec.written[kv.substr(0, kv.find('='))] = YAML::Load(kv.substr(kv.find('=') + 1));
   }
   auto st = make_rank_state(c, *dist, true);
   auto s = make_strategy(spec);

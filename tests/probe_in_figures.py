@@ -32,7 +32,7 @@ def main(binary, yaml):
             problems.append(f"model error {100 * err:+.2f}%")
         if not probe.get("expert_rows"):
             problems.append("its counter expert_rows is missing or 0: the expert hook did not run, or counters were dropped")
-        lines = subprocess.run([binary, "predict", yaml], check=True, capture_output=True, text=True).stdout.splitlines()
+        lines = subprocess.run([binary, "predict", "--json", yaml], check=True, capture_output=True, text=True).stdout.splitlines()
         predicted = next(json.loads(line) for line in lines if json.loads(line)["strategy"] == "expert_probe")
         if predicted["predicted_activation_bytes"] != probe["predicted_activation_bytes"]:
             problems.append("predict and run disagree on its prediction")

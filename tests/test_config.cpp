@@ -3,12 +3,17 @@
 // and the strategy label, the results' key and the figures' key, is pinned.
 #include <gtest/gtest.h>
 
+#include "scratch.h"
+
 #include <filesystem>
 #include <fstream>
 
 #include "core/config/config.h"
 #include "core/record/record.h"
+#include "core/record/table.h"
+#include "core/run/resume.h"
 #include "core/run/validate.h"
+#include "core/strategy/strategy.h"
 
 #include <sstream>
 
@@ -28,7 +33,7 @@ TEST(Config, RecordConfigLoadsBackToTheSameConfig) {
       ++points;
       const nlohmann::json first = config_to_json(pt.config);
       // JSON is YAML: the record's config is an experiment file of its own.
-      const std::string path = ::testing::TempDir() + "/roundtrip_" + entry.path().stem().string() + ".yaml";
+      const std::string path = memfine::test_util::scratch_root() + "/roundtrip_" + entry.path().stem().string() + ".yaml";
       std::ofstream(path) << first.dump(2);
       std::vector<std::string> again_errors;
       const auto again = load_and_validate(path, again_errors, false);
@@ -59,17 +64,45 @@ TEST(Config, RecordConfigLoadsBackToTheSameConfig) {
   EXPECT_GT(points, files);
 }
 
-// The label is the results' key (resume) and the figures' key: changing its format orphans every
-// committed result. Parameters in name order, values as YAML flow.
-TEST(Config, StrategyLabelFormatIsPinned) {
-  StrategySpec plain{"full_recompute", {}};
-  EXPECT_EQ(plain.label(), "full_recompute");
-  StrategySpec mact{"memfine", {{"chunks", YAML::Load("auto")}, {"bins", YAML::Load("[1, 2, 4, 8]")}}};
-  EXPECT_EQ(mact.label(), "memfine(bins=[1, 2, 4, 8],chunks=auto)");
-  StrategySpec cap{"capacity", {{"drop_policy", YAML::Load("probs")}, {"capacity_factor", YAML::Load("1.25")}}};
-  EXPECT_EQ(cap.label(), "capacity(capacity_factor=1.25,drop_policy=probs)");
-  StrategySpec flags{"memfine", {{"chunks", YAML::Load("auto")}, {"store_when_fits", YAML::Load("true")}}};
-  EXPECT_EQ(flags.label(), "memfine(chunks=auto,store_when_fits=true)");
+// The label is the results' key (resume) and the figures' key, made from the strategy's declared
+// parameters: one label however the YAML writes them (block or flow lists, 1 or 1.0, a default
+// written out or left out). Parameters in name order; defaults left out, except the ones a table
+// needs to tell rows apart (memfine's chunks, capacity's factor and policy). Changing it orphans
+// committed results: records written before it resolve through canonical_label.
+TEST(Config, StrategyLabelIsOneWhateverTheYamlStyle) {
+  auto label_of = [](const std::string& item) {
+    const YAML::Node n = YAML::Load(item);
+    StrategySpec s;
+    for (const auto& kv : n) {
+      if (kv.first.as<std::string>() == "name") s.name = kv.second.as<std::string>();
+      else s.written[kv.first.as<std::string>()] = kv.second;
+    }
+    std::vector<ParamProblem> problems;
+    const StrategySpec r = resolve_strategy(s, problems);
+    EXPECT_TRUE(problems.empty()) << item << ": " << (problems.empty() ? "" : problems[0].message);
+    return r.label();
+  };
+  EXPECT_EQ(label_of("{name: full_recompute}"), "full_recompute");
+  for (const char* mact : {"{name: memfine, chunks: auto}", "{name: memfine, chunks: auto, bins: [1, 2, 4, 8]}",
+                           "name: memfine\nchunks: auto\nbins:\n  - 1\n  - 2\n  - 4\n  - 8\n",
+                           "{name: memfine, chunks: \"auto\", headroom: 0.050}"})
+    EXPECT_EQ(label_of(mact), "memfine(chunks=auto)") << mact;
+  EXPECT_EQ(label_of("name: memfine\nchunks: auto\nbins:\n  - 1\n  - 2\n"), "memfine(bins=[1,2],chunks=auto)");
+  for (const char* one : {"{name: memfine}", "{name: memfine, chunks: 1}"}) EXPECT_EQ(label_of(one), "memfine(chunks=1)");
+  for (const char* cap : {"{name: capacity}", "{name: capacity, capacity_factor: 1}", "{name: capacity, capacity_factor: 1.0, drop_policy: probs}"})
+    EXPECT_EQ(label_of(cap), "capacity(capacity_factor=1.0,drop_policy=probs)") << cap;
+  EXPECT_EQ(label_of("{drop_policy: position, name: capacity, capacity_factor: 1.25, pad: false}"),
+            "capacity(capacity_factor=1.25,drop_policy=position)");
+  EXPECT_EQ(label_of("{name: memfine, chunks: auto, store_when_fits: true}"), "memfine(chunks=auto,store_when_fits=true)");
+  EXPECT_EQ(label_of("name: memfine\nchunks:\n  - 0\n  - 2\n"), "memfine(chunks=[0,2])");
+  // Records written before labels were canonical read as today's.
+  EXPECT_EQ(canonical_label(json{{"strategy", "memfine(bins=[1, 2, 4, 8],chunks=auto)"}}), "memfine(chunks=auto)");
+  EXPECT_EQ(canonical_label(json{{"strategy", "capacity(capacity_factor=1.0)"}}), "capacity(capacity_factor=1.0,drop_policy=probs)");
+  EXPECT_EQ(canonical_label(json{{"strategy", "memfine(chunks=auto,store_when_fits=true)"}}),
+            "memfine(chunks=auto,store_when_fits=true)");
+  // A record's own name and parameters decide where it has them.
+  EXPECT_EQ(canonical_label(json{{"strategy", "whatever"}, {"name", "memfine"}, {"params", {{"chunks", 4}, {"bins", {1, 2, 4, 8}}}}}),
+            "memfine(chunks=4)");
 }
 
 // The run table tells the truth at a glance: capacity's dropped share beside dropless strategies,

@@ -1,6 +1,8 @@
 // Expert parallelism across real ranks (c10d, Gloo): 2 and 4 processes on loopback give the same
 // loss and gradients as one process computing the whole global batch.
 #include <gtest/gtest.h>
+
+#include "scratch.h"
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -76,7 +78,7 @@ std::vector<at::Tensor> read_rank(const std::string& path) {
 void expect_same_as_one_process(int world, const std::string& strategy, const std::string& chunks,
                                 const std::string& kernels = "aten", const std::string& dtype = "float64") {
   const std::string dir =
-      ::testing::TempDir() + "/dist_" + std::to_string(world) + "_" + strategy + chunks + kernels + dtype;
+      memfine::test_util::scratch_root() + "/dist_" + std::to_string(world) + "_" + strategy + chunks + kernels + dtype;
   std::filesystem::create_directories(dir);
   std::vector<std::string> args = {strategy, chunks, dir};
   if (kernels == "fused") args.push_back("fused");
@@ -144,7 +146,7 @@ TEST_P(RealRanks, FusedKernels) {
 INSTANTIATE_TEST_SUITE_P(World, RealRanks, ::testing::Values(2, 4));
 
 TEST(RealRanksFailure, ARankThatFailsEndsTheJobInBoundedTime) {
-  const std::string dir = ::testing::TempDir() + "/dist_fail";
+  const std::string dir = memfine::test_util::scratch_root() + "/dist_fail";
   std::filesystem::create_directories(dir);
   const auto t0 = std::chrono::steady_clock::now();
   const auto codes = run_ranks(2, {"no_recompute", "-", dir, "throw"}, std::chrono::seconds(90));

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "scratch.h"
+
 #include <fstream>
 
 #include "core/meter/memory_meter.h"
@@ -156,7 +158,7 @@ TEST(Mact, PicksTheSmallestBinThatFitsWhereFullRecomputeRunsOutOfMemory) {
 // objective: time with a cost model: stores when that fits and is predicted faster; otherwise the
 // fastest plan, per layer stored or chunked, that fits.
 TEST(Mact, ObjectiveTimeTakesTheFastestPlanThatFits) {
-  const std::string path = ::testing::TempDir() + "/cost_model.json";
+  const std::string path = memfine::test_util::scratch_root() + "/cost_model.json";
   {
     std::ofstream out(path);
     // Synthetic: storing 100 ms, one chunk 150 ms, 10 ms per extra chunk; experts cost nothing.

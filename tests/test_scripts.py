@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import shutil
 import tempfile
 import unittest
 
@@ -46,6 +47,7 @@ def write(folder, name, records):
 class Figures(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.tmp, True)
         self.out = os.path.join(self.tmp, "out")
         os.makedirs(self.out)
         mact = "memfine(bins=[1, 2, 4, 8],chunks=auto)"

@@ -1,6 +1,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "scratch.h"
+
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -80,7 +82,7 @@ TEST(Workload, HotExpertsGetTheirShare) {
 }
 
 TEST(Workload, TraceReplaysExactly) {
-  const std::string path = ::testing::TempDir() + "/trace.csv";
+  const std::string path = memfine::test_util::scratch_root() + "/trace.csv";
   const std::vector<int64_t> layer0 = {50, 10, 0, 2, 8, 20, 10, 0};  // 100 = 2 ranks * 25 tokens * top-2
   const std::vector<int64_t> layer1 = {60, 40, 0, 0, 0, 0, 0, 0};    // 60 > 50 tokens: cannot replay
   {

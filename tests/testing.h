@@ -36,7 +36,7 @@ inline ExperimentConfig tiny_config(const std::string& dtype = "float64", const 
 inline StrategySpec spec(const std::string& name, std::map<std::string, std::string> params = {}) {
   StrategySpec s;
   s.name = name;
-  for (auto& [k, v] : params) s.params[k] = YAML::Load(v);
+  for (auto& [k, v] : params) s.written[k] = YAML::Load(v);
   return s;
 }
 

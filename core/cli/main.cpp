@@ -16,7 +16,7 @@
 #include "core/dist/launch.h"
 #include "core/run/predict.h"
 #include "core/run/runner.h"
-#include "core/run/train.h"
+#include "core/run/train/train.h"
 #include "core/strategy/strategy.h"
 
 namespace {
@@ -107,14 +107,21 @@ Checks FILE.yaml and every point of its sweep without running anything. Prints o
 problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 when valid.
 )";
 
-const char* kPredictHelp = R"(usage: memfine predict FILE.yaml
+const char* kPredictHelp = R"(usage: memfine predict FILE.yaml [--json]
 
-Prints, without running anything, one JSON line per point and strategy with the memory model's
-predictions (static bytes, activation bytes, whether it fits the budget), the emulated rank's
-largest s' (tokens_received: rows it receives in one layer, as `run` records it) and the model
-FLOPs of one training step; on stderr, the FLOPs a `memfine run` of the file would do. Any build
-predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the memory model
-does not need.
+Prints, without running anything, the memory model's predictions per point and strategy: static,
+activation and total bytes, whether they fit memory.budget, MACT's chunks per layer, and why a
+strategy is not predicted or does not fit; on stderr, the FLOPs a `memfine run` of the file would
+do. Any build predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the
+memory model does not need. Files with a paper: section use the paper's own equations.
+
+  --json   one JSON line per point and strategy instead (the records' head, then the model's
+           fields: predicted_static_bytes, predicted_activation_bytes, fits, chunks,
+           unpredicted_why, fits_why, tokens_received, step_tflop, routing)
+
+Routing is made token by token as `run` makes it while the whole file's is small (2^25 token
+assignments); beyond, from the workload's counts per layer and expert, each rank and chunk taking
+its share ("routing": "counts"), so that memory and time follow the experts, not the tokens.
 )";
 
 const char* kExportHelp = R"(usage: memfine export FILE.yaml --out DIR [--point N]
@@ -248,8 +255,15 @@ int main(int argc, char** argv) {
     if (cmd == "validate" || cmd == "predict") {
       const char* help = cmd == "validate" ? kValidateHelp : kPredictHelp;
       if (wants_help(args)) return std::cout << help, 0;
-      if (args.size() != 1) return usage_error(cmd + " needs exactly one experiment file", help);
-      if (cmd == "predict") return memfine::predict_experiment(args[0]);
+      if (cmd == "validate" && args.size() != 1) return usage_error(cmd + " needs exactly one experiment file", help);
+      if (cmd == "predict") {
+        const bool json_lines = std::find(args.begin(), args.end(), "--json") != args.end();
+        std::vector<std::string> files;
+        for (const auto& a : args)
+          if (a != "--json") files.push_back(a);
+        if (files.size() != 1) return usage_error("predict needs exactly one experiment file", help);
+        return memfine::predict_experiment(files[0], json_lines);
+      }
       std::vector<std::string> errors;
       auto points = memfine::load_and_validate(args[0], errors);
       for (const auto& e : errors) std::cerr << e << "\n";
@@ -282,7 +296,9 @@ int main(int argc, char** argv) {
       if (wants_help(args)) return std::cout << kStrategiesHelp, 0;
       for (const auto& [name, info] : memfine::strategy_registry()) {
         std::cout << name << "\n    " << info.description << "\n";
-        for (const auto& p : info.params) std::cout << "    " << p.name << ": " << p.help << "\n";
+        for (const auto& p : info.params)
+          std::cout << "    " << p.name << ": " << p.help << " (" << p.type << "; default "
+                    << memfine::label_value(p.fallback) << ")\n";
       }
       return 0;
     }

@@ -11,6 +11,9 @@
 #include <sstream>
 
 namespace memfine {
+
+using json = nlohmann::json;
+
 namespace {
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -225,7 +228,11 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
     p.add(node, "strategies", "is empty: list at least one strategy (see `memfine strategies`)");
     return;
   }
-  std::set<std::string> labels;
+  if (node.size() > kMaxStrategies) {
+    p.add(node, "strategies", "lists " + std::to_string(node.size()) + " strategies, more than " +
+                                  std::to_string(kMaxStrategies) + ": split the experiment");
+    return;
+  }
   for (size_t i = 0; i < node.size(); ++i) {
     const YAML::Node item = node[i];
     const std::string path = "strategies[" + std::to_string(i) + "]";
@@ -238,7 +245,7 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
         if (!kv.first.IsScalar()) continue;  // reported by `keys`
         const std::string k = kv.first.Scalar();
         if (k == "name") spec.name = kv.second.as<std::string>("");
-        else spec.params[k] = kv.second;
+        else spec.written[k] = kv.second;
         if (p.lines) (*p.lines)[path + "." + k] = kv.first.Mark().line + 1;
       }
       if (spec.name.empty()) {
@@ -250,8 +257,8 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
       continue;
     }
     if (p.lines) (*p.lines)[path] = item.Mark().line + 1;
-    // Names and parameters are checked against the registry above config (run/validate).
-    if (!labels.insert(spec.label()).second) p.add(item, path, "'" + spec.label() + "' is listed twice");
+    // Names, parameters and duplicates (by canonical label) are checked against the registry above
+    // config (run/validate).
     out.push_back(spec);
   }
 }
@@ -385,6 +392,9 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
       if (t.min_lr > t.lr) p.add(tr.child("min_lr"), "train.min_lr", "exceeds train.lr");
       if (c.model.vocab == 0)
         p.add(tn, "train", "training needs a language model: set model.vocab (256 for the byte tokenizer)");
+      else if (c.model.vocab < 256)
+        p.add(r.child("model")["vocab"], "model.vocab",
+              std::to_string(c.model.vocab) + " is fewer than the byte tokenizer's 256 token ids (the corpus is read as bytes)");
       // Training learns its routing: the router's own top-k decides.
       const YAML::Node wn = r.child("workload");
       if (!wn.IsDefined() || wn.IsNull() || !wn["kind"].IsDefined()) c.workload.kind = "router";
@@ -443,48 +453,49 @@ double WorkloadConfig::intensity(int64_t step, int64_t layer, int64_t layers) co
   return depth * (0.15 + 0.85 * std::exp(-t * t));
 }
 
+std::string label_value(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + label_value(v[i]);
+    return s + "]";
+  }
+  if (v.is_number_float()) {
+    // The shortest form that reads back to the same double, with ".0" on whole numbers: 1.0,
+    // 1.25, 0.05 (Python's repr), so 1, 1.0 and 1.00 label alike once typed.
+    const double d = v.get<double>();
+    char buf[40];
+    for (int prec = 1; prec <= 17; ++prec) {
+      std::snprintf(buf, sizeof buf, "%.*g", prec, d);
+      if (std::strtod(buf, nullptr) == d) break;
+    }
+    std::string s = buf;
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+  }
+  return v.dump();  // integers, booleans, null
+}
+
 std::string StrategySpec::label() const {
+  json params = resolved ? shown : json::object();
+  if (!resolved)
+    for (const auto& [k, v] : written) params[k] = yaml_to_json(v);
   if (params.empty()) return name;
   std::string s = name + "(";
   bool first = true;
-  for (const auto& [k, v] : params) {
-    s += (first ? "" : ",") + k + "=" + MapReader::dump(v);
+  for (const auto& [k, v] : params.items()) {  // nlohmann's objects iterate in key order
+    s += (first ? "" : ",") + k + "=" + label_value(v);
     first = false;
   }
   return s + ")";
 }
 
-namespace {
-// A parameter as T, or `fallback` when it is not given; a value of another type names the key.
-template <class T>
-T param_as(const std::map<std::string, YAML::Node>& params, const std::string& key, T fallback, const char* what) {
-  auto it = params.find(key);
-  if (it == params.end()) return fallback;
-  try {
-    return it->second.as<T>();
-  } catch (const YAML::Exception&) {
-    throw std::invalid_argument(key + ": expected " + what + ", got '" + MapReader::dump(it->second) + "'");
-  }
-}
-}  // namespace
-
-int64_t StrategySpec::get_int(const std::string& key, int64_t fallback) const {
-  return param_as(params, key, fallback, "an integer");
-}
-double StrategySpec::get_double(const std::string& key, double fallback) const {
-  return param_as(params, key, fallback, "a number");
-}
-bool StrategySpec::get_bool(const std::string& key, bool fallback) const {
-  return param_as(params, key, fallback, "true or false");
-}
-std::string StrategySpec::get_string(const std::string& key, const std::string& fallback) const {
-  auto it = params.find(key);
-  if (it == params.end()) return fallback;
-  if (!it->second.IsScalar()) throw std::invalid_argument(key + ": expected a string");
-  return it->second.as<std::string>();
-}
-std::vector<int64_t> StrategySpec::get_int_list(const std::string& key, std::vector<int64_t> fallback) const {
-  return param_as(params, key, std::move(fallback), "a list of integers");
+const json& StrategySpec::value(const std::string& key) const {
+  auto it = values.find(key);
+  if (it == values.end())
+    throw std::logic_error("strategy '" + name + "' reads parameter '" + key + "', which it does not declare" +
+                           (resolved ? "" : " (the spec was not resolved)"));
+  return *it;
 }
 
 int64_t parse_bytes(const std::string& text) {

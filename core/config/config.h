@@ -49,17 +49,29 @@ struct WorkloadConfig {
   double intensity(int64_t step, int64_t layer, int64_t layers) const;
 };
 
-// A strategy as the YAML names it: `memfine` or `{name: memfine, chunks: 4}`.
+// A strategy as the YAML names it: `memfine` or `{name: memfine, chunks: 4}`. Its parameters are
+// typed by the strategy's own declaration (core/strategy/params.h), which resolves them: every
+// declared parameter's value with defaults filled in, and the canonical label, the results' key,
+// which is the same however the YAML writes a value (block or flow style, 1 or 1.0, a default
+// written out or left out).
 struct StrategySpec {
   std::string name;
-  std::map<std::string, YAML::Node> params;
-  std::string label() const;  // "memfine(chunks=4)": stable, used as the results key
-  int64_t get_int(const std::string& key, int64_t fallback) const;
-  double get_double(const std::string& key, double fallback) const;
-  bool get_bool(const std::string& key, bool fallback) const;
-  std::string get_string(const std::string& key, const std::string& fallback) const;
-  std::vector<int64_t> get_int_list(const std::string& key, std::vector<int64_t> fallback) const;
+  std::map<std::string, YAML::Node> written;  // as the YAML wrote them
+  bool resolved = false;
+  nlohmann::json values = nlohmann::json::object();  // resolved: every declared parameter
+  nlohmann::json shown = nlohmann::json::object();   // resolved: those the label names
+  // "memfine(chunks=4)": name and the shown parameters in key order, each value in one form
+  // (before resolution, the written ones, as they parse).
+  std::string label() const;
+  // A resolved parameter's value (std::logic_error when it is not declared).
+  const nlohmann::json& value(const std::string& key) const;
 };
+
+// A parameter's value as labels write it: 4, 1.25, 1.0, true, auto, [1,2,4,8].
+std::string label_value(const nlohmann::json& v);
+// A written YAML value as JSON: integers, numbers, booleans and strings keep their type (a quoted
+// scalar is a string); lists and maps recursively.
+nlohmann::json yaml_to_json(const YAML::Node& n);
 
 // Paper-scale projection (memfine predict only): the DeepSeek-V3 shapes the model config does not
 // carry, the device, and where s' comes from. Defaults are DeepSeek-V3's published architecture.
@@ -137,8 +149,9 @@ struct SweepPoint {
 // meaningful if none were. Callers that run or predict use load_and_validate (core/run/validate.h).
 std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors);
 
-// The most points a sweep may expand to (experiments/README.md).
+// The most points a sweep may expand to, and strategies a file may list (experiments/README.md).
 inline constexpr size_t kMaxSweepPoints = 10000;
+inline constexpr size_t kMaxStrategies = 64;
 
 // The resolved config as the YAML would write it, every key included: JSON is YAML, so the
 // record's config loads back to the same config (tests/test_cli.cpp holds it to that).

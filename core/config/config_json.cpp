@@ -8,9 +8,6 @@ namespace memfine {
 
 using json = nlohmann::json;
 
-namespace {
-
-// A strategy parameter as it was written: integers, numbers, booleans and strings keep their type.
 json yaml_to_json(const YAML::Node& n) {
   if (n.IsSequence()) {
     json a = json::array();
@@ -34,15 +31,16 @@ json yaml_to_json(const YAML::Node& n) {
   return t;
 }
 
-}  // namespace
-
 json config_to_json(const ExperimentConfig& c) {
   const ModelConfig& m = c.model;
   const WorkloadConfig& w = c.workload;
   json strategies = json::array();
   for (const auto& s : c.strategies) {
+    // As resolved, the parameters the label names: loading it back gives the same strategy.
     json j = {{"name", s.name}};
-    for (const auto& [k, v] : s.params) j[k] = yaml_to_json(v);
+    if (s.resolved) j.update(s.shown);
+    else
+      for (const auto& [k, v] : s.written) j[k] = yaml_to_json(v);
     strategies.push_back(j);
   }
   json out = {{"name", c.name}, {"seed", c.seed}, {"device", c.device}, {"dtype", c.dtype}, {"kernels", c.kernels},

@@ -1,6 +1,7 @@
 #include "core/model/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 
@@ -185,6 +186,16 @@ at::Tensor embed_tokens(const Model& m, const at::Tensor& tokens) { return m.emb
 at::Tensor next_token_loss(const Model& m, const at::Tensor& h, const at::Tensor& next_tokens) {
   at::Tensor logits = at::matmul(rms_norm(h, m.final_norm), m.embed.t());
   return at::cross_entropy_loss(logits, next_tokens.reshape(-1));
+}
+
+void update_expert_bias(Model& model, const std::vector<at::Tensor>& counts, double rate) {
+  at::NoGradGuard no_grad;
+  for (size_t l = 0; l < counts.size(); ++l) {
+    at::Tensor& b = model.layers[l].expert_bias;
+    if (!b.defined() || !counts[l].defined()) continue;
+    const at::Tensor n = counts[l].to(b.options());
+    b.add_(at::sign(n.mean() - n) * rate);
+  }
 }
 
 }  // namespace memfine

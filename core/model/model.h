@@ -74,4 +74,9 @@ int64_t static_bytes_lower_bound(const ExperimentConfig& c);
 // Number of elements of every parameter of the rank's model, from shapes alone (no allocation).
 int64_t parameter_count(const ModelConfig& m, int64_t ep);
 
+// DeepSeek-V3's auxiliary-loss-free balancing, after a step: each layer's expert bias moves by
+// `rate` towards balance, up for an expert that got fewer than the mean of `counts` (its
+// assignments per expert), down for one that got more.
+void update_expert_bias(Model& model, const std::vector<at::Tensor>& counts, double rate);
+
 }  // namespace memfine

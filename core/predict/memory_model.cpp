@@ -24,15 +24,48 @@ struct MoeRows {
   int64_t tokens = 0;
 };
 
+// A layer's peer rows ordered by the sender's token position, so that a token range (a chunk)
+// finds its own without reading every row.
+struct PeerIndex {
+  std::vector<int64_t> pos, expert;
+};
+PeerIndex peer_index(const RankRouting& r) {
+  PeerIndex ix;
+  if (!r.peer_pos.defined() || r.peer_pos.numel() == 0) return ix;
+  const at::Tensor order = r.peer_pos.argsort();
+  const at::Tensor pos = r.peer_pos.index_select(0, order).contiguous(), ex = r.peer_expert.index_select(0, order).contiguous();
+  ix.pos.assign(pos.data_ptr<int64_t>(), pos.data_ptr<int64_t>() + pos.numel());
+  ix.expert.assign(ex.data_ptr<int64_t>(), ex.data_ptr<int64_t>() + ex.numel());
+  return ix;
+}
+
 // Under capacity capping (`cap` >= 0, whole layers only) each sending rank keeps at most `cap`
-// assignments per expert, and `pad_rows` pads every expert's input.
+// assignments per expert, and `pad_rows` pads every expert's input. `peers`: the layer's index.
 MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t begin, int64_t end, int64_t cap = -1,
-                 int64_t pad_rows = 0) {
+                 int64_t pad_rows = 0, const PeerIndex* peers = nullptr) {
   MoeRows m;
   m.tokens = end - begin;
   m.own.assign(size_t(r.local_experts), 0);
   m.peer.assign(size_t(r.local_experts), 0);
   m.pad.assign(size_t(r.local_experts), 0);
+  if (!r.expert_counts.empty()) {
+    // Counts only (make_counts_rank): every sender sends an expert 1/ep of its assignments, each
+    // capped at `cap` under capacity; a token range takes its share of every sender's.
+    auto share = [&](int64_t n) { return n * (end - begin) / tokens; };
+    for (int64_t e = 0; e < r.ep * r.local_experts; ++e) {
+      const int64_t from_each = r.expert_counts[size_t(e)] / r.ep;
+      const int64_t own = cap >= 0 ? std::min(from_each, cap) : from_each, local = e - r.first_expert;
+      if (local >= 0 && local < r.local_experts) {
+        m.own[size_t(local)] = share(own);
+        m.peer[size_t(local)] = share(cap >= 0 ? (r.ep - 1) * own : r.expert_counts[size_t(e)] - from_each);
+      } else {
+        m.remote += share(own);
+      }
+    }
+    for (int64_t e = 0; e < r.local_experts; ++e)
+      m.pad[size_t(e)] = std::max<int64_t>(pad_rows - m.own[size_t(e)] - m.peer[size_t(e)], 0);
+    return m;
+  }
   if (cap >= 0) {
     if (r.own_experts.defined()) {
       // Own assignments per expert of every rank, capped.
@@ -75,6 +108,12 @@ MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t beg
       if (e >= 0 && e < r.local_experts) ++m.own[size_t(e)];
       else ++m.remote;
     }
+  if (peers) {
+    const auto first = std::lower_bound(peers->pos.begin(), peers->pos.end(), begin) - peers->pos.begin();
+    const auto last = std::lower_bound(peers->pos.begin(), peers->pos.end(), end) - peers->pos.begin();
+    for (auto i = first; i < last; ++i) ++m.peer[size_t(peers->expert[size_t(i)])];
+    return m;
+  }
   auto pos = r.peer_pos.accessor<int64_t, 1>();
   auto ex = r.peer_expert.accessor<int64_t, 1>();
   for (int64_t i = 0; i < r.peer_pos.numel(); ++i)
@@ -386,12 +425,23 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       const bool held = several && !z.a2a;
       const double base = below + kept + shared_grads + grad + (several ? act + z.E * z.T * z.k : 0) +
                           (held ? saved_index_bytes(layer_rows) + 8 * double(layer_rows.remote) : 0);
-      for (int64_t ci = 0; ci < chunks; ++ci) {
-        const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
-        if (a == b) continue;
-        const MoeRows r = moe_rows(rank.layers[size_t(l)], m.topk, T, a, b);
+      const RankRouting& rr = rank.layers[size_t(l)];
+      auto chunk = [&](int64_t a, int64_t b, const PeerIndex* peers, const std::string& which) {
+        const MoeRows r = moe_rows(rr, m.topk, T, a, b, -1, 0, peers);
         consider(moe_backward_peak(z, r, base + moe_stored(z, r, false) - (held ? saved_index_bytes(r) : 0)),
-                 at + ", MoE chunk " + std::to_string(ci));
+                 at + ", MoE chunk " + which);
+      };
+      if (rr.own_experts.defined()) {  // token-level routing: each chunk's own rows
+        const PeerIndex peers = peer_index(rr);
+        for (int64_t ci = 0; ci < chunks; ++ci) {
+          const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
+          if (a < b) chunk(a, b, &peers, std::to_string(ci));
+        }
+      } else {
+        // Counts: a chunk takes its share of every expert's rows, so only its size matters: the
+        // first chunk's (T / chunks tokens) and, where they differ, one more token.
+        chunk(0, T / chunks, nullptr, "0");
+        if (T % chunks && T / chunks + 1 <= T) chunk(0, T / chunks + 1, nullptr, "of " + std::to_string(T / chunks + 1) + " tokens");
       }
     } else {
       const double moe = sl.moe == MoeMode::Stored && !sl.recompute_layer ? 0 : moe_stored(z, whole[size_t(l)]);

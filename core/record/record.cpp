@@ -2,11 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <functional>
-#include <set>
-#include <sstream>
 
 #include "core/meter/flops.h"
 #include "core/meter/memory_meter.h"
@@ -34,7 +29,7 @@ json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::s
                 const std::string& status, const std::string& error) {
   const char* role = role_name(s.name);
   return {{"experiment", c.name}, {"point", point}, {"strategy", s.label()}, {"name", s.name},
-          {"role", role ? json(role) : json(nullptr)}, {"status", status},
+          {"params", s.values}, {"role", role ? json(role) : json(nullptr)}, {"status", status},
           {"error", error.empty() ? json(nullptr) : json(error)}, {"seed", c.seed}, {"ep", c.ep},
           {"config", ctx.config}, {"env", ctx.env}};
 }
@@ -78,149 +73,13 @@ std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx
       r["loss"] = nullptr;
     }
     r["grad_max_rel_err"] = k.grad_err < 0 ? json(nullptr) : json(k.grad_err);
+    // The verdict: against the tolerance of the dtype (core/run/verify.h); null when not checked.
+    r["verify_tolerance"] = k.grad_err < 0 ? json(nullptr) : json(k.verify_tolerance);
+    r["verified"] = k.grad_err < 0 ? json(nullptr) : json(k.grad_err <= k.verify_tolerance);
     for (const auto& [key, value] : k.counters.items()) r[key] = value;
     records.push_back(std::move(r));
   }
   return records;
-}
-
-namespace {
-
-// The point without its budget: where a strategy that ran out of memory can be set against the
-// baseline measured at another budget.
-std::string without_budget(const std::string& point) {
-  std::string out;
-  size_t pos = 0;
-  while (pos <= point.size()) {
-    size_t comma = point.find(',', pos);
-    if (comma == std::string::npos) comma = point.size();
-    const std::string part = point.substr(pos, comma - pos);
-    if (part.rfind("memory.budget=", 0) != 0) out += (out.empty() ? "" : ",") + part;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-double budget_of(const json& r) {
-  const json b = r.value("budget_bytes", json());
-  return b.is_number() ? b.get<double>() : INFINITY;
-}
-
-// "4"; per layer or per step and layer: "min-max".
-std::string chunks_text(const json& c) {
-  if (c.is_null()) return "-";
-  if (c.is_number()) return c.dump();
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
-  std::function<void(const json&)> walk = [&](const json& j) {
-    if (j.is_array())
-      for (const auto& x : j) walk(x);
-    else if (j.is_number())
-      lo = std::min(lo, j.get<int64_t>()), hi = std::max(hi, j.get<int64_t>());
-  };
-  walk(c);
-  if (lo > hi) return "-";
-  return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
-}
-
-std::string origin(const json& r) {
-  const json env = r.value("env", json::object());
-  return env.value("device_name", std::string("?")) + ", commit " + env.value("git_commit", std::string("?")) + ", " +
-         env.value("date", std::string("?"));
-}
-
-}  // namespace
-
-std::string summary_table(const std::vector<json>& records, size_t earlier) {
-  std::ostringstream out;
-  size_t label = 8, point_w = 5;
-  for (const auto& r : records) {
-    label = std::max(label, r["strategy"].get<std::string>().size());
-    point_w = std::max(point_w, r["point"].get<std::string>().size() + (r.value("world_size", 1) > 1 ? 4 : 0) + 1);
-  }
-  label = std::min<size_t>(label, 60), point_w = std::min<size_t>(point_w, 48);
-  std::string baseline;
-  for (const auto& r : records)
-    if (r.value("role", json()) == "baseline") baseline = r["strategy"].get<std::string>();
-  auto num = [](const json& j) { return j.is_number() ? j.get<double>() : NAN; };
-  bool any_elsewhere = false, any_earlier = false;
-  std::vector<std::string> lines;
-  for (size_t n = 0; n < records.size(); ++n) {
-    const json& r = records[n];
-    // The baseline at this point; where it ran out of memory, its peak where it fit at the
-    // nearest budget of the same point otherwise (marked '*').
-    const json* base = nullptr;
-    bool elsewhere = false;
-    for (const auto& o : records)
-      if (o["point"] == r["point"] && o.value("rank", 0) == r.value("rank", 0) && o.value("role", json()) == "baseline" &&
-          o["status"] == "ok")
-        base = &o;
-    if (!base) {
-      const std::string rest = without_budget(r["point"].get<std::string>());
-      double best = INFINITY;
-      for (const auto& o : records)
-        if (o.value("role", json()) == "baseline" && o["status"] == "ok" && o.value("rank", 0) == r.value("rank", 0) &&
-            without_budget(o["point"].get<std::string>()) == rest) {
-          const double d = std::fabs(std::log(budget_of(o) == INFINITY ? 1e30 : budget_of(o)) -
-                                     std::log(budget_of(r) == INFINITY ? 1e30 : budget_of(r)));
-          if (d < best) best = d, base = &o, elsewhere = true;
-        }
-    }
-    const double act = num(r.value("peak_activation_bytes", json()));
-    const json step = r.value("step_ms", json());
-    const double ms = step.is_object() ? step["median"].get<double>() : NAN;
-    std::string act_ratio = "-", time_ratio = "-";
-    if (base && !std::isnan(act)) {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.3f%s", act / num((*base)["peak_activation_bytes"]), elsewhere ? "*" : "");
-      act_ratio = b;
-      std::snprintf(b, sizeof b, "%.3f%s", ms / (*base)["step_ms"]["median"].get<double>(), elsewhere ? "*" : "");
-      time_ratio = b;
-      any_elsewhere |= elsewhere;
-    }
-    std::string dropped = "-";
-    if (r.contains("dropped_fraction") && r["dropped_fraction"].is_number()) {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.1f%%", 100 * r["dropped_fraction"].get<double>());
-      dropped = b;
-    }
-    std::string point = r["point"].get<std::string>();
-    const std::string at_rank = r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "";
-    const bool old = n < earlier;
-    any_earlier |= old;
-    if (point.size() + at_rank.size() + 1 > point_w) point = point.substr(0, point_w - at_rank.size() - 4) + "...";
-    point += at_rank + (old ? "^" : "");
-    std::string strategy = r["strategy"].get<std::string>();
-    if (strategy.size() > label) strategy = strategy.substr(0, label - 3) + "...";
-    char line[512];
-    std::snprintf(line, sizeof line, "%-*s %-*s %-6s %9lld %7s %8s %11s %11s %10s %9s %9s", int(point_w), point.c_str(),
-                  int(label), strategy.c_str(), r["status"].get<std::string>().c_str(),
-                  (long long)r.value("tokens_received", int64_t(0)), chunks_text(r.value("chunks", json())).c_str(),
-                  dropped.c_str(), r.value("static_bytes", json()).is_number() ? fmt_bytes(num(r["static_bytes"])).c_str() : "-",
-                  std::isnan(act) ? "-" : fmt_bytes(act).c_str(),
-                  std::isnan(ms) ? "-" : (std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2)).c_str(),
-                  act_ratio.c_str(), time_ratio.c_str());
-    lines.push_back(line);
-  }
-  char head[512];
-  std::snprintf(head, sizeof head, "%-*s %-*s %-6s %9s %7s %8s %11s %11s %10s %9s %9s", int(point_w), "point", int(label),
-                "strategy", "status", "s'", "chunks", "dropped", "static", "act peak", "step ms", "act/base", "time/base");
-  if (!baseline.empty()) out << "ratios against " << baseline << " (the baseline) at the same point\n";
-  out << head << "\n" << std::string(std::strlen(head), '-') << "\n";
-  for (const auto& l : lines) out << l << "\n";
-  if (any_elsewhere)
-    out << "* the baseline ran out of memory at this point: against its peak and time measured at the nearest budget where "
-           "it fit\n";
-  if (any_earlier) {
-    std::set<std::string> origins;
-    for (size_t n = 0; n < earlier && n < records.size(); ++n) origins.insert(origin(records[n]));
-    out << "^ measured earlier, not by this run (--resume): ";
-    bool first = true;
-    for (const auto& o : origins) out << (first ? "" : "; ") << o, first = false;
-    out << "\n";
-  }
-  out << "dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
-         "min-max over layers and steps where it varies\n";
-  return out.str();
 }
 
 }  // namespace memfine

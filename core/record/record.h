@@ -25,6 +25,7 @@ struct Measured {
   json predicted_activation_bytes;   // the implementation model's, or null
   std::string unpredicted_why;       // why there is no prediction
   double grad_err = -1;              // verify: largest relative gradient error; -1: not checked
+  double verify_tolerance = 0;       // what verify accepts for the dtype
 };
 
 // The routing of a point as this rank saw it.
@@ -55,10 +56,5 @@ json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::s
 std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx, const PointRouting& routing,
                                    const std::vector<Measured>& ms, double matmul_ceiling_flops);
 
-// The table printed after a run: ratios against the strategy of Role::Baseline (where it ran out
-// of memory, against it at the nearest budget of the same point where it fit, marked), the dropped
-// share, the chunk choice; the first `earlier` records (from before a --resume) are marked with
-// the machine and commit they came from.
-std::string summary_table(const std::vector<json>& records, size_t earlier = 0);
 
 }  // namespace memfine

@@ -178,6 +178,14 @@ void ResultsFile::lock(const std::string& dir) {
   }
 }
 
+void ResultsFile::update_records(const std::function<void(json&)>& edit) {
+  done_.clear();
+  for (auto& r : records_) {
+    edit(r);
+    mark_done(r);
+  }
+}
+
 bool ResultsFile::has(const std::string& point, const std::string& strategy, int64_t step) const {
   return done_.count({point, strategy, step}) > 0;
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -32,6 +33,9 @@ class ResultsFile {
   bool has(const std::string& point, const std::string& strategy, int64_t step = -1) const;
   void append(const json& record);
   const std::vector<json>& records() const { return records_; }
+  // Edits every record read so far in memory (the file is not rewritten) and keys them anew:
+  // labels written before they were canonical, read as today's.
+  void update_records(const std::function<void(json&)>& edit);
   std::string repaired_note() const { return repaired_; }  // non-empty if a torn line was dropped
 
  private:

@@ -5,8 +5,9 @@
 
 #include "core/dist/dist.h"
 #include "core/meter/memory_meter.h"
-#include "core/meter/timer.h"
+#include "core/run/step.h"
 #include "core/run/train_step.h"
+#include "core/run/verify.h"
 #include "core/strategy/strategy.h"
 #include "core/workload/workload.h"
 
@@ -19,37 +20,6 @@ struct Contender {
   std::unique_ptr<TrainState> state;
   std::vector<json> step_counters;  // per timed step
 };
-
-// Largest relative gradient difference over parameters (and the input when it has one).
-double max_rel_err(TrainState& a, TrainState& b) {
-  auto pa = a.model.parameters(), pb = b.model.parameters();
-  if (a.input.requires_grad()) pa.push_back(a.input), pb.push_back(b.input);
-  double worst = 0;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    const double scale = pb[i].grad().abs().max().item<double>();
-    const double diff = (pa[i].grad() - pb[i].grad()).abs().max().item<double>();
-    worst = std::max(worst, diff / std::max(scale, 1e-30));
-  }
-  return worst;
-}
-
-// Correctness: loss and gradients of each dropless strategy against the reference strategy (the
-// plain computation), one step on fresh states with the input's gradient included.
-void verify(const ExperimentConfig& c, std::vector<Contender>& cs) {
-  const std::string ref_name = strategy_of_role(Role::Reference);
-  if (ref_name.empty()) throw std::logic_error("verify: no strategy is registered as the reference");
-  const auto fresh = make_train_state(c, true);  // every state below copies it
-  auto reference = copy_train_state(*fresh);
-  auto ref_strategy = make_strategy(StrategySpec{ref_name, {}});
-  train_step(*reference, *ref_strategy, 0, false);
-  for (auto& k : cs) {
-    if (!k.strategy->dropless()) continue;
-    auto st = copy_train_state(*fresh);
-    auto s = make_strategy(k.m.spec);
-    train_step(*st, *s, 0, false);
-    k.m.grad_err = max_rel_err(*st, *reference);
-  }
-}
 
 // Static memory: allocated when a state is made, audited against what the meter saw on the CPU.
 void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist* dist) {
@@ -75,7 +45,7 @@ void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist*
 // Warmup and timed steps, each strategy in turn within a step; out of memory is a result.
 void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std::function<void()>& tick,
                const Dist* dist) {
-  MemoryMeter& meter = MemoryMeter::get(c.device);
+  GuardedStep guarded(c, dist);
   const int64_t steps = c.warmup + c.repeats;
   for (int64_t it = 0; it < steps; ++it) {
     for (auto& k : cs) {
@@ -85,49 +55,14 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
       }
       route_step(k.state->rank, c, it);  // a scheduled workload routes differently each step
       k.m.static_bytes = k.state->static_bytes();
-      meter.reset_peak();
-      const int64_t start = meter.current_bytes();
-      // Real ranks cannot stop one rank mid-step (the others would wait in its collectives): they
-      // run the step whole and compare each rank's peak with the budget after it (below).
-      const int64_t limit = c.budget >= 0 && !dist ? start - k.m.static_bytes + c.budget : -1;
-      Timer t(c.device);
-      try {
-        MemoryLimitGuard guard(meter, limit);
-        k.m.loss = train_step(*k.state, *k.strategy, it);
-      } catch (const std::exception& e) {
-        // A real rank cannot skip a step alone: the others wait in its collectives. End the job.
-        if (dist) throw;
-        k.m.status = is_out_of_memory(e) ? "oom" : "error";
-        std::string msg = e.what();
-        k.m.error = msg.substr(0, msg.find('\n'));
-        if (k.m.status == "oom") {
-          // In the configured budget's terms, not the meter's process-wide limit.
-          const std::string budget = budget_terms(c.budget, k.m.static_bytes);
-          const auto* oom = dynamic_cast<const OutOfMemory*>(&e);
-          if (oom)
-            k.m.error = "step " + std::to_string(it) + ": activations exceed " + budget + ": at " +
-                        fmt_bytes(double(oom->in_use - start)) + ", " + fmt_bytes(double(oom->requested)) + " more was asked";
-          else if (const auto* planned = dynamic_cast<const PlannedOutOfMemory*>(&e))
-            k.m.error = "step " + std::to_string(it) + ": " + planned->reason;  // the strategy's own terms
-          else
-            k.m.error = "step " + std::to_string(it) + ": activations exceed " + budget + ", having reached " +
-                        fmt_bytes(double(meter.peak_bytes() - start));
-        }
+      const StepOutcome o = guarded.run(it, k.m.static_bytes, [&] { return train_step(*k.state, *k.strategy, it); });
+      if (!o.ok()) {
+        k.m.status = o.status, k.m.error = o.error;
         k.state.reset();
-      }
-      const double ms = t.elapsed_ms();
-      if (dist && c.budget >= 0 && k.m.status == "ok") {
-        const int64_t peak = meter.peak_bytes() - start, room = c.budget - k.m.static_bytes;
-        const at::Tensor worst = dist->allreduce_max(at::tensor({double(peak > room), double(peak)}, at::kDouble));
-        if (worst[0].item<double>() > 0) {  // every rank ends the strategy alike
-          k.m.status = "oom";
-          k.m.error = over_budget_after_step(it, c.budget, k.m.static_bytes, int64_t(worst[1].item<double>()));
-          k.state.reset();
-        }
-      }
-      if (k.m.status == "ok" && it >= c.warmup) {
-        k.m.ms.push_back(ms);
-        k.m.peaks.push_back(double(meter.peak_bytes() - start));
+      } else if (it >= c.warmup) {
+        k.m.loss = o.loss;
+        k.m.ms.push_back(o.ms);
+        k.m.peaks.push_back(double(o.peak));
         k.step_counters.push_back(k.strategy->step_counters());
       }
       tick();
@@ -179,7 +114,13 @@ PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& 
   }
   PointResult out;
   if (cs.empty()) return out;
-  if (c.verify && !dist) verify(c, cs);  // real ranks: tests/test_dist.cpp checks them against one process
+  if (c.verify) {
+    std::vector<StrategySpec> specs;
+    for (const auto& k : cs) specs.push_back(k.m.spec);
+    const auto errors = verify_strategies(c, specs, dist);
+    for (size_t i = 0; i < cs.size(); ++i)
+      if (errors[i]) cs[i].m.grad_err = *errors[i], cs[i].m.verify_tolerance = verify_tolerance(c.dtype);
+  }
   allocate(c, cs, dist);
   run_steps(c, cs, tick, dist);
 

@@ -4,8 +4,9 @@
 
 namespace memfine {
 
-// One JSON line per point and strategy on stdout (the record schema's head, then the model's
-// fields); returns the exit code (0 ok, 2 bad input).
-int predict_experiment(const std::string& yaml);
+// A table on stdout, one row per point and strategy (core/record/table.h); with `json_lines`, one
+// JSON line each instead (the record schema's head, then the model's fields). Returns the exit
+// code (0 ok, 2 bad input).
+int predict_experiment(const std::string& yaml, bool json_lines = false);
 
 }  // namespace memfine

@@ -1,113 +1,40 @@
 #include "core/run/runner.h"
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstdlib>
-#include <filesystem>
 #include <iostream>
-#include <memory>
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
-#include "core/dist/launch.h"
 #include "core/meter/ceiling.h"
-#include "core/record/environment.h"
 #include "core/record/record.h"
-#include "core/record/results.h"
+#include "core/record/table.h"
 #include "core/run/measure.h"
 #include "core/run/progress.h"
 #include "core/run/threads.h"
-#include "core/run/validate.h"
 
 namespace memfine {
 
 int run_experiment(const std::string& yaml, const RunOptions& opt) {
-  std::vector<std::string> errors;
-  std::vector<SweepPoint> points = load_and_validate(yaml, errors);
-  if (!errors.empty()) {
-    for (const auto& e : errors) std::cerr << e << "\n";
-    return 2;
-  }
-  std::unique_ptr<Dist> dist;
-  try {
-    dist = join_job(points.front().config.device);
-  } catch (const std::exception& e) {
-    std::cerr << "memfine run: " << yaml << ": " << e.what() << "\n";
-    return 2;
-  }
-  const bool writer = !dist || dist->rank() == 0;
-  // Fault injection for the tests (tests/test_faults.cpp): this rank stops as a hung one would.
-  if (const char* stop = std::getenv("MEMFINE_FAULT_STOP_RANK"); stop && dist && std::atoi(stop) == dist->rank())
-    ::raise(SIGSTOP);
-  // `memfine launch --nproc 1` (WORLD_SIZE=1) of an expert-parallel file would quietly emulate.
-  if (!dist && std::getenv("WORLD_SIZE"))
-    for (const auto& p : points)
-      if (p.config.ep != 1) {
-        std::cerr << p.config.where("parallel.ep") << ": parallel.ep is " << p.config.ep
-                  << " but WORLD_SIZE is 1: run one rank per expert-parallel rank (memfine launch --nproc "
-                  << p.config.ep << "), or memfine run alone to emulate them\n";
-        return 2;
-      }
-  if (dist) {
-    for (const auto& p : points)
-      if (p.config.device != points.front().config.device) {
-        std::cerr << yaml << ": every point of a multi-rank run must use one device (the process group is made once)\n";
-        return 2;
-      } else if (p.config.ep != dist->world()) {
-        std::cerr << yaml << ": parallel.ep is " << p.config.ep << " but WORLD_SIZE is " << dist->world()
-                  << ": run one rank per expert-parallel rank\n";
-        return 2;
-      } else if (p.config.verify) {
-        // Checking a rank needs the whole global batch computed in one process beside it; the
-        // tests do that (tests/test_dist.cpp), a measured run does not.
-        // One write: every rank says it at once.
-        std::cerr << p.config.where("verify") +
-                         ": verify: not available on real ranks (memfine launch, or RANK set); set it to false. "
-                         "tests/test_dist.cpp holds real ranks to one process computing the whole batch (1e-10, fp64); "
-                         "memfine run of the same file verifies the emulated rank\n";
-        return 2;
-      }
-  }
-  const ExperimentConfig& base = points.front().config;
-  if (base.train.enabled) {
-    std::cerr << "memfine run: " << yaml << " trains a language model (it has a 'train' section): use memfine train\n";
-    return 2;
-  }
-  if (base.paper.enabled) {
-    std::cerr << "memfine run: " << yaml << " is a paper-scale projection (it has a 'paper' section): use memfine predict\n";
-    return 2;
-  }
-  const std::string dir = opt.out_dir.empty()
-                              ? (std::filesystem::path("results") / device_class(base.device) / base.name).string()
-                              : opt.out_dir;
-  std::unique_ptr<ResultsFile> results;
-  try {
-    results = std::make_unique<ResultsFile>(dir, opt.resume, writer);
-  } catch (const std::exception& e) {
-    std::cerr << "memfine run: " << e.what() << "\n";
-    return 2;
-  }
-  if (!results->repaired_note().empty()) std::cerr << "memfine run: " << results->repaired_note() << "\n";
+  int code = 0;
+  const std::unique_ptr<Job> job = start_job(Command::Run, yaml, opt, code);
+  if (!job) return code;
+  const Dist* dist = job->dist.get();
   int64_t total = 0;
-  for (const auto& p : points) {
+  for (const auto& p : job->points) {
     int64_t todo = 0;
-    for (const auto& s : p.config.strategies) todo += !results->has(p.id, s.label());
+    for (const auto& s : p.config.strategies) todo += !job->has(p.id, s.label());
     total += todo * (p.config.warmup + p.config.repeats);
   }
-  Progress progress(total, opt.progress && writer);
+  Progress progress(total, opt.progress && job->writer);
   bool failed = false;
   std::vector<json> fresh;
-  for (auto& p : points) {
-    if (opt.threads >= 0) p.config.threads = opt.threads;
-    p.config.threads = apply_threads(p.config.threads);
+  for (auto& p : job->points) {
+    apply_threads(p.config.threads);
     std::vector<std::string> skip;
     for (const auto& s : p.config.strategies)
-      if (results->has(p.id, s.label())) skip.push_back(s.label());
+      if (job->has(p.id, s.label())) skip.push_back(s.label());
     std::vector<json> recs;
     try {
-      const PointResult measured = measure_point(p, skip, [&] { progress.tick(p.id); }, dist.get());
+      const PointResult measured = measure_point(p, skip, [&] { progress.tick(p.id); }, dist);
       const PointContext ctx = point_context(p.config);
       const json& env = ctx.env;
       const double ceiling = matmul_ceiling_flops(
@@ -116,7 +43,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       recs = measured_records(p, ctx, measured.routing, measured.strategies, ceiling);
       if (dist) {
         recs = gather_records(*dist, p.id, recs);
-        if (!writer) continue;
+        if (!job->writer) continue;
       }
     } catch (const std::exception& e) {
       if (dist) {
@@ -126,12 +53,11 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       // A failure outside any one strategy's step: every strategy of the point records it.
       const PointContext ctx = point_context(p.config);
       for (const auto& s : p.config.strategies)
-        if (!results->has(p.id, s.label())) recs.push_back(new_record(p.config, ctx, p.id, s, "error", e.what()));
+        if (!job->has(p.id, s.label())) recs.push_back(new_record(p.config, ctx, p.id, s, "error", e.what()));
     }
     for (auto& r : recs) {
-      if (r["status"] == "error") failed = true;
       try {
-        results->append(r);
+        job->results->append(r);
       } catch (const std::exception& e) {  // a full disk: what is written stays, the run stops
         std::cerr << "memfine run: " << e.what() << "\n";
         return 1;
@@ -139,12 +65,27 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       fresh.push_back(r);
     }
   }
-  if (!writer) return failed ? 1 : 0;
-  std::cout << summary_table(results->records(), results->records().size() - fresh.size());
+  if (!job->writer) return 0;
+  std::cout << summary_table(job->results->records(), job->earlier);
   if (dist) std::cout << hottest_ranks(fresh);
-  std::cout << "\nresults: " << results->path() << " (" << fresh.size() << " new records, "
-            << results->records().size() << " in all)\n";
-  if (failed) std::cerr << "memfine run: some points failed; see 'error' in the records\n";
+  std::cout << "\nresults: " << job->results->path() << " (" << fresh.size() << " new records, "
+            << job->results->records().size() << " in all)\n";
+  // What this run measured decides its exit status: an error, or a strategy that does not compute
+  // what the reference computes.
+  for (const auto& r : fresh) {
+    if (r["status"] == "error") {
+      std::cerr << "memfine run: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
+                << " failed: " << r["error"].get<std::string>() << "\n";
+      failed = true;
+    }
+    if (r.value("verified", json()) == false) {
+      std::cerr << "memfine run: verify: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
+                << (r.value("world_size", 1) > 1 ? " rank " + std::to_string(r.value("rank", 0)) : std::string())
+                << " differs from the reference by " << r["grad_max_rel_err"].get<double>() << " (tolerance "
+                << r["verify_tolerance"].get<double>() << " for " << r["config"]["dtype"].get<std::string>() << ")\n";
+      failed = true;
+    }
+  }
   return failed ? 1 : 0;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -11,10 +12,17 @@
 #include "core/moe/fused.h"
 #include "core/record/environment.h"
 #include "core/strategy/strategy.h"
+#include "core/workload/corpus.h"
 #include "core/workload/workload.h"
 
 namespace memfine {
 namespace {
+
+// Bounds on what a file may ask to size, so that predict needs at most ~1 GiB and seconds on any
+// file that validates (experiments/README.md, "Limits"): DeepSeek-V3 is 61 x 256 expert-layers.
+constexpr double kMaxExpertLayers = double(1 << 22);
+constexpr double kMaxRoutedExpertLayers = double(1 << 26);
+constexpr double kMaxSweepWork = double(1 << 28);
 
 struct Problems {
   std::vector<std::string>& out;
@@ -24,29 +32,29 @@ struct Problems {
   }
 };
 
-void check_strategies(const ExperimentConfig& c, Problems& p, bool parsed) {
-  std::vector<std::string> names;
-  for (const auto& [n, info] : strategy_registry()) names.push_back(n);
+// Resolves each strategy against its declaration (typed values, the canonical label) in place, and
+// checks it against the point: values when the strategy is made, the rest by its check_point.
+void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<std::string>& warned) {
+  std::map<std::string, size_t> labels;
   for (size_t i = 0; i < c.strategies.size(); ++i) {
-    const StrategySpec& spec = c.strategies[i];
+    StrategySpec& spec = c.strategies[i];
     const std::string path = "strategies[" + std::to_string(i) + "]";
-    auto it = strategy_registry().find(spec.name);
-    if (it == strategy_registry().end()) {
-      p.add(c, path + ".name", "unknown strategy '" + spec.name + "'" + did_you_mean(spec.name, names));
-      continue;
-    }
-    std::vector<std::string> known;
-    for (const auto& prm : it->second.params) known.push_back(prm.name);
-    bool ok = true;
-    for (const auto& [k, v] : spec.params)
-      if (std::find(known.begin(), known.end(), k) == known.end()) {
-        p.add(c, path + "." + k, "unknown parameter of '" + spec.name + "'" + did_you_mean(k, known));
-        ok = false;
-      }
-    if (!ok || !parsed) continue;
+    std::vector<ParamProblem> problems;
+    const StrategySpec resolved = resolve_strategy(spec, problems);
+    for (const auto& pr : problems) p.add(c, pr.key.empty() ? path + ".name" : path + "." + pr.key, pr.message);
+    if (!problems.empty()) continue;
+    spec = resolved;
+    // By the canonical label: `memfine` and `{name: memfine, chunks: 1}` are one strategy.
+    const auto [at, fresh] = labels.emplace(spec.label(), i);
+    if (!fresh)
+      p.add(c, path, "'" + spec.label() + "' is listed twice (also strategies[" + std::to_string(at->second) + "])");
+    if (!parsed) continue;
     try {
-      it->second.make(spec);  // a strategy checks its own values when it is made
-      if (it->second.check_point) it->second.check_point(spec, c);
+      const StrategyInfo& info = strategy_registry().at(spec.name);
+      info.make(spec);  // a strategy checks how its values go together when it is made
+      const std::string warning = info.check_point ? info.check_point(spec, c) : "";
+      if (!warning.empty() && warned.insert(c.where(path) + warning).second)
+        std::cerr << c.where(path) << ": " << path << ": warning: " << spec.label() << ": " << warning << "\n";
     } catch (const std::exception& e) {
       p.add(c, path, spec.label() + ": " + e.what());
     }
@@ -85,7 +93,9 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
   const bool parsed = errors.empty();
   Problems p{errors};
   const std::vector<std::string> kinds = workload_kinds();
-  std::set<std::string> cost_models;
+  std::set<std::string> cost_models, warned;
+  std::set<std::pair<std::string, int64_t>> corpora;
+  double sweep_work = 0;
   for (auto& pt : points) {
     ExperimentConfig& c = pt.config;
 #ifndef MEMFINE_TORCH_CUDA
@@ -100,7 +110,7 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
       for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
       p.add(c, "workload.kind", "'" + c.workload.kind + "' is not one of " + list + did_you_mean(c.workload.kind, kinds));
     }
-    check_strategies(c, p, parsed);
+    check_strategies(c, p, parsed, warned);
     if (!parsed || !errors.empty()) continue;
     // Read once per file, not once per point.
     if (!c.cost_model.empty() && cost_models.insert(c.cost_model).second) check_cost_model(c, p, runnable_here);
@@ -115,6 +125,22 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
       p.add(c, "model", "about " + std::to_string(int64_t(params / 1e9)) + " billion parameters on one rank: too large to size");
       continue;
     }
+    // What sizing the routing costs (memfine predict, and run's routing per step): in proportion
+    // to the layers' experts, per routed step under a schedule, over every point of the sweep.
+    const double expert_layers = double(m.layers) * double(m.experts);
+    const double routed_steps = c.workload.schedule == "none" ? 1.0 : double(c.warmup + c.repeats);
+    if (expert_layers > kMaxExpertLayers) {
+      p.add(c, "model", "layers x experts is " + std::to_string(int64_t(expert_layers)) + ", more than " +
+                            std::to_string(int64_t(kMaxExpertLayers)) + " expert-layers to route and size");
+      continue;
+    }
+    if (expert_layers * routed_steps > kMaxRoutedExpertLayers) {
+      p.add(c, "repeats", "a schedule routes every step: (warmup + repeats) x layers x experts is " +
+                              std::to_string(int64_t(expert_layers * routed_steps)) + ", more than " +
+                              std::to_string(int64_t(kMaxRoutedExpertLayers)));
+      continue;
+    }
+    sweep_work += expert_layers * routed_steps * double(c.strategies.size());
     const int64_t floor = static_bytes_lower_bound(c);
     if (c.budget >= 0 && c.budget < floor)
       p.add(c, "memory.budget", "the budget (" + std::to_string(c.budget) +
@@ -125,7 +151,15 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     } catch (const std::exception& e) {
       p.add(c, "workload", e.what());
     }
+    // Read once per file: a corpus that cannot hold one sequence fails here, not at the first step
+    // that samples it.
+    if (c.train.enabled && runnable_here && corpora.insert({c.train.corpus, c.model.seq}).second)
+      if (const std::string why = corpus_problem(c.train.corpus, c.model.seq); !why.empty()) p.add(c, "train.corpus", why);
   }
+  if (sweep_work > kMaxSweepWork && errors.empty() && !points.empty())
+    p.add(points.front().config, "sweep",
+          "the sweep's points x strategies x layers x experts (x routed steps) is " + std::to_string(int64_t(sweep_work)) +
+              ", more than " + std::to_string(int64_t(kMaxSweepWork)) + " to size: split the experiment");
   return points;
 }
 

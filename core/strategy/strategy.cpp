@@ -78,10 +78,27 @@ std::string strategy_of_role(Role role) {
   return "";
 }
 
-std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec) {
+StrategySpec resolve_strategy(const StrategySpec& spec, std::vector<ParamProblem>& problems) {
   auto it = registry().find(spec.name);
-  if (it == registry().end()) throw std::invalid_argument("unknown strategy '" + spec.name + "'");
-  return it->second.make(spec);
+  if (it == registry().end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, info] : registry()) names.push_back(n);
+    problems.push_back({"", "unknown strategy '" + spec.name + "'" + did_you_mean(spec.name, names)});
+    return spec;
+  }
+  return resolve_params(spec, it->second.params, problems);
+}
+
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec) {
+  if (!spec.resolved) {
+    std::vector<ParamProblem> problems;
+    const StrategySpec r = resolve_strategy(spec, problems);
+    if (!problems.empty())
+      throw std::invalid_argument(spec.label() + ": " + (problems[0].key.empty() ? "" : problems[0].key + ": ") +
+                                  problems[0].message);
+    return make_strategy(r);
+  }
+  return registry().at(spec.name).make(spec);
 }
 
 }  // namespace memfine

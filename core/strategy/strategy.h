@@ -21,6 +21,7 @@
 #include "core/workload/ep_rank.h"
 #include "core/model/model.h"
 #include "core/moe/stages.h"
+#include "core/strategy/params.h"
 
 namespace memfine {
 
@@ -107,17 +108,14 @@ Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const Moe
 // The whole layer recomputed in backward (Megatron's --recompute-granularity full).
 LayerOutput layer_recomputed(const at::Tensor& x, const LayerInput& in, Strategy& s, const MoeFn& moe);
 
-struct StrategyParam {
-  std::string name, help;
-};
-
 struct StrategyInfo {
   std::string name, description;
-  std::vector<StrategyParam> params;
+  std::vector<Param> params;
   std::function<std::unique_ptr<Strategy>(const StrategySpec&)> make;
-  // Checks the strategy against a whole point (e.g. chunk count vs tokens); may be empty.
+  // Checks the strategy against a whole point (e.g. chunk count vs tokens): throws what makes it
+  // invalid, returns a warning ("" none) for what is valid but likely not meant; may be empty.
   // Parameter values are checked by constructing the strategy (`make` throws on bad values).
-  std::function<void(const StrategySpec&, const ExperimentConfig&)> check_point;
+  std::function<std::string(const StrategySpec&, const ExperimentConfig&)> check_point;
   Role role = Role::None;
 };
 
@@ -126,6 +124,10 @@ std::string strategy_of_role(Role role);
 
 const std::map<std::string, StrategyInfo>& strategy_registry();
 bool register_strategy(StrategyInfo info);
+// `spec` typed by its strategy's declared parameters (StrategySpec::resolved on success); problems
+// are appended (an unknown strategy is one, key "").
+StrategySpec resolve_strategy(const StrategySpec& spec, std::vector<ParamProblem>& problems);
+// Resolves `spec` if it is not yet (std::invalid_argument naming the first problem), then makes it.
 std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec);
 
 #define MEMFINE_CONCAT_(a, b) a##b

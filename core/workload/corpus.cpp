@@ -61,6 +61,21 @@ Corpus read_corpus(const std::string& dir) {
   return c;
 }
 
+std::string corpus_problem(const std::string& dir, int64_t seq) {
+  Corpus c;
+  try {
+    c = read_corpus(dir);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  for (const auto* split : {&c.train, &c.validation})
+    if (split->numel() < seq + 2)
+      return "corpus " + dir + ": its " + (split == &c.train ? "training" : "held-out") + " split has " +
+             std::to_string(split->numel()) + " byte tokens, too few for one sequence of model.seq + 1 = " +
+             std::to_string(seq + 1) + " (every " + std::to_string(kHoldOutEvery) + "th entry is held out)";
+  return "";
+}
+
 at::Tensor sample_sequences(const at::Tensor& text, int64_t batch, int64_t seq, uint64_t seed) {
   const int64_t n = text.numel() - seq - 1;
   if (n <= 0)

@@ -27,6 +27,10 @@ struct Corpus {
 // std::runtime_error naming the Debian package when the folder is missing or empty.
 Corpus read_corpus(const std::string& dir);
 
+// Why `dir` cannot train sequences of `seq` tokens ("" when it can): read it, and both splits must
+// hold a sequence and its next token.
+std::string corpus_problem(const std::string& dir, int64_t seq);
+
 // `batch` sequences of `seq + 1` consecutive tokens of `text` (inputs are the first `seq`, targets
 // the last `seq`), at offsets drawn from `seed`: [batch, seq + 1] int64.
 at::Tensor sample_sequences(const at::Tensor& text, int64_t batch, int64_t seq, uint64_t seed);

@@ -21,7 +21,8 @@ void each_tensor(R& r, F f) {
 }  // namespace
 
 int64_t EmulatedRank::input_bytes() const {
-  int64_t n = 0;
+  if (counts_only()) return counted_input_bytes;
+  int64_t n = table_bytes;
   each_tensor(*this, [&](const at::Tensor& t) {
     if (t.defined()) n += t.nbytes();
   });
@@ -98,12 +99,75 @@ int64_t hottest_rank(const ExperimentConfig& c) {
   return int64_t(std::max_element(recv.begin(), recv.end()) - recv.begin());
 }
 
+namespace {
+
+// Rank `rank`'s view of a layer from its experts' counts: its own tokens send each expert 1/ep of
+// its assignments (the workload spreads every expert's over all ranks' tokens), its peers the rest.
+RankRouting counts_routing(std::vector<int64_t> counts, const ExperimentConfig& c, int64_t rank) {
+  RankRouting r;
+  const int64_t T = c.model.tokens(), k = c.model.topk;
+  r.rank = rank, r.ep = c.ep;
+  r.local_experts = c.model.experts / c.ep;
+  r.first_expert = rank * r.local_experts;
+  int64_t own_local = 0, own_all = 0;
+  for (int64_t e = 0; e < c.model.experts; ++e) {
+    own_all += counts[size_t(e)] / c.ep;
+    if (e >= r.first_expert && e < r.first_expert + r.local_experts) {
+      r.expert_rows.push_back(counts[size_t(e)]);
+      own_local += counts[size_t(e)] / c.ep;
+    }
+  }
+  r.tokens_received = std::accumulate(r.expert_rows.begin(), r.expert_rows.end(), int64_t(0));
+  r.remote_rows = own_all - own_local;
+  r.overload_factor = double(r.tokens_received) / double(T * k);
+  r.expert_counts = std::move(counts);
+  return r;
+}
+
+// The bytes a token-level rank holds for `r` (core/workload/ep_rank.cpp's tensors): its tokens'
+// expert ids and table keys, and five values per row from a peer.
+int64_t routing_bytes(const RankRouting& r, const ExperimentConfig& c) {
+  int64_t own_local = 0;
+  for (int64_t n : r.expert_rows) own_local += n / c.ep;
+  return 16 * c.model.tokens() * c.model.topk + 40 * (r.tokens_received - own_local);
+}
+
+void route_counts(EmulatedRank& er, const ExperimentConfig& c, int64_t step) {
+  int64_t bytes = 3 * EmulatedRank::kTableRows * c.model.hidden * int64_t(c10::elementSize(dtype_of(c.dtype)));
+  for (int64_t l = 0; l < c.model.layers; ++l) {
+    er.layers[size_t(l)] = counts_routing(expert_counts(c.workload, c.model, c.ep, l, c.seed, step), c, er.rank);
+    bytes += routing_bytes(er.layers[size_t(l)], c);
+  }
+  er.counted_input_bytes = bytes;
+}
+
+}  // namespace
+
+EmulatedRank make_counts_rank(const ExperimentConfig& c, int64_t rank, int64_t step) {
+  EmulatedRank er;
+  er.layers.resize(size_t(c.model.layers));
+  if (rank < 0) {  // the hottest by counts, at the schedule's peak as make_emulated_rank chooses
+    const int64_t at = c.workload.schedule == "none" ? 0 : int64_t(c.workload.peak_step);
+    const int64_t El = c.model.experts / c.ep;
+    std::vector<int64_t> recv(size_t(c.ep), 0);
+    for (int64_t l = 0; l < c.model.layers; ++l) {
+      const auto counts = expert_counts(c.workload, c.model, c.ep, l, c.seed, at);
+      for (int64_t e = 0; e < c.model.experts; ++e) recv[size_t(e / El)] += counts[size_t(e)];
+    }
+    rank = int64_t(std::max_element(recv.begin(), recv.end()) - recv.begin());
+  }
+  er.rank = rank;
+  route_counts(er, c, step);
+  return er;
+}
+
 void route_step(EmulatedRank& er, const ExperimentConfig& c, int64_t step) {
   if (c.workload.schedule == "none" || c.workload.kind == "router") return;
+  if (er.counts_only()) return route_counts(er, c, step);
   for (int64_t l = 0; l < c.model.layers; ++l) er.layers[size_t(l)] = rank_routing(global_routing(c, l, step), c, er.rank, l);
 }
 
-EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step) {
+EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step, bool tables) {
   EmulatedRank er;
   if (c.workload.kind == "router") {
     // The router decides at run time. One process holds every expert; real ranks (training
@@ -127,6 +191,10 @@ EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t
   } else {
     er.rank = rank < 0 ? hottest_rank(c) : rank;
     for (int64_t l = 0; l < c.model.layers; ++l) er.layers.push_back(rank_routing(global_routing(c, l, step), c, er.rank, l));
+  }
+  if (!tables) {
+    er.table_bytes = 3 * EmulatedRank::kTableRows * c.model.hidden * int64_t(c10::elementSize(dtype_of(c.dtype)));
+    return er;
   }
   const auto opt = options_of(c);
   auto table = [&](uint64_t what, double scale) {

@@ -27,6 +27,9 @@ struct RankRouting {
   // Before a step, expert_rows and this are a balanced estimate; MACT replaces them by the counts.
   int64_t remote_rows = 0;
   double overload_factor = 1;   // s' / balanced s' (tokens * topk: each rank sends that many rows)
+  // Counts only (make_counts_rank): the layer's assignments per expert over every rank's tokens;
+  // each rank sends an expert 1/ep of them, a token range its share. Empty otherwise.
+  std::vector<int64_t> expert_counts;
 };
 
 struct EmulatedRank {
@@ -39,6 +42,10 @@ struct EmulatedRank {
   // The routing is a real rank's, whose rows move through the all-to-all (core/moe/alltoall.cpp):
   // the memory model accounts that path's buffers instead of the emulated peers' tables.
   bool real = false;
+  // Counts only: what the token-level rank would hold (routing and tables), not allocated.
+  int64_t counted_input_bytes = -1;
+  int64_t table_bytes = 0;  // the tables' bytes where they were not made
+  bool counts_only() const { return counted_input_bytes >= 0; }
   int64_t input_bytes() const;
   EmulatedRank clone() const;  // the same tables and routing in memory of its own
 };
@@ -49,8 +56,13 @@ at::Tensor global_routing(const ExperimentConfig& c, int64_t layer, int64_t step
 // The rank receiving the most rows over all layers (ties: the lowest rank).
 int64_t hottest_rank(const ExperimentConfig& c);
 
-// Routing of `rank` (rank -1 means the hottest) at `step`, plus its seeded tables.
-EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step = 0);
+// Routing of `rank` (rank -1 means the hottest) at `step`, plus its seeded tables (`tables` false:
+// their bytes counted, not made, for a prediction).
+EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step = 0, bool tables = true);
+// The same rank from the workload's counts alone (no token-level routing, no tables): memory in
+// proportion to the layers' experts, not to tokens, for sizing jobs too large to route here
+// (memfine predict). Rank -1: the hottest by counts.
+EmulatedRank make_counts_rank(const ExperimentConfig& c, int64_t rank, int64_t step = 0);
 // Replaces the routing of `er` by that of `step` (a workload with a schedule changes per step).
 void route_step(EmulatedRank& er, const ExperimentConfig& c, int64_t step);
 

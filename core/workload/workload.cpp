@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,13 +17,6 @@
 #include <stdexcept>
 
 namespace memfine {
-
-uint64_t mix_seed(uint64_t a, uint64_t b) {
-  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 std::vector<std::string> workload_kinds() { return {"balanced", "zipf", "lognormal", "hot", "trace", "router"}; }
 
@@ -84,16 +78,17 @@ std::vector<int64_t> counts_from_weights(const std::vector<double>& weights, int
 }  // namespace
 
 namespace {
-// A whole integer field ("1.9" and "1e3" are not): the trace counts rows exactly.
+// A whole integer field ("1.9", "1e3" and "8\\0junk" are not): the trace counts rows exactly.
 bool parse_int(const std::string& text, int64_t& out) {
   const char* s = text.c_str();
+  const char* stop = s + text.size();
   while (*s == ' ') ++s;
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(s, &end, 10);
   if (end == s || errno == ERANGE) return false;
   while (*end == ' ' || *end == '\r') ++end;
-  if (*end != '\0') return false;
+  if (end != stop) return false;  // strtoll stops at a NUL byte: the field must end there too
   out = v;
   return true;
 }
@@ -101,10 +96,30 @@ bool parse_int(const std::string& text, int64_t& out) {
 
 namespace {
 
-// A trace file parsed: step -> layer -> tokens per expert (a file without a step column is all
-// step 0), and where its largest expert id is (checked against a model's experts when read).
+// A line as an error message can show it: control bytes (a NUL among them) as \xNN.
+std::string printable(const std::string& line) {
+  std::string out;
+  for (unsigned char ch : line) {
+    if (ch >= 0x20 && ch != 0x7f) out += char(ch);
+    else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", ch);
+      out += b;
+    }
+  }
+  return out;
+}
+
+// A trace file parsed: step -> layer -> its rows (expert, tokens), in memory in proportion to the
+// file (a file without a step column is all step 0), and where its largest expert id is (checked
+// against a model's experts when read).
+struct LayerRows {
+  std::vector<std::pair<int64_t, int64_t>> rows;
+  int64_t tokens = 0;
+  int first_line = 0;
+};
 struct ParsedTrace {
-  std::map<int64_t, std::map<int64_t, std::vector<int64_t>>> by_step;
+  std::map<int64_t, std::map<int64_t, LayerRows>> by_step;
   int64_t max_expert = -1;
   int max_expert_line = 0;
 };
@@ -129,17 +144,28 @@ ParsedTrace parse_trace(const std::string& path) {
     int64_t v[4] = {0, 0, 0, 0};
     for (int k = 0; k < columns; ++k)
       if (!parse_int(cells[size_t(k)], v[4 - columns + k]))
-        throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": not integers: '" + line + "'");
+        throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": not integers: '" + printable(line) + "'");
     const int64_t step = v[0], layer = v[1], e = v[2], n = v[3];
-    if (n > (int64_t(1) << 40))
-      throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": tokens " + std::to_string(n) + " is absurd");
-    if (e < 0 || n < 0 || step < 0)
-      throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": expert, tokens and step must be >= 0");
+    const std::string at = path + ":" + std::to_string(lineno) + ": ";
+    if (n > (int64_t(1) << 40)) throw std::invalid_argument(at + "tokens " + std::to_string(n) + " is absurd");
+    if (e < 0 || n < 0 || step < 0 || layer < 0)
+      throw std::invalid_argument(at + "step, layer, expert and tokens must be >= 0");
     if (e > t.max_expert) t.max_expert = e, t.max_expert_line = lineno;
-    auto& counts = t.by_step[step][layer];
-    if (int64_t(counts.size()) <= e) counts.resize(size_t(e) + 1, 0);
-    counts[size_t(e)] += n;
+    LayerRows& l = t.by_step[step][layer];
+    if (l.rows.empty()) l.first_line = lineno;
+    l.rows.emplace_back(e, n);
+    l.tokens += n;
+    // A layer's assignments past 2^50 overflow what routing tables count in: refused, not wrapped.
+    if (l.tokens > (int64_t(1) << 50))
+      throw std::invalid_argument(at + "the tokens of step " + std::to_string(step) + ", layer " + std::to_string(layer) +
+                                  " add up past 2^50");
   }
+  for (const auto& [step, layers] : t.by_step)
+    for (const auto& [layer, l] : layers)
+      if (l.tokens == 0)
+        throw std::invalid_argument(path + ":" + std::to_string(l.first_line) + ": step " + std::to_string(step) +
+                                    ", layer " + std::to_string(layer) +
+                                    " routes no tokens (its every row is 0): a routing to replay needs some");
   if (t.by_step.empty()) throw std::invalid_argument("trace file '" + path + "' has no rows");
   return t;
 }
@@ -174,9 +200,19 @@ std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t 
     std::advance(it, key % int64_t(m.size()));
     return it;
   };
-  std::vector<int64_t> counts = pick(pick(t.by_step, std::max<int64_t>(step, 0))->second, layer)->second;
-  counts.resize(size_t(experts), 0);
+  std::vector<int64_t> counts(size_t(experts), 0);
+  for (const auto& [e, n] : pick(pick(t.by_step, std::max<int64_t>(step, 0))->second, layer)->second.rows)
+    counts[size_t(e)] += n;
   return counts;
+}
+
+std::string trace_csv(const std::vector<StepRouting>& steps) {
+  std::string csv = "step,layer,expert,tokens\n";
+  for (const auto& [step, layers] : steps)
+    for (size_t l = 0; l < layers.size(); ++l)
+      for (size_t e = 0; e < layers[l].size(); ++e)
+        csv += std::to_string(step) + "," + std::to_string(l) + "," + std::to_string(e) + "," + std::to_string(layers[l][e]) + "\n";
+  return csv;
 }
 
 int64_t trace_steps(const std::string& path) { return int64_t(trace_of(path).by_step.size()); }

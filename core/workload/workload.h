@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/util/hash.h"
 
 namespace memfine {
 
@@ -32,10 +33,11 @@ at::Tensor assign_experts(const std::vector<int64_t>& counts, int64_t total_toke
 // `memfine train --trace-out` writes), for `step` and `layer`; steps and layers the file lacks cycle
 // through those it has. A file without a step column gives the same counts at every step.
 std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts, int64_t step = 0);
+// A stepped trace, `step,layer,expert,tokens` (what `memfine train --trace-out` writes), of each
+// step's assignments per layer and expert.
+using StepRouting = std::pair<int64_t, std::vector<std::vector<int64_t>>>;
+std::string trace_csv(const std::vector<StepRouting>& steps);
 // The number of distinct steps in a trace CSV (1 without a step column).
 int64_t trace_steps(const std::string& path);
-
-// Deterministic hash used to derive per-layer seeds and table keys.
-uint64_t mix_seed(uint64_t a, uint64_t b);
 
 }  // namespace memfine

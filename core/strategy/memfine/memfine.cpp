@@ -21,16 +21,44 @@
 namespace memfine {
 namespace {
 
-// `chunks: auto` (MACT) rather than a count: read here only.
-bool tuned(const StrategySpec& spec) {
-  auto it = spec.params.find("chunks");
-  return it != spec.params.end() && it->second.IsScalar() && it->second.as<std::string>() == "auto";
+using json = nlohmann::json;
+
+// `chunks`: a count (>= 1), 'auto' (MACT), or a fixed plan with one count per layer (0: the layer
+// stored whole).
+Param chunks_param() {
+  auto read = [](const YAML::Node& n) -> json {
+    if (n.IsScalar() && n.Scalar() == "auto") return "auto";  // quoted or not (a record's JSON quotes it)
+    if (n.IsSequence()) {
+      json plan = json::array();
+      for (const auto& item : n) {
+        int64_t v = -1;
+        try {
+          v = read_int(item);
+        } catch (const std::invalid_argument&) {
+        }
+        if (v < 0) throw std::invalid_argument("a per-layer list needs a count >= 0 for every layer (0: stored)");
+        plan.push_back(v);
+      }
+      if (plan.empty()) throw std::invalid_argument("a per-layer list needs a count >= 0 for every layer (0: stored)");
+      return plan;
+    }
+    int64_t v = 0;
+    try {
+      v = read_int(n);
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument("expected a count >= 1, 'auto' or a list of counts per layer, got '" +
+                                  label_value(yaml_to_json(n)) + "'");
+    }
+    if (v < 1) throw std::invalid_argument("must be 1 or more, or 'auto', got " + std::to_string(v));
+    return v;
+  };
+  return named(Param{"chunks",
+                     "number of token chunks, 'auto' (MACT: per layer and step, from the budget), or a list with one "
+                     "count per layer, 0 storing that layer whole (a fixed plan)",
+                     "an integer >= 1, 'auto' or a list of integers >= 0", read, 1});
 }
-// `chunks: [c0, c1, ..]`: a fixed plan, one count per layer (0: the layer stored whole).
-bool per_layer(const StrategySpec& spec) {
-  auto it = spec.params.find("chunks");
-  return it != spec.params.end() && it->second.IsSequence();
-}
+bool tuned(const StrategySpec& spec) { return spec.value("chunks") == "auto"; }
+bool per_layer(const StrategySpec& spec) { return spec.value("chunks").is_array(); }
 
 // A step's choice: chunks per layer (0: stored without recomputation) and, under objective: time,
 // the cost model's step time.
@@ -42,34 +70,23 @@ struct Plan {
 class MemFine : public Strategy {
  public:
   explicit MemFine(StrategySpec spec) : Strategy(std::move(spec)) {
-    if (tuned(spec_)) {
-      chunks_ = 0;
-    } else if (per_layer(spec_)) {
-      chunks_ = 0;
-      fixed_ = spec_.get_int_list("chunks", {});
-      if (fixed_.empty() || *std::min_element(fixed_.begin(), fixed_.end()) < 0)
-        throw std::invalid_argument("chunks: a per-layer list needs a count >= 0 for every layer (0: stored)");
-    } else {
-      chunks_ = spec_.get_int("chunks", 1);
-      if (chunks_ < 1) throw std::invalid_argument("chunks must be 1 or more, or 'auto', got " + std::to_string(chunks_));
-    }
-    bins_ = spec_.get_int_list("bins", {1, 2, 4, 8});
-    model_ = spec_.get_string("model", "implementation");
-    store_when_fits_ = spec_.get_bool("store_when_fits", false);
-    headroom_ = spec_.get_double("headroom", 0.05);
-    objective_ = spec_.get_string("objective", "memory");
-    experts_ = parse_expert_storage(spec_.get_string("experts", "stored"));
-    keep_act_ = spec_.get_bool("keep_act", false);
+    if (tuned(spec_)) chunks_ = 0;
+    else if (per_layer(spec_)) chunks_ = 0, fixed_ = spec_.value("chunks").get<std::vector<int64_t>>();
+    else chunks_ = spec_.value("chunks").get<int64_t>();
+    bins_ = spec_.value("bins").get<std::vector<int64_t>>();
+    model_ = spec_.value("model").get<std::string>();
+    store_when_fits_ = spec_.value("store_when_fits").get<bool>();
+    headroom_ = spec_.value("headroom").get<double>();
+    objective_ = spec_.value("objective").get<std::string>();
+    experts_ = parse_expert_storage(spec_.value("experts").get<std::string>());
+    keep_act_ = spec_.value("keep_act").get<bool>();
     if (keep_act_ && experts_ != ExpertStorage::BufferFree) throw std::invalid_argument("keep_act applies to experts: buffer_free");
-    if (objective_ != "memory" && objective_ != "time")
-      throw std::invalid_argument("objective must be 'memory' (smallest bin that fits) or 'time' (fastest that fits)");
-    if (!(headroom_ >= 0 && headroom_ < 1)) throw std::invalid_argument("headroom must be in [0, 1)");
-    if (bins_.empty() || !std::is_sorted(bins_.begin(), bins_.end()) || bins_.front() < 1)
+    if (bins_.empty() || !std::is_sorted(bins_.begin(), bins_.end()) ||
+        std::adjacent_find(bins_.begin(), bins_.end()) != bins_.end())
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
-    if (model_ != "implementation" && model_ != "paper")
-      throw std::invalid_argument("model must be 'implementation' or 'paper', got '" + model_ + "'");
+    // Shown parameters are those that differ from their defaults: MACT's, given with a fixed count.
     for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
-      if ((chunks_ > 0 || !fixed_.empty()) && spec_.params.count(k))
+      if ((chunks_ > 0 || !fixed_.empty()) && spec_.shown.contains(k))
         throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
 
@@ -383,21 +400,26 @@ class MemFine : public Strategy {
 MEMFINE_REGISTER_STRATEGY(StrategyInfo{
     "memfine",
     "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer recomputed",
-    {{"chunks", "number of token chunks (integer >= 1), 'auto' (MACT: per layer and step, from the budget), or a list "
-                "with one count per layer, 0 storing that layer whole (a fixed plan)"},
-     {"bins", "auto: the chunk counts MACT may choose (default [1, 2, 4, 8])"},
-     {"model", "auto: 'implementation' (this code's byte-level model, default) or 'paper' (Eq. 8-9)"},
-     {"store_when_fits", "auto: store without recomputation when the model says that fits (default false)"},
-     {"headroom", "auto: share of the budget's activation room kept free for the model's error (default 0.05)"},
-     {"experts", "how each expert keeps its activations inside a chunk: 'stored' (default), 'moe_act' (Megatron's "
-                 "selective recompute of SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the moeblaze strategy)"},
-     {"keep_act", "experts: buffer_free: also keep SiLU(a)*b (default false)"},
-     {"objective", "auto: 'memory' (smallest bin that fits, the paper's MACT; default) or 'time' (the plan of least "
-                   "predicted time, by the experiment's cost_model, that fits: per layer stored or a bin)"}},
+    {chunks_param(),
+     int_list_param("bins", "auto: the chunk counts MACT may choose, increasing", {1, 2, 4, 8}, 1, int64_t(1) << 24),
+     choice_param("model", "auto: 'implementation' (this code's byte-level model) or 'paper' (Eq. 8-9)", "implementation",
+                  {"implementation", "paper"}),
+     bool_param("store_when_fits", "auto: store without recomputation when the model says that fits", false),
+     number_param("headroom", "auto: share of the budget's activation room kept free for the model's error", 0.05, 0,
+                  0.99),
+     choice_param("experts",
+                  "how each expert keeps its activations inside a chunk: 'stored', 'moe_act' (Megatron's selective "
+                  "recompute of SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the moeblaze strategy)",
+                  "stored", {"stored", "moe_act", "buffer_free"}),
+     bool_param("keep_act", "experts: buffer_free: also keep SiLU(a)*b", false),
+     choice_param("objective",
+                  "auto: 'memory' (smallest bin that fits, the paper's MACT) or 'time' (the plan of least predicted "
+                  "time, by the experiment's cost_model, that fits: per layer stored or a bin)",
+                  "memory", {"memory", "time"})},
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
     [](const StrategySpec& s, const ExperimentConfig& c) {
       if (per_layer(s)) {
-        const auto plan = s.get_int_list("chunks", {});
+        const auto plan = s.value("chunks").get<std::vector<int64_t>>();
         if (int64_t(plan.size()) != c.model.layers)
           throw std::invalid_argument("chunks: the per-layer list has " + std::to_string(plan.size()) + " counts for " +
                                       std::to_string(c.model.layers) + " layers");
@@ -405,21 +427,29 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
           if (v > c.model.tokens())
             throw std::invalid_argument("chunks: " + std::to_string(v) + " exceeds the tokens per rank (" +
                                         std::to_string(c.model.tokens()) + ")");
-        return;
+        return std::string();
       }
       if (tuned(s)) {
-        const auto bins = s.get_int_list("bins", {1, 2, 4, 8});
+        const auto bins = s.value("bins").get<std::vector<int64_t>>();
         if (!bins.empty() && bins.back() > c.model.tokens())
           throw std::invalid_argument("bins: " + std::to_string(bins.back()) + " chunks exceeds the tokens per rank (" +
                                       std::to_string(c.model.tokens()) + ")");
-        if (s.get_string("objective", "memory") == "time" && c.cost_model.empty())
+        if (s.value("objective") == "time" && c.cost_model.empty())
           throw std::invalid_argument("objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
                                       "writes results/<device>/cost_model.json)");
-        return;
+        // MACT plans against the budget: without one, everything fits and it runs its smallest bin
+        // (store_when_fits: stores everything) in every layer and step.
+        if (c.budget < 0 && s.value("objective") == "memory")
+          return std::string("chunks: auto without memory.budget: MACT then runs ") +
+                 (s.value("store_when_fits").get<bool>() ? "every layer stored" : std::to_string(bins.front()) + " chunk(s)") +
+                 " everywhere; set memory.budget for it to plan";
+        return std::string();
       }
-      if (s.get_int("chunks", 1) > c.model.tokens())
-        throw std::invalid_argument("chunks (" + std::to_string(s.get_int("chunks", 1)) + ") exceeds the tokens per rank (" +
+      const int64_t chunks = s.value("chunks").get<int64_t>();
+      if (chunks > c.model.tokens())
+        throw std::invalid_argument("chunks (" + std::to_string(chunks) + ") exceeds the tokens per rank (" +
                                     std::to_string(c.model.tokens()) + ")");
+      return std::string();
     }});
 
 }  // namespace

@@ -5,18 +5,20 @@
 // assignments), the activation peak, step time and the strategy's own counters (MACT's chunks,
 // capacity's dropped share). The first step's record carries the run's head: config, environment,
 // strategy name and role, static bytes, stats_ep. The whole training state is checkpointed every
-// `train.checkpoint_every` steps; --resume continues from it on the same data, and the records
-// show no gap and no repeat (steps recorded after the checkpoint are run again, not written again).
+// `train.checkpoint_every` steps (core/run/train/checkpoint.h). --resume continues from the
+// records, which are the truth: from the newest checkpoint at or before the last recorded step, the
+// steps after it run again, not written again, each giving the loss its record holds.
 #pragma once
 #include <string>
 
-#include "core/run/runner.h"
+#include "core/run/job.h"
 
 namespace memfine {
 
 
-// Returns the exit code: 0 ok (out of memory is a result), 1 a run failed, 2 bad input.
-// The options are `memfine run`'s (--out, --resume, --threads, --no-progress).
+// Returns the exit code: 0 ok (out of memory is a result), 1 a run failed or a strategy failed
+// `verify`, 2 bad input. The options are `memfine run`'s (--out, --resume, --threads,
+// --no-progress) and --trace-out.
 int train_experiment(const std::string& yaml, const RunOptions& opt);
 
 }  // namespace memfine

@@ -1,0 +1,103 @@
+#include "core/run/verify.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dist/dist.h"
+#include "core/run/train_step.h"
+#include "core/strategy/strategy.h"
+
+namespace memfine {
+
+double verify_tolerance(const std::string& dtype) {
+  return dtype == "float64" ? 1e-10 : dtype == "bfloat16" ? 3e-2 : 1e-4;
+}
+
+namespace {
+
+double rel_err(const at::Tensor& got, const at::Tensor& want) {
+  const at::Tensor a = got.detach().to(at::kCPU, at::kDouble), b = want.detach().to(at::kCPU, at::kDouble);
+  const double scale = b.abs().max().item<double>(), diff = (a - b).abs().max().item<double>();
+  return diff == 0 ? 0 : diff / std::max(scale, 1e-300);
+}
+
+// One step without the update; the loss.
+double step_of(TrainState& st, const StrategySpec& spec) {
+  auto s = make_strategy(spec);
+  return train_step(st, *s, 0, false);
+}
+
+StrategySpec reference_spec() {
+  const std::string ref = strategy_of_role(Role::Reference);
+  if (ref.empty()) throw std::logic_error("verify: no strategy is registered as the reference");
+  return StrategySpec{ref};
+}
+
+// `got` on this rank against the whole batch computed in one process: replicated weights alike,
+// this rank's experts against the same global experts, its tokens' input gradient against its
+// slice (the layout tests/test_dist.cpp checks).
+double rank_err(const TrainState& got, double got_loss, const TrainState& ref, double ref_loss, int rank) {
+  double worst = std::abs(got_loss - ref_loss) / std::max(std::abs(ref_loss), 1e-300);
+  const int64_t El = got.cfg.model.experts / got.cfg.ep;
+  for (size_t l = 0; l < ref.model.layers.size(); ++l) {
+    const auto& g = got.model.layers[l];
+    const auto& r = ref.model.layers[l];
+    const auto gr = g.replicated(), rr = r.replicated();
+    for (size_t i = 0; i < rr.size(); ++i) worst = std::max(worst, rel_err(gr[i].grad(), rr[i].grad()));
+    for (int64_t e = 0; e < El; ++e) {
+      worst = std::max(worst, rel_err(g.w_in[size_t(e)].grad(), r.w_in[size_t(rank * El + e)].grad()));
+      worst = std::max(worst, rel_err(g.w_out[size_t(e)].grad(), r.w_out[size_t(rank * El + e)].grad()));
+    }
+  }
+  worst = std::max(worst, rel_err(got.model.final_norm.grad(), ref.model.final_norm.grad()));
+  if (got.input.requires_grad()) {
+    const int64_t T = got.input.size(0);
+    worst = std::max(worst, rel_err(got.input.grad(), ref.input.grad().narrow(0, rank * T, T)));
+  }
+  return worst;
+}
+
+double state_err(const TrainState& got, double got_loss, const TrainState& ref, double ref_loss) {
+  double worst = std::abs(got_loss - ref_loss) / std::max(std::abs(ref_loss), 1e-300);
+  auto pa = got.model.parameters(), pb = ref.model.parameters();
+  if (got.input.requires_grad()) pa.push_back(got.input), pb.push_back(ref.input);
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, rel_err(pa[i].grad(), pb[i].grad()));
+  return worst;
+}
+
+bool dropless(const StrategySpec& spec) { return make_strategy(spec)->dropless(); }
+
+}  // namespace
+
+std::optional<double> verify_on_state(const TrainState& fresh, const StrategySpec& spec) {
+  if (!dropless(spec)) return std::nullopt;
+  auto ref = copy_train_state(fresh);
+  const double ref_loss = step_of(*ref, reference_spec());
+  auto st = copy_train_state(fresh);
+  const double loss = step_of(*st, spec);
+  return state_err(*st, loss, *ref, ref_loss);
+}
+
+std::vector<std::optional<double>> verify_strategies(const ExperimentConfig& c, const std::vector<StrategySpec>& specs,
+                                                     const Dist* dist) {
+  std::vector<std::optional<double>> out;
+  if (!dist) {
+    const auto fresh = make_train_state(c, true);  // every state below copies it
+    for (const auto& spec : specs) out.push_back(verify_on_state(*fresh, spec));
+    return out;
+  }
+  auto ref = make_global_reference(c, true);
+  const double ref_loss = step_of(*ref, reference_spec());
+  for (const auto& spec : specs) {
+    if (!dropless(spec)) {
+      out.push_back(std::nullopt);
+      continue;
+    }
+    auto st = make_rank_state(c, *dist, true);
+    const double loss = step_of(*st, spec);  // the global batch's, summed over the ranks
+    out.push_back(rank_err(*st, loss, *ref, ref_loss, dist->rank()));
+  }
+  return out;
+}
+
+}  // namespace memfine

@@ -1,0 +1,29 @@
+// A strategy that exists only in `memfine_probe`, for `verify` to fail (tests/test_cli.cpp): it
+// claims to compute what every dropless strategy computes, and does not. Not linked into the
+// tests that hold every registered strategy to the reference.
+#include "core/strategy/strategy.h"
+
+namespace memfine {
+namespace {
+
+// Dropless by its word, yet not the plain computation: every expert's output a thousandth too large.
+// `verify` must fail it (tests/test_cli.cpp), on one process and on real ranks.
+class OffByAThousandth : public Strategy {
+ public:
+  using Strategy::Strategy;
+  LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
+    return layer_forward(x, in, *this, moe_stored);
+  }
+  ExpertPath expert() const override {
+    return ExpertPath([](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
+      return swiglu(rows, w_in, w_out) * 1.001;
+    });
+  }
+};
+
+MEMFINE_REGISTER_STRATEGY(StrategyInfo{
+    "off_by_a_thousandth", "tests only: every expert's output 0.1% too large, so that verify must fail it", {},
+    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new OffByAThousandth(s)); }});
+
+}  // namespace
+}  // namespace memfine
