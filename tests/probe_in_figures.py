@@ -13,7 +13,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
-import figures  # noqa: E402
+from plots import generic, sweeps  # noqa: E402
 
 
 def main(binary, yaml):
@@ -25,8 +25,8 @@ def main(binary, yaml):
         problems = []
         if probe["status"] != "ok":
             problems.append(f"status {probe['status']}: {probe['error']}")
-        if probe.get("grad_max_rel_err") is None or probe["grad_max_rel_err"] > 1e-4:
-            problems.append(f"verify: {probe.get('grad_max_rel_err')}")
+        if probe.get("verified") is not True:
+            problems.append(f"verify: {probe.get('verified')} ({probe.get('grad_max_rel_err')})")
         err = (probe["predicted_activation_bytes"] - probe["peak_activation_bytes"]) / probe["peak_activation_bytes"]
         if abs(err) > 0.05:
             problems.append(f"model error {100 * err:+.2f}%")
@@ -38,8 +38,9 @@ def main(binary, yaml):
             problems.append("predict and run disagree on its prediction")
         tables = os.path.join(work, "tables")
         os.makedirs(tables)
-        paths = figures.model_error(os.path.join(out, "results.jsonl"), tables)
-        paths += figures.strategies(os.path.join(out, "results.jsonl"), tables, "probe", "probe")
+        paths = sweeps.model_error(os.path.join(out, "results.jsonl"), tables)
+        paths += sweeps.strategies(os.path.join(out, "results.jsonl"), tables, "probe", "probe")
+        paths += generic.plot_folder(out, tables)  # memfine plot: any strategy, by its records alone
         for p in paths:
             if p.endswith(".md") and "expert_probe" not in open(p).read():
                 problems.append(f"{os.path.basename(p)} does not list it")

@@ -14,7 +14,11 @@
 #include "core/meter/memory_meter.h"
 #include "core/dist/process.h"
 #include "core/dist/launch.h"
+#include "core/record/environment.h"
+#include "core/run/compare.h"
+#include "core/run/job.h"
 #include "core/run/predict.h"
+#include "core/run/report.h"
 #include "core/run/runner.h"
 #include "core/run/train/train.h"
 #include "core/strategy/strategy.h"
@@ -24,6 +28,7 @@ namespace {
 const char* kUsage = R"(memfine - memory-aware MoE training benchmarks (MemFine, arXiv 2511.21431)
 
 usage: memfine <command> [options]
+       memfine --version
 
 commands:
   run FILE.yaml [--out DIR] [--resume] [--threads N]
@@ -38,6 +43,14 @@ commands:
                         on loopback); `run` and `train` alone join a job started by
                         torchrun-style launchers (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
   predict FILE.yaml     print the memory model's predictions, one JSON line per point and strategy
+  table DIR [--csv | --markdown]
+                        the run table of a results folder (results.jsonl or train.jsonl);
+                        CSV: one row per record, flat columns
+  compare A B | compare DIR --strategies X Y
+                        two runs (or two strategies of one) point by point: peak and time
+                        ratios, a Mann-Whitney U verdict on every timed step, what differs
+  plot DIR... [--out FOLDER]
+                        figures of any results folder (PNG and PDF), side by side for several
   strategies            list the registered strategies and their parameters
   export FILE.yaml --out DIR [--point N]
                         write a point's weights, data and routing for an outside reference
@@ -88,12 +101,18 @@ exit status: 0 every run trained (oom is a result), 1 a run failed, 2 bad input
 )";
 
 const char* kLaunchHelp = R"(usage: memfine launch --nproc N FILE.yaml [--out DIR] [--resume] [--threads N] [--trace-out CSV]
+       memfine launch --nproc N --nnodes M --node-rank R --master-addr HOST --master-port PORT FILE.yaml ...
 
-Starts N local ranks of `memfine run FILE.yaml` (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
-MASTER_PORT), one per expert-parallel rank: FILE.yaml's parallel.ep must be N. Tokens really move
-between ranks through c10d's all-to-all (Gloo). Rank 0 gathers every rank's records into the one
-results file; the summary names the hottest rank. A rank that fails ends the job: its exit status
-is reported, and the others stop when their collectives time out (60 s).
+Starts N local ranks of `memfine run FILE.yaml` (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1
+and a free MASTER_PORT), one per expert-parallel rank: FILE.yaml's parallel.ep must be N (N x M on
+M nodes). Tokens really move between ranks through c10d's all-to-all (Gloo). Rank 0 gathers every
+rank's records into the one results file (--out on node 0); the summary names the hottest rank. A
+rank that fails ends the job: its exit status is reported, and the others stop when their
+collectives time out (60 s; MEMFINE_COLLECTIVE_TIMEOUT seconds).
+
+Several machines: run the same launch on each, with --nnodes M, its own --node-rank (0..M-1), and
+node 0's address and a free port on it (--master-addr, --master-port); node R's ranks are
+R*N..R*N+N-1. GLOO_SOCKET_IFNAME (NCCL_SOCKET_IFNAME on GPUs) picks the network interface.
 
 A file with a train: section is trained instead (`memfine train` on every rank): each rank holds
 its E/N experts and micro_batch sequences of the global batch, routing is learned across the
@@ -133,9 +152,39 @@ names, dtypes, shapes and byte offsets). tests/pytorch_reference.py reads it; sc
 puts the two side by side. One process only: parallel.ep must be 1, device cpu, routing fixed.
 )";
 
-const char* kStrategiesHelp = R"(usage: memfine strategies
+const char* kTableHelp = R"(usage: memfine table DIR [--csv | --markdown]
 
-Lists the registered strategies, each with a one-line description and its parameters.
+Prints the table of an existing results folder (DIR/results.jsonl, or DIR/train.jsonl for a
+training run; DIR may also be the file), as `memfine run` (or `train`) ends with it. --markdown: the
+same as a Markdown table; --csv: every record as one row with flat columns (config.model.hidden,
+step_ms.median, ...; lists as JSON text), for pandas and spreadsheets.
+)";
+
+const char* kCompareHelp = R"(usage: memfine compare A B
+       memfine compare DIR --strategies X Y
+
+Compares two results folders of one experiment point by point (point, strategy and rank), or two
+strategies X and Y within one folder: activation peak and median step time as B / A, and a verdict
+on the step times from every timed step (step_ms_all): a two-sided Mann-Whitney U test, faster or
+slower at p < 0.05, else no difference; it needs 4 or more timed steps per side (repeats). Then what
+differs between A and B: machine, commit, LibTorch, threads, BLAS, configuration, so that a change's
+effect is not taken for a machine's.
+)";
+
+const char* kPlotHelp = R"(usage: memfine plot DIR... [--out FOLDER]
+
+Draws the figures of any results folder from its records alone (scripts/plots, matplotlib through
+scripts/python): activation peak and step time per strategy at each point (out of memory marked,
+capacity's dropped share on its bar, ratios against the baseline), a swept key as the x-axis with
+a line per strategy, and for a training run loss and held-out loss against tokens, the peak per
+step against the budget, MACT's chunk grid and s' per layer. PNG and PDF into FOLDER (default
+DIR/figures); several folders are drawn side by side.
+)";
+
+const char* kStrategiesHelp = R"(usage: memfine strategies [--json]
+
+Lists the registered strategies, each with a one-line description and its parameters (type and
+default); --json: the same as one JSON object (name -> description, role, params).
 )";
 
 bool wants_help(const std::vector<std::string>& args) {
@@ -169,6 +218,10 @@ int main(int argc, char** argv) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << kUsage;
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") {
+    std::cout << memfine::version_text() << "\n";
+    return 0;
   }
   const std::string cmd = args[0];
   args.erase(args.begin());
@@ -205,24 +258,44 @@ int main(int argc, char** argv) {
     }
     if (cmd == "launch") {
       if (wants_help(args)) return std::cout << kLaunchHelp, 0;
-      int nproc = 0;
+      memfine::LaunchPlace place;
+      place.nproc = 0;
       std::vector<std::string> rest;
       bool threads_given = false;
       for (size_t i = 0; i < args.size(); ++i) {
-        if (args[i] == "--nproc") {
+        const std::string& a = args[i];
+        auto number = [&](int64_t lo, int64_t hi, int& dst) {
           int64_t n = 0;
-          if (i + 1 >= args.size() || !parse_flag_int(args[i + 1], 1, 1024, n))
-            return usage_error("--nproc needs a whole number in [1, 1024], got '" +
-                                   (i + 1 < args.size() ? args[i + 1] : std::string()) + "'",
-                               kLaunchHelp);
-          nproc = int(n);
-          ++i;
+          if (i + 1 >= args.size() || !parse_flag_int(args[i + 1], lo, hi, n)) return false;
+          dst = int(n), ++i;
+          return true;
+        };
+        const std::string got = i + 1 < args.size() ? args[i + 1] : std::string();
+        if (a == "--nproc") {
+          if (!number(1, 1024, place.nproc))
+            return usage_error("--nproc needs a whole number in [1, 1024], got '" + got + "'", kLaunchHelp);
+        } else if (a == "--nnodes") {
+          if (!number(1, 65536, place.nnodes))
+            return usage_error("--nnodes needs a whole number in [1, 65536], got '" + got + "'", kLaunchHelp);
+        } else if (a == "--node-rank") {
+          if (!number(0, 65535, place.node_rank))
+            return usage_error("--node-rank needs a whole number in [0, 65535], got '" + got + "'", kLaunchHelp);
+        } else if (a == "--master-port") {
+          if (!number(1, 65535, place.master_port))
+            return usage_error("--master-port needs a port in [1, 65535], got '" + got + "'", kLaunchHelp);
+        } else if (a == "--master-addr") {
+          if (got.empty()) return usage_error("--master-addr needs rank 0's host name or address", kLaunchHelp);
+          place.master_addr = got, ++i;
         } else {
-          threads_given |= args[i] == "--threads";
-          rest.push_back(args[i]);
+          threads_given |= a == "--threads";
+          rest.push_back(a);
         }
       }
-      if (nproc < 1) return usage_error("launch needs --nproc N (1 or more)", kLaunchHelp);
+      if (place.nproc < 1) return usage_error("launch needs --nproc N (1 or more)", kLaunchHelp);
+      if (place.node_rank >= place.nnodes)
+        return usage_error("--node-rank must be below --nnodes (" + std::to_string(place.nnodes) + ")", kLaunchHelp);
+      if (place.nnodes > 1 && place.master_port == 0)
+        return usage_error("several nodes need --master-addr and --master-port: where node 0's rank 0 listens", kLaunchHelp);
       // One rank per expert-parallel rank: a mismatch is said once, before any rank starts. A file
       // with a train: section is trained (memfine train), any other measured (memfine run).
       std::string command = "run";
@@ -237,20 +310,18 @@ int main(int argc, char** argv) {
         for (const auto& e : errors) std::cerr << e << "\n";
         if (!errors.empty()) return 2;
         if (!points.empty() && points.front().config.train.enabled) command = "train";
-        for (const auto& pt : points)
-          if (pt.config.ep != nproc) {
-            std::cerr << pt.config.where("parallel.ep") << ": parallel.ep is " << pt.config.ep << " but --nproc is " << nproc
-                      << ": launch one rank per expert-parallel rank\n";
-            return 2;
-          }
+        if (const std::string why = memfine::ranks_problem(points, place.nnodes * place.nproc, true); !why.empty()) {
+          std::cerr << why << "\n";
+          return 2;
+        }
         break;
       }
       if (!threads_given) {
         const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
         rest.push_back("--threads");
-        rest.push_back(std::to_string(std::max(1u, cores / unsigned(nproc))));
+        rest.push_back(std::to_string(std::max(1u, cores / unsigned(place.nproc))));
       }
-      return memfine::launch_experiment("/proc/self/exe", nproc, command, rest);
+      return memfine::launch_experiment("/proc/self/exe", place, command, rest);
     }
     if (cmd == "validate" || cmd == "predict") {
       const char* help = cmd == "validate" ? kValidateHelp : kPredictHelp;
@@ -292,8 +363,45 @@ int main(int argc, char** argv) {
       if (file.empty() || dir.empty()) return usage_error("export needs an experiment file and --out DIR", kExportHelp);
       return memfine::export_experiment(file, dir, point);
     }
+    if (cmd == "table") {
+      if (wants_help(args)) return std::cout << kTableHelp, 0;
+      std::string dir, as = "text";
+      for (const auto& a : args) {
+        if (a == "--csv" || a == "--markdown") as = a.substr(2);
+        else if (!a.empty() && a[0] == '-') return usage_error("unknown option '" + a + "'", kTableHelp);
+        else if (dir.empty()) dir = a;
+        else return usage_error("one results folder at a time", kTableHelp);
+      }
+      if (dir.empty()) return usage_error("table needs a results folder", kTableHelp);
+      return memfine::table_command(dir, as);
+    }
+    if (cmd == "compare") {
+      if (wants_help(args)) return std::cout << kCompareHelp, 0;
+      try {
+        return memfine::compare_command(args);
+      } catch (const std::invalid_argument& e) {
+        return usage_error(e.what(), kCompareHelp);
+      }
+    }
+    if (cmd == "plot") {
+      if (wants_help(args)) return std::cout << kPlotHelp, 0;
+      return memfine::plot_command(args);
+    }
     if (cmd == "strategies") {
       if (wants_help(args)) return std::cout << kStrategiesHelp, 0;
+      if (std::find(args.begin(), args.end(), "--json") != args.end()) {
+        nlohmann::json all = nlohmann::json::object();
+        for (const auto& [name, info] : memfine::strategy_registry()) {
+          nlohmann::json params = nlohmann::json::object();
+          for (const auto& p : info.params)
+            params[p.name] = {{"help", p.help}, {"type", p.type}, {"default", p.fallback}, {"named", p.named}};
+          const memfine::Role role = info.role;
+          all[name] = {{"description", info.description}, {"params", params},
+                       {"role", role == memfine::Role::Reference ? "reference" : role == memfine::Role::Baseline ? "baseline" : ""}};
+        }
+        std::cout << all.dump(2) << "\n";
+        return 0;
+      }
       for (const auto& [name, info] : memfine::strategy_registry()) {
         std::cout << name << "\n    " << info.description << "\n";
         for (const auto& p : info.params)

@@ -76,14 +76,35 @@ c10::intrusive_ptr<c10d::Store> make_store(const std::string& host, c10d::TCPSto
 
 }  // namespace
 
-std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout, const std::string& device) {
+JobPlace job_place() {
+  JobPlace p;
   const char* ws = std::getenv("WORLD_SIZE");
-  if (!ws || std::atoi(ws) <= 1) return nullptr;
-  const char* rk = std::getenv("RANK");
+  const char *rk = std::getenv("RANK"), *local = std::getenv("LOCAL_RANK");
+  // Slurm: only the tasks srun starts are ranks (SLURM_STEPID); a batch script has SLURM_NTASKS
+  // too, but it is one process that starts them.
+  if (!ws && std::getenv("SLURM_STEPID") && std::getenv("SLURM_PROCID")) {
+    ws = std::getenv("SLURM_STEP_NUM_TASKS") ? std::getenv("SLURM_STEP_NUM_TASKS") : std::getenv("SLURM_NTASKS");
+    rk = std::getenv("SLURM_PROCID"), local = std::getenv("SLURM_LOCALID");
+    if (ws && std::atoi(ws) <= 1) return p;  // one task: one process (it may emulate ranks)
+  }
+  if (!ws) return p;
+  p.launched = true;
+  p.world = std::atoi(ws);
   if (!rk) throw std::runtime_error("WORLD_SIZE is set but RANK is not");
+  p.rank = std::atoi(rk);
+  p.local_rank = local ? std::atoi(local) : p.rank;
+  if (p.world < 1 || p.rank < 0 || p.rank >= p.world)
+    throw std::runtime_error("rank " + std::to_string(p.rank) + " of " + std::to_string(p.world) +
+                             " ranks: not a place in the job");
+  return p;
+}
+
+std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout, const std::string& device) {
+  const JobPlace place = job_place();
+  if (place.world <= 1) return nullptr;
   std::unique_ptr<Dist> d(new Dist());
-  d->rank_ = std::atoi(rk);
-  d->world_ = std::atoi(ws);
+  d->rank_ = place.rank;
+  d->world_ = place.world;
   const char* addr = std::getenv("MASTER_ADDR");
   const char* port = std::getenv("MASTER_PORT");
   const std::string host = addr ? addr : "127.0.0.1";
@@ -99,8 +120,7 @@ std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout, const std::st
 #ifdef MEMFINE_HAVE_NCCL
     const int gpus = c10::cuda::device_count();
     if (gpus == 0) throw std::runtime_error("device: cuda but no GPU is visible to rank " + std::to_string(d->rank_));
-    const char* local = std::getenv("LOCAL_RANK");
-    const int index = (local ? std::atoi(local) : d->rank_) % gpus;
+    const int index = place.local_rank % gpus;
     // Tensors made with a bare kCUDA device land on the current device: one GPU per rank.
     c10::cuda::set_device(c10::DeviceIndex(index));
     auto opts = c10d::ProcessGroupNCCL::Options::create();
@@ -114,7 +134,9 @@ std::unique_ptr<Dist> Dist::from_env(std::chrono::seconds timeout, const std::st
 #endif
   }
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout_ms);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                            : c10d::ProcessGroupGloo::createDeviceForHostname(host));
   d->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(d->impl_->store, d->rank_, d->world_, opts);
   return d;
 }

@@ -14,12 +14,22 @@ namespace memfine {
 // A loopback TCP port free right now, for a rendezvous on this machine.
 int free_loopback_port();
 
+// This process's place in a job, from the launcher's variables: torchrun's and `memfine launch`'s
+// (RANK, WORLD_SIZE, LOCAL_RANK), else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). world 1
+// when neither is set; `launched`: a launcher set them (even for one rank).
+struct JobPlace {
+  int rank = 0, world = 1, local_rank = 0;
+  bool launched = false;
+};
+JobPlace job_place();
+
 class Dist {
  public:
-  // From the standard variables RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun, Slurm
-  // wrappers, `memfine launch`); null when WORLD_SIZE is unset or 1. Collectives time out after
-  // `timeout` instead of hanging when a rank died. `device` "cuda" uses NCCL on GPU LOCAL_RANK
-  // (else RANK modulo the GPUs visible); it needs a build against a CUDA LibTorch.
+  // From job_place() and MASTER_ADDR, MASTER_PORT (rank 0's host and a free port on it; 127.0.0.1
+  // and 29500 by default); null for one process. Gloo talks through the interface that reaches
+  // MASTER_ADDR, or GLOO_SOCKET_IFNAME's. Collectives time out after `timeout` instead of hanging
+  // when a rank died. `device` "cuda" uses NCCL on GPU LOCAL_RANK (else RANK modulo the GPUs
+  // visible); it needs a build against a CUDA LibTorch.
   static std::unique_ptr<Dist> from_env(std::chrono::seconds timeout = std::chrono::seconds(60),
                                         const std::string& device = "cpu");
   ~Dist();

@@ -30,25 +30,28 @@ std::unique_ptr<Dist> join_job(const std::string& device) {
   return Dist::from_env(std::chrono::seconds(timeout_s), device);
 }
 
-int launch_experiment(const std::string& self, int nproc, const std::string& command,
+int launch_experiment(const std::string& self, const LaunchPlace& place, const std::string& command,
                       const std::vector<std::string>& run_args) {
-  const int port = free_loopback_port();
+  const int nproc = place.nproc;
+  const int port = place.master_port > 0 ? place.master_port : free_loopback_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
-      if (kv.rfind("RANK=", 0) && kv.rfind("WORLD_SIZE=", 0) && kv.rfind("MASTER_ADDR=", 0) && kv.rfind("MASTER_PORT=", 0) &&
-          kv.rfind("MEMFINE_LAUNCHER=", 0))
-        env.push_back(kv);
+      bool ours = false;
+      for (const char* k : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "MEMFINE_LAUNCHER="})
+        ours |= kv.rfind(k, 0) == 0;
+      if (!ours) env.push_back(kv);
     }
-    for (const std::string& kv : std::initializer_list<std::string>{"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
-                                 std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port),
-                                 "MEMFINE_LAUNCHER=" + std::to_string(::getpid())})
+    for (const std::string& kv : std::initializer_list<std::string>{
+             "RANK=" + std::to_string(place.node_rank * nproc + r), "WORLD_SIZE=" + std::to_string(place.nnodes * nproc),
+             "LOCAL_RANK=" + std::to_string(r), "MASTER_ADDR=" + place.master_addr, "MASTER_PORT=" + std::to_string(port),
+             "MEMFINE_LAUNCHER=" + std::to_string(::getpid())})
       env.push_back(kv);
     std::vector<std::string> args = {self, command};
     args.insert(args.end(), run_args.begin(), run_args.end());
-    if (r > 0) args.push_back("--no-progress");
+    if (r > 0 || place.node_rank > 0) args.push_back("--no-progress");
     std::vector<char*> argv, envp;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -80,7 +83,7 @@ int launch_experiment(const std::string& self, int nproc, const std::string& com
       running[rank] = false, --left;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && first_failure.empty()) {
-        first_failure = "rank " + std::to_string(rank) + " exited with status " + std::to_string(code);
+        first_failure = "rank " + std::to_string(place.node_rank * nproc + int(rank)) + " exited with status " + std::to_string(code);
         failed_at = std::chrono::steady_clock::now();
       }
       worst = std::max(worst, code);
@@ -90,7 +93,7 @@ int launch_experiment(const std::string& self, int nproc, const std::string& com
     if (!first_failure.empty() && std::chrono::steady_clock::now() - failed_at > kGrace) {
       for (size_t r = 0; r < pids.size(); ++r)
         if (running[r]) {
-          std::cerr << "memfine launch: rank " << r << " still running " << kGrace.count()
+          std::cerr << "memfine launch: rank " << place.node_rank * nproc + int(r) << " still running " << kGrace.count()
                     << " s after " << first_failure << ": killing it\n";
           ::kill(pids[r], SIGKILL);
         }

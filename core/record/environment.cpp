@@ -45,6 +45,14 @@ std::string blas_name() {
 }
 }  // namespace
 
+std::string source_dir() { return MEMFINE_SOURCE_DIR; }
+
+std::string version_text() {
+  std::string v = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" describe --always --tags --dirty 2>/dev/null");
+  if (v.empty()) v = MEMFINE_GIT_COMMIT " (built from; the source tree is gone)";
+  return "memfine " + v + ", LibTorch " + TORCH_VERSION;
+}
+
 std::string cpu_name() {
   static const std::string name = [] {  // read once per process
     std::ifstream in("/proc/cpuinfo");

@@ -14,6 +14,12 @@ nlohmann::json environment(const ExperimentConfig& c);
 // This machine's CPU model ("AMD EPYC 7B13"), as /proc/cpuinfo names it.
 std::string cpu_name();
 
+// `memfine --version`: git describe of the source tree (the build's commit outside it) and LibTorch's.
+std::string version_text();
+
+// The source tree this binary was built from (its scripts: memfine plot).
+std::string source_dir();
+
 // "cpu", or the GPU's class ("h100", "h200", ...): results/<device class>/<experiment>/.
 std::string device_class(const std::string& device);
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -14,6 +14,12 @@
 namespace memfine {
 
 namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
 
 // The point without its budget: where a strategy that ran out of memory can be set against the
 // baseline measured at another budget.
@@ -57,33 +63,96 @@ std::string origin(const json& r) {
          env.value("date", std::string("?"));
 }
 
+double num(const json& j) { return j.is_number() ? j.get<double>() : NAN; }
+
+std::string cut(const std::string& s, size_t n) { return s.size() > n ? s.substr(0, n - 3) + "..." : s; }
+
+// The verdict of `verify`: "ok 2e-07" or "FAIL 3e-02"; "-" where it was not checked.
+std::string verified_text(const json& r) {
+  const json v = r.value("verified", json());
+  if (!v.is_boolean()) return "-";
+  return std::string(v.get<bool>() ? "ok " : "FAIL ") + fmt("%.0e", r.value("grad_max_rel_err", 0.0));
+}
+
+// The note under a table with a verified column.
+std::string verified_note(const std::vector<json>& records) {
+  std::set<std::string> tolerances;
+  bool failed = false;
+  for (const auto& r : records)
+    if (r.value("verified", json()).is_boolean()) {
+      const json& cfg = r.value("config", json::object());
+      tolerances.insert(fmt("%.0e", r.value("verify_tolerance", 0.0)) + " for " + cfg.value("dtype", std::string("?")));
+      failed |= r["verified"] == false;
+    }
+  if (tolerances.empty()) return "";
+  std::string tol;
+  for (const auto& t : tolerances) tol += (tol.empty() ? "" : ", ") + t;
+  return "verified = loss and gradients against the reference strategy's (the plain computation; on real ranks one "
+         "process computing the whole batch): largest relative error, ok within " + tol +
+         (failed ? "; FAIL: this strategy does not compute what the reference does" : "");
+}
+
 }  // namespace
 
-std::string summary_table(const std::vector<json>& records, size_t earlier) {
-  std::ostringstream out;
-  size_t label = 8, point_w = 5;
-  for (const auto& r : records) {
-    label = std::max(label, r["strategy"].get<std::string>().size());
-    point_w = std::max(point_w, r["point"].get<std::string>().size() + (r.value("world_size", 1) > 1 ? 4 : 0) + 1);
-  }
-  label = std::min<size_t>(label, 60), point_w = std::min<size_t>(point_w, 48);
-  std::string baseline;
-  for (const auto& r : records)
-    if (r.value("role", json()) == "baseline") baseline = r["strategy"].get<std::string>();
-  auto num = [](const json& j) { return j.is_number() ? j.get<double>() : NAN; };
-  // The verify column only where something was verified: the error and its verdict.
-  bool verified_any = false;
-  for (const auto& r : records) verified_any |= r.value("verified", json()).is_boolean();
-  auto verified_text = [&](const json& r) -> std::string {
-    const json v = r.value("verified", json());
-    if (!verified_any) return "";
-    if (!v.is_boolean()) return "          -";
-    char b[32];
-    std::snprintf(b, sizeof b, " %4s %.0e", v.get<bool>() ? "ok" : "FAIL", r["grad_max_rel_err"].get<double>());
-    return b;
+std::string text(const Grid& g) {
+  std::vector<size_t> w(g.header.size(), 0);
+  for (size_t c = 0; c < g.header.size(); ++c) w[c] = g.header[c].size();
+  for (const auto& row : g.rows)
+    for (size_t c = 0; c < row.size() && c < w.size(); ++c) w[c] = std::max(w[c], row[c].size());
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string s;
+    for (size_t c = 0; c < w.size(); ++c) {
+      const std::string cell = c < cells.size() ? cells[c] : "";
+      const std::string pad(w[c] - std::min(w[c], cell.size()), ' ');
+      const bool text_column = c < g.left || (g.last_left && c + 1 == w.size());
+      s += (c ? " " : "") + (text_column ? cell + pad : pad + cell);
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s + "\n";
   };
-  bool any_elsewhere = false, any_earlier = false, any_failed = false;
-  std::vector<std::string> lines;
+  std::string out = g.title.empty() ? "" : g.title + "\n";
+  const std::string head = line(g.header);
+  out += head + std::string(head.size() - 1, '-') + "\n";
+  for (const auto& row : g.rows) out += line(row);
+  for (const auto& n : g.notes) out += n + "\n";
+  return out;
+}
+
+std::string markdown(const Grid& g) {
+  auto esc = [](std::string s) {
+    for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
+    return s;
+  };
+  std::string out = g.title.empty() ? "" : g.title + "\n\n";
+  out += "|";
+  for (const auto& h : g.header) out += " " + esc(h) + " |";
+  out += "\n|";
+  for (size_t c = 0; c < g.header.size(); ++c)
+    out += c < g.left || (g.last_left && c + 1 == g.header.size()) ? "---|" : "---:|";
+  out += "\n";
+  for (const auto& row : g.rows) {
+    out += "|";
+    for (const auto& cell : row) out += " " + esc(cell) + " |";
+    out += "\n";
+  }
+  if (!g.notes.empty()) out += "\n";
+  for (const auto& n : g.notes) out += n + "\n\n";
+  return out;
+}
+
+Grid run_grid(const std::vector<json>& records, size_t earlier) {
+  Grid g;
+  std::string baseline;
+  bool verified_any = false;
+  for (const auto& r : records) {
+    if (r.value("role", json()) == "baseline") baseline = r["strategy"].get<std::string>();
+    verified_any |= r.value("verified", json()).is_boolean();
+  }
+  if (!baseline.empty()) g.title = "ratios against " + baseline + " (the baseline) at the same point";
+  g.header = {"point", "strategy", "status", "s'", "chunks", "dropped", "static", "act peak", "step ms", "act/base", "time/base"};
+  if (verified_any) g.header.push_back("verified");
+  g.left = 3;
+  bool any_elsewhere = false, any_earlier = false;
   for (size_t n = 0; n < records.size(); ++n) {
     const json& r = records[n];
     // The baseline at this point; where it ran out of memory, its peak where it fit at the
@@ -110,126 +179,46 @@ std::string summary_table(const std::vector<json>& records, size_t earlier) {
     const double ms = step.is_object() ? step["median"].get<double>() : NAN;
     std::string act_ratio = "-", time_ratio = "-";
     if (base && !std::isnan(act)) {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.3f%s", act / num((*base)["peak_activation_bytes"]), elsewhere ? "*" : "");
-      act_ratio = b;
-      std::snprintf(b, sizeof b, "%.3f%s", ms / (*base)["step_ms"]["median"].get<double>(), elsewhere ? "*" : "");
-      time_ratio = b;
+      act_ratio = fmt("%.3f", act / num((*base)["peak_activation_bytes"])) + (elsewhere ? "*" : "");
+      time_ratio = fmt("%.3f", ms / (*base)["step_ms"]["median"].get<double>()) + (elsewhere ? "*" : "");
       any_elsewhere |= elsewhere;
     }
-    std::string dropped = "-";
-    if (r.contains("dropped_fraction") && r["dropped_fraction"].is_number()) {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.1f%%", 100 * r["dropped_fraction"].get<double>());
-      dropped = b;
-    }
-    std::string point = r["point"].get<std::string>();
-    const std::string at_rank = r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "";
+    const json drop = r.value("dropped_fraction", json());
     const bool old = n < earlier;
     any_earlier |= old;
-    if (point.size() + at_rank.size() + 1 > point_w) point = point.substr(0, point_w - at_rank.size() - 4) + "...";
-    point += at_rank + (old ? "^" : "");
-    std::string strategy = r["strategy"].get<std::string>();
-    if (strategy.size() > label) strategy = strategy.substr(0, label - 3) + "...";
-    any_failed |= r.value("verified", json()) == false;
-    char line[512];
-    std::snprintf(line, sizeof line, "%-*s %-*s %-6s %9lld %7s %8s %11s %11s %10s %9s %9s%s", int(point_w), point.c_str(),
-                  int(label), strategy.c_str(), r["status"].get<std::string>().c_str(),
-                  (long long)r.value("tokens_received", int64_t(0)), chunks_text(r.value("chunks", json())).c_str(),
-                  dropped.c_str(), r.value("static_bytes", json()).is_number() ? fmt_bytes(num(r["static_bytes"])).c_str() : "-",
-                  std::isnan(act) ? "-" : fmt_bytes(act).c_str(),
-                  std::isnan(ms) ? "-" : (std::to_string(ms).substr(0, std::to_string(ms).find('.') + 2)).c_str(),
-                  act_ratio.c_str(), time_ratio.c_str(), verified_text(r).c_str());
-    lines.push_back(line);
+    const std::string at_rank = r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "";
+    std::vector<std::string> row = {
+        cut(r["point"].get<std::string>(), 44) + at_rank + (old ? "^" : ""),
+        cut(r["strategy"].get<std::string>(), 60),
+        r["status"].get<std::string>(),
+        std::to_string(r.value("tokens_received", int64_t(0))),
+        chunks_text(r.value("chunks", json())),
+        drop.is_number() ? fmt("%.1f%%", 100 * drop.get<double>()) : "-",
+        r.value("static_bytes", json()).is_number() ? fmt_bytes(num(r["static_bytes"])) : "-",
+        std::isnan(act) ? "-" : fmt_bytes(act),
+        std::isnan(ms) ? "-" : fmt("%.1f", ms),
+        act_ratio,
+        time_ratio};
+    if (verified_any) row.push_back(verified_text(r));
+    g.rows.push_back(row);
   }
-  char head[512];
-  std::snprintf(head, sizeof head, "%-*s %-*s %-6s %9s %7s %8s %11s %11s %10s %9s %9s%s", int(point_w), "point", int(label),
-                "strategy", "status", "s'", "chunks", "dropped", "static", "act peak", "step ms", "act/base", "time/base",
-                verified_any ? "    verified" : "");
-  if (!baseline.empty()) out << "ratios against " << baseline << " (the baseline) at the same point\n";
-  out << head << "\n" << std::string(std::strlen(head), '-') << "\n";
-  for (const auto& l : lines) out << l << "\n";
   if (any_elsewhere)
-    out << "* the baseline ran out of memory at this point: against its peak and time measured at the nearest budget where "
-           "it fit\n";
+    g.notes.push_back("* the baseline ran out of memory at this point: against its peak and time measured at the nearest "
+                      "budget where it fit");
   if (any_earlier) {
     std::set<std::string> origins;
     for (size_t n = 0; n < earlier && n < records.size(); ++n) origins.insert(origin(records[n]));
-    out << "^ measured earlier, not by this run (--resume): ";
-    bool first = true;
-    for (const auto& o : origins) out << (first ? "" : "; ") << o, first = false;
-    out << "\n";
+    std::string o;
+    for (const auto& x : origins) o += (o.empty() ? "" : "; ") + x;
+    g.notes.push_back("^ measured earlier, not by this run (--resume): " + o);
   }
-  out << "dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
-         "min-max over layers and steps where it varies\n";
-  if (verified_any) {
-    std::set<std::string> tolerances;
-    for (const auto& r : records)
-      if (r.value("verified", json()).is_boolean()) {
-        char b[64];
-        std::snprintf(b, sizeof b, "%.0e for %s", r["verify_tolerance"].get<double>(),
-                      r["config"]["dtype"].get<std::string>().c_str());
-        tolerances.insert(b);
-      }
-    std::string tol;
-    for (const auto& t : tolerances) tol += (tol.empty() ? "" : ", ") + t;
-    out << "verified = loss and gradients against the reference strategy's (the plain computation; on real ranks one "
-           "process computing the whole batch): largest relative error, ok within "
-        << tol << (any_failed ? "; FAIL: this strategy does not compute what the reference does" : "") << "\n";
-  }
-  return out.str();
+  g.notes.push_back("dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
+                    "min-max over layers and steps where it varies");
+  if (verified_any) g.notes.push_back(verified_note(records));
+  return g;
 }
 
-std::string predict_table(const std::vector<json>& records) {
-  size_t label = 8, point_w = 5;
-  for (const auto& r : records)
-    label = std::max(label, r["strategy"].get<std::string>().size()), point_w = std::max(point_w, r["point"].get<std::string>().size());
-  label = std::min<size_t>(label, 60), point_w = std::min<size_t>(point_w, 48);
-  auto gb = [](const json& j, bool decimal) {
-    if (!j.is_number()) return std::string("-");
-    if (!decimal) return fmt_bytes(j.get<double>());
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f GB", j.get<double>() / 1e9);
-    return std::string(b);
-  };
-  std::ostringstream out;
-  char line[1024];
-  std::snprintf(line, sizeof line, "%-*s %-*s %11s %11s %11s %5s  %s", int(point_w), "point", int(label), "strategy", "static",
-                "activation", "total", "fits", "chunks / why");
-  out << line << "\n" << std::string(std::strlen(line) + 8, '-') << "\n";
-  bool any_paper = false, any_counts = false;
-  for (const auto& r : records) {
-    const bool paper = r.value("model", std::string()) == "paper";
-    any_paper |= paper;
-    any_counts |= r.value("routing", std::string()) == "counts";
-    json st = paper ? json(r.value("static_gb", 0.0) * 1e9) : r.value("predicted_static_bytes", json());
-    json act = paper ? json(r.value("activation_gb", 0.0) * 1e9) : r.value("predicted_activation_bytes", json());
-    json total = st.is_number() && act.is_number() ? json(st.get<double>() + act.get<double>()) : json();
-    if (r["status"] == "unpredicted") st = act = total = json();
-    const json fits = r.value("fits", json());
-    std::string why = r.value("unpredicted_why", r.value("fits_why", std::string()));
-    if (why.empty() && r.contains("chunks")) {
-      const json& c = r["chunks"];
-      why = c.is_array() && !c.empty() && c[0].is_array() ? "per step: " + chunks_text(c) : c.dump();
-    }
-    std::string point = r["point"].get<std::string>(), strategy = r["strategy"].get<std::string>();
-    if (point.size() > point_w) point = point.substr(0, point_w - 3) + "...";
-    if (strategy.size() > label) strategy = strategy.substr(0, label - 3) + "...";
-    std::snprintf(line, sizeof line, "%-*s %-*s %11s %11s %11s %5s  %s", int(point_w), point.c_str(), int(label),
-                  strategy.c_str(), gb(st, paper).c_str(), gb(act, paper).c_str(), gb(total, paper).c_str(),
-                  fits.is_boolean() ? (fits.get<bool>() ? "yes" : "NO") : "-", why.c_str());
-    out << line << "\n";
-  }
-  out << "fits = static + activation within memory.budget (- without one); chunks = MACT's per layer (0: stored)";
-  if (any_paper) out << "; paper-scale rows: the paper's Eq. 1-3, in GB (10^9 bytes) as the paper writes them";
-  if (any_counts)
-    out << "; routing from the workload's counts (the file routes too many tokens to route one by one: --json "
-           "says \"routing\" per row)";
-  out << "\n";
-  return out.str();
-}
-
-std::string train_table(const std::vector<json>& records) {
+Grid train_grid(const std::vector<json>& records) {
   struct Run {
     std::string point, strategy, status = "ok", verified = "-";
     int64_t steps = 0, ended_at = -1, peak = 0, tokens = 0;
@@ -249,7 +238,7 @@ std::string train_table(const std::vector<json>& records) {
     if (r.contains("config")) {  // the run's head
       const json& m = r["config"]["model"];
       run.tokens = m["seq"].get<int64_t>() * m["micro_batch"].get<int64_t>() * r.value("ranks", int64_t(1));
-      if (r.value("verified", json()).is_boolean()) run.verified = r["verified"].get<bool>() ? "ok" : "FAIL";
+      run.verified = verified_text(r);
     }
     if (r["status"] != "ok") run.status = r["status"].get<std::string>(), run.ended_at = r.value("step", int64_t(-1));
     if (r.value("eval_loss", json()).is_number()) run.eval = r["eval_loss"].get<double>();
@@ -257,28 +246,114 @@ std::string train_table(const std::vector<json>& records) {
       run.peak = std::max(run.peak, r["peak_activation_bytes"].get<int64_t>());
     if (r["status"] == "ok" && r.value("step_ms", json()).is_number()) run.ms.push_back(r["step_ms"].get<double>());
   }
-  size_t label = 8, point_w = 5;
-  for (const auto& run : runs) label = std::max(label, run.strategy.size()), point_w = std::max(point_w, run.point.size());
-  std::ostringstream out;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-*s %-*s %-6s %6s %9s %10s %11s %10s %10s %8s", int(point_w), "point", int(label),
-                "strategy", "status", "steps", "ended at", "eval loss", "act peak", "step ms", "tokens/s", "verified");
-  out << line << "\n" << std::string(std::strlen(line), '-') << "\n";
+  Grid g;
+  g.header = {"point", "strategy", "status", "steps", "ended at", "eval loss", "act peak", "step ms", "tokens/s", "verified"};
+  g.left = 3;
+  bool verified_any = false;
   for (const auto& run : runs) {
     const double med = spread(run.ms).median;
-    std::snprintf(line, sizeof line, "%-*s %-*s %-6s %6lld %9s %10s %11s %10s %10s %8s", int(point_w), run.point.c_str(),
-                  int(label), run.strategy.c_str(), run.status.c_str(), (long long)run.steps,
-                  run.ended_at < 0 ? "-" : ("step " + std::to_string(run.ended_at)).c_str(),
-                  std::isnan(run.eval) ? "-" : std::to_string(run.eval).substr(0, 6).c_str(),
-                  run.peak > 0 ? fmt_bytes(double(run.peak)).c_str() : "-",
-                  run.ms.empty() ? "-" : std::to_string(med).substr(0, std::to_string(med).find('.') + 2).c_str(),
-                  run.ms.empty() || run.tokens == 0 ? "-" : std::to_string(int64_t(double(run.tokens) / med * 1e3)).c_str(),
-                  run.verified.c_str());
-    out << line << "\n";
+    verified_any |= run.verified != "-";
+    g.rows.push_back({run.point, run.strategy, run.status, std::to_string(run.steps),
+                      run.ended_at < 0 ? "-" : "step " + std::to_string(run.ended_at),
+                      std::isnan(run.eval) ? "-" : fmt("%.4f", run.eval), run.peak > 0 ? fmt_bytes(double(run.peak)) : "-",
+                      run.ms.empty() ? "-" : fmt("%.1f", med),
+                      run.ms.empty() || run.tokens == 0 ? "-" : fmt("%.0f", double(run.tokens) / med * 1e3), run.verified});
   }
-  out << "steps = records of the run; ended at = the step it ran out of memory (or failed) at; eval loss = the last "
-         "held-out loss; act peak = the largest step's (the fullest rank's on real ranks); step ms = median\n";
-  return out.str();
+  if (!verified_any) {
+    g.header.pop_back();
+    for (auto& row : g.rows) row.pop_back();
+  }
+  g.notes.push_back("steps = records of the run; ended at = the step it ran out of memory (or failed) at; eval loss = the "
+                    "last held-out loss; act peak = the largest step's (the fullest rank's on real ranks); step ms = median");
+  if (verified_any) g.notes.push_back(verified_note(records));
+  return g;
+}
+
+Grid predict_grid(const std::vector<json>& records) {
+  auto bytes = [](const json& j, bool decimal) {
+    if (!j.is_number()) return std::string("-");
+    return decimal ? fmt("%.1f GB", j.get<double>() / 1e9) : fmt_bytes(j.get<double>());
+  };
+  Grid g;
+  g.header = {"point", "strategy", "static", "activation", "total", "fits", "chunks / why"};
+  g.last_left = true;
+  bool any_paper = false, any_counts = false;
+  for (const auto& r : records) {
+    const bool paper = r.value("model", std::string()) == "paper";
+    any_paper |= paper;
+    any_counts |= r.value("routing", std::string()) == "counts";
+    json st = paper ? json(r.value("static_gb", 0.0) * 1e9) : r.value("predicted_static_bytes", json());
+    json act = paper ? json(r.value("activation_gb", 0.0) * 1e9) : r.value("predicted_activation_bytes", json());
+    json total = st.is_number() && act.is_number() ? json(st.get<double>() + act.get<double>()) : json();
+    if (r["status"] == "unpredicted") st = act = total = json();
+    const json fits = r.value("fits", json());
+    std::string why = r.value("unpredicted_why", r.value("fits_why", std::string()));
+    if (why.empty() && r.contains("chunks")) {
+      const json& c = r["chunks"];
+      why = c.is_array() && !c.empty() && c[0].is_array() ? "per step: " + chunks_text(c) : c.dump();
+    }
+    g.rows.push_back({cut(r["point"].get<std::string>(), 48), cut(r["strategy"].get<std::string>(), 60), bytes(st, paper),
+                      bytes(act, paper), bytes(total, paper), fits.is_boolean() ? (fits.get<bool>() ? "yes" : "NO") : "-", why});
+  }
+  std::string note = "fits = static + activation within memory.budget (- without one); chunks = MACT's per layer (0: stored)";
+  if (any_paper) note += "; paper-scale rows: the paper's Eq. 1-3, in GB (10^9 bytes) as the paper writes them";
+  if (any_counts)
+    note += "; routing from the workload's counts (the file routes too many tokens to route one by one: --json says "
+            "\"routing\" per row)";
+  g.notes.push_back(note);
+  return g;
+}
+
+std::string records_csv(const std::vector<json>& records) {
+  // Flat columns: nested objects by dotted key, lists and the rest as JSON text.
+  std::vector<std::map<std::string, std::string>> rows;
+  std::vector<std::string> order;
+  std::set<std::string> seen;
+  std::function<void(const json&, const std::string&, std::map<std::string, std::string>&)> flatten =
+      [&](const json& j, const std::string& key, std::map<std::string, std::string>& row) {
+        if (j.is_object()) {  // an empty one adds no column
+          for (const auto& [k, v] : j.items()) flatten(v, key.empty() ? k : key + "." + k, row);
+          return;
+        }
+        row[key] = j.is_string() ? j.get<std::string>() : j.is_null() ? "" : j.dump();
+        if (seen.insert(key).second) order.push_back(key);
+      };
+  for (const auto& r : records) {
+    rows.emplace_back();
+    flatten(r, "", rows.back());
+  }
+  // The head first, in the records' order; then the rest by name (config and env last).
+  const std::vector<std::string> head = {"experiment", "point", "strategy", "name", "role", "status", "error", "rank",
+                                         "world_size"};
+  std::vector<std::string> cols;
+  for (const auto& h : head)
+    if (seen.count(h)) cols.push_back(h);
+  std::vector<std::string> rest;
+  for (const auto& k : order)
+    if (std::find(head.begin(), head.end(), k) == head.end()) rest.push_back(k);
+  std::stable_sort(rest.begin(), rest.end(), [](const std::string& a, const std::string& b) {
+    auto late = [](const std::string& s) { return s.rfind("config.", 0) == 0 || s.rfind("env.", 0) == 0; };
+    if (late(a) != late(b)) return !late(a);
+    return a < b;
+  });
+  cols.insert(cols.end(), rest.begin(), rest.end());
+  auto quote = [](const std::string& s) {
+    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return q + "\"";
+  };
+  std::string out;
+  for (size_t c = 0; c < cols.size(); ++c) out += (c ? "," : "") + quote(cols[c]);
+  out += "\n";
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < cols.size(); ++c) {
+      auto it = row.find(cols[c]);
+      out += (c ? "," : "") + (it == row.end() ? std::string() : quote(it->second));
+    }
+    out += "\n";
+  }
+  return out;
 }
 
 }  // namespace memfine

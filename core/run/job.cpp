@@ -108,7 +108,7 @@ std::unique_ptr<Job> start_job(Command command, const std::string& yaml, const R
   // Fault injection for the tests (tests/test_faults.cpp): this rank stops as a hung one would.
   if (const char* stop = std::getenv("MEMFINE_FAULT_STOP_RANK"); stop && dist && std::atoi(stop) == dist->rank())
     ::raise(SIGSTOP);
-  if (const std::string why = ranks_problem(job->points, dist ? dist->world() : 0, std::getenv("WORLD_SIZE") != nullptr);
+  if (const std::string why = ranks_problem(job->points, dist ? dist->world() : 0, job_place().launched);
       !why.empty()) {
     if (job->writer) std::cerr << why << "\n";  // every rank finds it; rank 0 says it
     return nullptr;

@@ -40,7 +40,8 @@ std::optional<StrategySpec> parse_label(const std::string& label) {
   return s;
 }
 
-void diff(const json& a, const json& b, const std::string& path, std::vector<std::string>& out) {
+void diff(const json& a, const json& b, const std::string& path, std::vector<std::string>& out, const std::string& an,
+          const std::string& bn) {
   if (a.is_object() && b.is_object()) {
     std::map<std::string, bool> keys;
     for (const auto& [k, v] : a.items()) keys[k] = true;
@@ -48,11 +49,13 @@ void diff(const json& a, const json& b, const std::string& path, std::vector<std
     for (const auto& [k, unused] : keys) {
       const std::string p = path.empty() ? k : path + "." + k;
       if (p == "strategies") continue;
-      diff(a.contains(k) ? a[k] : json(), b.contains(k) ? b[k] : json(), p, out);
+      diff(a.contains(k) ? a[k] : json(), b.contains(k) ? b[k] : json(), p, out, an, bn);
     }
     return;
   }
-  if (a != b) out.push_back(path + ": " + (a.is_null() ? "absent" : a.dump()) + " there, " + (b.is_null() ? "absent" : b.dump()) + " here");
+  if (a != b)
+    out.push_back(path + ": " + (a.is_null() ? "absent" : a.dump()) + " " + an + ", " + (b.is_null() ? "absent" : b.dump()) +
+                  " " + bn);
 }
 
 }  // namespace
@@ -74,9 +77,10 @@ std::string canonical_label(const json& r) {
   return problems.empty() ? resolved.label() : label;
 }
 
-std::vector<std::string> config_differences(const json& there, const json& here) {
+std::vector<std::string> config_differences(const json& there, const json& here, const std::string& a,
+                                            const std::string& b) {
   std::vector<std::string> out;
-  diff(there, here, "", out);
+  diff(there, here, "", out, a, b);
   return out;
 }
 

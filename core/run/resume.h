@@ -24,7 +24,9 @@ std::string canonical_label(const json& record);
 std::vector<std::string> resume_problems(const std::string& path, const std::vector<json>& records,
                                          const std::vector<SweepPoint>& points, bool training);
 
-// The keys where two configurations differ, as "key: A there, B here" (strategies aside).
-std::vector<std::string> config_differences(const json& there, const json& here);
+// The keys where two configurations differ, as "key: A there, B here" (strategies aside; the
+// words name the two).
+std::vector<std::string> config_differences(const json& there, const json& here, const std::string& a = "there",
+                                            const std::string& b = "here");
 
 }  // namespace memfine

@@ -439,7 +439,7 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
                                       "writes results/<device>/cost_model.json)");
         // MACT plans against the budget: without one, everything fits and it runs its smallest bin
         // (store_when_fits: stores everything) in every layer and step.
-        if (c.budget < 0 && s.value("objective") == "memory")
+        if (c.budget < 0 && s.value("objective") == "memory" && !c.paper.enabled)
           return std::string("chunks: auto without memory.budget: MACT then runs ") +
                  (s.value("store_when_fits").get<bool>() ? "every layer stored" : std::to_string(bins.front()) + " chunk(s)") +
                  " everywhere; set memory.budget for it to plan";

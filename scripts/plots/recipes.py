@@ -1,0 +1,74 @@
+"""The paper's figures and tables, and REPORT.md, from a results folder (what `scripts/reproduce`
+regenerates): each recipe names the records it reads; a missing one is skipped, said so."""
+import argparse
+import os
+import sys
+
+from . import records as R
+from .paper import figure2, figure4, figure5, table4_measured, table4_modeled
+from .quality import quality, train_ranks
+from .report import report
+from .sweeps import budget_sweep, capacity, chunks, imbalance, kernel_ops, kernels, model_error, strategies
+
+
+def jobs(results, predictions):
+    at = lambda name, file="results.jsonl": os.path.join(results, name, file)
+    return [
+        ("table4_modeled", table4_modeled, predictions),
+        ("table4_measured", table4_measured, at("paper_figure5")),
+        ("figure2", figure2, at("paper_figure5")),
+        ("figure4", figure4, at("paper_figure5")),
+        ("figure5", figure5, at("paper_figure5")),
+        ("trace_replay", lambda src, out: figure5(src, out, "trace_replay_mact_chunks",
+                                                  "ours: routing learned in quality.yaml, replayed"), at("trace_replay")),
+        ("imbalance", imbalance, at("imbalance_sweep")),
+        ("chunks", chunks, at("chunk_sweep")),
+        ("chunk_balanced", lambda src, out: chunks(src, out, "chunks_balanced_step_time",
+                                                   "Chunks under balanced routing on one rank"), at("chunk_balanced")),
+        ("capacity", capacity, at("capacity_sweep")),
+        ("budget_sweep", budget_sweep, at("budget_sweep")),
+        ("model_error", model_error, at("model_accuracy")),
+        ("kernels", kernels, at("kernels")),
+        ("baselines", lambda src, out: strategies(src, out, "baselines",
+                                                  "Every baseline on one MoE layer at MoEBlaze-like shapes"), at("baselines")),
+        ("baselines_h2048", lambda src, out: strategies(src, out, "baselines_h2048", "Every baseline at MoEBlaze's larger shape"),
+         at("baselines_h2048")),
+        ("gpu_memfine", lambda src, out: strategies(src, out, "gpu_memfine", "Every strategy at GPU scale (bf16)"),
+         at("gpu_memfine")),
+        ("gpu_baselines", lambda src, out: strategies(src, out, "gpu_baselines", "Every baseline at MoEBlaze's benchmark scale"),
+         at("gpu_baselines")),
+        ("gpu_budget", lambda src, out: strategies(src, out, "gpu_budget", "Under a budget (bf16)"), at("gpu_budget")),
+        ("gpu_deepseek", lambda src, out: strategies(src, out, "gpu_deepseek", "DeepSeek-V3's MoE shape (bf16)"),
+         at("gpu_deepseek")),
+        ("gpu_model_accuracy", model_error, at("gpu_model_accuracy")),
+        ("kernel_ops", kernel_ops, os.path.join(results, "bench", "dispatch_combine.json")),
+        ("kernels_ranks", lambda src, out: kernels(src, out, "kernels_ranks_table",
+                                                   "Fused dispatch/combine against ATen on real expert-parallel ranks"),
+         at("ep_pair_kernels")),
+        ("quality", quality, at("quality", "train.jsonl")),
+        ("train_ranks", train_ranks, at("train_ranks", "train.jsonl")),
+        ("report", lambda src, out: report(results, predictions, out), at("paper_figure5")),
+    ]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="figures.py", description=__doc__)
+    ap.add_argument("--results", default="results/cpu", help="folder with <experiment>/results.jsonl (default results/cpu)")
+    ap.add_argument("--out", default="paper_figures", help="output folder (default paper_figures)")
+    ap.add_argument("--predictions", default="results/model/paper_table4.jsonl",
+                    help="`memfine predict --json experiments/paper_table4.yaml` output")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    failed = 0
+    for name, fn, src in jobs(args.results, args.predictions):
+        if not os.path.exists(src):
+            if not name.startswith("gpu_"):  # GPU experiments exist only in a GPU's results folder
+                print(f"figures: skip {name}: {src} does not exist", file=sys.stderr)
+            continue
+        try:
+            for p in fn(src, args.out):
+                print(f"figures: wrote {p}")
+        except (R.ResultsError, KeyError, ValueError, StopIteration, OSError) as e:
+            print(f"figures: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
