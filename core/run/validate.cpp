@@ -1,6 +1,7 @@
 #include "core/run/validate.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -8,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dist/dist.h"
 #include "core/model/model.h"
 #include "core/moe/fused.h"
 #include "core/record/environment.h"
@@ -17,6 +19,13 @@
 
 namespace memfine {
 namespace {
+
+// Warnings are said once per job: by `memfine launch` before it starts ranks, or by rank 0 of a job
+// another launcher started.
+bool says_warnings() {
+  const JobPlace place = job_place();
+  return !place.launched || (place.rank == 0 && !std::getenv("MEMFINE_LAUNCHER"));
+}
 
 // Bounds on what a file may ask to size, so that predict needs at most ~1 GiB and seconds on any
 // file that validates (experiments/README.md, "Limits"): DeepSeek-V3 is 61 x 256 expert-layers.
@@ -53,7 +62,7 @@ void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<st
       const StrategyInfo& info = strategy_registry().at(spec.name);
       info.make(spec);  // a strategy checks how its values go together when it is made
       const std::string warning = info.check_point ? info.check_point(spec, c) : "";
-      if (!warning.empty() && warned.insert(c.where(path) + warning).second)
+      if (!warning.empty() && warned.insert(c.where(path) + warning).second && says_warnings())
         std::cerr << c.where(path) << ": " << path << ": warning: " << spec.label() << ": " << warning << "\n";
     } catch (const std::exception& e) {
       p.add(c, path, spec.label() + ": " + e.what());
