@@ -52,6 +52,7 @@ commands:
   plot DIR... [--out FOLDER]
                         figures of any results folder (PNG and PDF), side by side for several
   strategies            list the registered strategies and their parameters
+  keys                  every key of an experiment file: type, range, default, meaning
   export FILE.yaml --out DIR [--point N]
                         write a point's weights, data and routing for an outside reference
                         (scripts/compare-pytorch checks our baselines against eager PyTorch)
@@ -181,10 +182,17 @@ step against the budget, MACT's chunk grid and s' per layer. PNG and PDF into FO
 DIR/figures); several folders are drawn side by side.
 )";
 
-const char* kStrategiesHelp = R"(usage: memfine strategies [--json]
+const char* kKeysHelp = R"(usage: memfine keys
+
+Prints every key of an experiment file with its type, range, default and meaning (a Markdown table:
+experiments/README.md's key reference is this output).
+)";
+
+const char* kStrategiesHelp = R"(usage: memfine strategies [--json | --markdown]
 
 Lists the registered strategies, each with a one-line description and its parameters (type and
-default); --json: the same as one JSON object (name -> description, role, params).
+default); --json: the same as one JSON object (name -> description, role, params); --markdown: a
+table (experiments/README.md's strategy reference is this output).
 )";
 
 bool wants_help(const std::vector<std::string>& args) {
@@ -387,8 +395,23 @@ int main(int argc, char** argv) {
       if (wants_help(args)) return std::cout << kPlotHelp, 0;
       return memfine::plot_command(args);
     }
+    if (cmd == "keys") {
+      if (wants_help(args)) return std::cout << kKeysHelp, 0;
+      std::cout << memfine::key_reference_markdown();
+      return 0;
+    }
     if (cmd == "strategies") {
       if (wants_help(args)) return std::cout << kStrategiesHelp, 0;
+      if (std::find(args.begin(), args.end(), "--markdown") != args.end()) {
+        std::cout << "| strategy | parameter | type | default | meaning |\n|---|---|---|---|---|\n";
+        for (const auto& [name, info] : memfine::strategy_registry()) {
+          std::cout << "| `" << name << "` | | | | " << info.description << " |\n";
+          for (const auto& p : info.params)
+            std::cout << "| | `" << p.name << "` | " << p.type << " | " << memfine::label_value(p.fallback)
+                      << (p.named ? " (always in the label)" : "") << " | " << p.help << " |\n";
+        }
+        return 0;
+      }
       if (std::find(args.begin(), args.end(), "--json") != args.end()) {
         nlohmann::json all = nlohmann::json::object();
         for (const auto& [name, info] : memfine::strategy_registry()) {

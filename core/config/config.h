@@ -157,10 +157,8 @@ inline constexpr size_t kMaxStrategies = 64;
 // record's config loads back to the same config (tests/test_cli.cpp holds it to that).
 nlohmann::json config_to_json(const ExperimentConfig& c);
 
-// " (did you mean 'X'?)" for the closest of `known`, or "".
-std::string did_you_mean(const std::string& key, const std::vector<std::string>& known);
-
-// Parses "512MiB", "2GiB", "1e9" or a plain byte count; throws std::invalid_argument.
-int64_t parse_bytes(const std::string& text);
+// The key reference of experiment files (experiments/README.md, `memfine keys`): every section's
+// keys with type, default and meaning, as Markdown table rows.
+std::string key_reference_markdown();
 
 }  // namespace memfine

@@ -1,3 +1,4 @@
+#include "core/config/reader.h"
 #include "core/run/validate.h"
 
 #include <algorithm>
@@ -20,6 +21,10 @@
 namespace memfine {
 namespace {
 
+void add(Problems& p, const ExperimentConfig& c, const std::string& key, const std::string& msg) {
+  p.add_at(c.where(key), key, msg);
+}
+
 // Warnings are said once per job: by `memfine launch` before it starts ranks, or by rank 0 of a job
 // another launcher started.
 bool says_warnings() {
@@ -33,13 +38,6 @@ constexpr double kMaxExpertLayers = double(1 << 22);
 constexpr double kMaxRoutedExpertLayers = double(1 << 26);
 constexpr double kMaxSweepWork = double(1 << 28);
 
-struct Problems {
-  std::vector<std::string>& out;
-  void add(const ExperimentConfig& c, const std::string& key, const std::string& msg) {
-    const std::string s = c.where(key) + ": " + key + ": " + msg;
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);  // once, not once per point
-  }
-};
 
 // Resolves each strategy against its declaration (typed values, the canonical label) in place, and
 // checks it against the point: values when the strategy is made, the rest by its check_point.
@@ -50,13 +48,13 @@ void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<st
     const std::string path = "strategies[" + std::to_string(i) + "]";
     std::vector<ParamProblem> problems;
     const StrategySpec resolved = resolve_strategy(spec, problems);
-    for (const auto& pr : problems) p.add(c, pr.key.empty() ? path + ".name" : path + "." + pr.key, pr.message);
+    for (const auto& pr : problems) add(p, c, pr.key.empty() ? path + ".name" : path + "." + pr.key, pr.message);
     if (!problems.empty()) continue;
     spec = resolved;
     // By the canonical label: `memfine` and `{name: memfine, chunks: 1}` are one strategy.
     const auto [at, fresh] = labels.emplace(spec.label(), i);
     if (!fresh)
-      p.add(c, path, "'" + spec.label() + "' is listed twice (also strategies[" + std::to_string(at->second) + "])");
+      add(p, c, path, "'" + spec.label() + "' is listed twice (also strategies[" + std::to_string(at->second) + "])");
     if (!parsed) continue;
     try {
       const StrategyInfo& info = strategy_registry().at(spec.name);
@@ -65,7 +63,7 @@ void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<st
       if (!warning.empty() && warned.insert(c.where(path) + warning).second && says_warnings())
         std::cerr << c.where(path) << ": " << path << ": warning: " << spec.label() << ": " << warning << "\n";
     } catch (const std::exception& e) {
-      p.add(c, path, spec.label() + ": " + e.what());
+      add(p, c, path, spec.label() + ": " + e.what());
     }
   }
 }
@@ -74,14 +72,14 @@ void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<st
 void check_cost_model(const ExperimentConfig& c, Problems& p, bool runnable_here) {
   std::ifstream in(c.cost_model);
   if (!in) {
-    p.add(c, "cost_model", "cannot read '" + c.cost_model + "' (scripts/fit-cost-model fits one on this machine)");
+    add(p, c, "cost_model", "cannot read '" + c.cost_model + "' (scripts/fit-cost-model fits one on this machine)");
     return;
   }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
-    p.add(c, "cost_model", "'" + c.cost_model + "' is not a cost model (" + e.what() + ")");
+    add(p, c, "cost_model", "'" + c.cost_model + "' is not a cost model (" + e.what() + ")");
     return;
   }
   const std::string fitted_on = j.value("context", nlohmann::json::object()).value("cpu_model", "");
@@ -89,7 +87,7 @@ void check_cost_model(const ExperimentConfig& c, Problems& p, bool runnable_here
     std::cerr << c.where("cost_model") << ": cost_model: warning: '" << c.cost_model
               << "' does not name the machine it was fitted on (refit with scripts/fit-cost-model)\n";
   else if (runnable_here && c.device == "cpu" && fitted_on != cpu_name())  // the file is valid; this machine is not its
-    p.add(c, "cost_model", "fitted on another machine (" + fitted_on + "; this is " + cpu_name() +
+    add(p, c, "cost_model", "fitted on another machine (" + fitted_on + "; this is " + cpu_name() +
                                "): refit with scripts/fit-cost-model");
 }
 
@@ -100,7 +98,7 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
   std::vector<SweepPoint> points = load_experiment(path, errors);
   // Names are checked whatever else is wrong; what reads sizes only when the YAML parsed cleanly.
   const bool parsed = errors.empty();
-  Problems p{errors};
+  Problems p{path, errors};
   const std::vector<std::string> kinds = workload_kinds();
   std::set<std::string> cost_models, warned;
   std::set<std::pair<std::string, int64_t>> corpora;
@@ -109,15 +107,15 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     ExperimentConfig& c = pt.config;
 #ifndef MEMFINE_TORCH_CUDA
     if (c.device == "cuda" && runnable_here)
-      p.add(c, "device", "this build's LibTorch has no CUDA (build against PyTorch's: scripts/gpu-build)");
+      add(p, c, "device", "this build's LibTorch has no CUDA (build against PyTorch's: scripts/gpu-build)");
 #endif
     if (c.kernels == "fused" && !fused_kernels_available(c.device) && runnable_here)
-      p.add(c, "kernels", "this build has no CUDA kernels (build on the GPU machine with scripts/gpu-build)");
+      add(p, c, "kernels", "this build has no CUDA kernels (build on the GPU machine with scripts/gpu-build)");
     if (c.kernels == "auto") c.kernels = c.device == "cuda" && fused_kernels_available(c.device) ? "fused" : "aten";
     if (std::find(kinds.begin(), kinds.end(), c.workload.kind) == kinds.end()) {
       std::string list;
       for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
-      p.add(c, "workload.kind", "'" + c.workload.kind + "' is not one of " + list + did_you_mean(c.workload.kind, kinds));
+      add(p, c, "workload.kind", "'" + c.workload.kind + "' is not one of " + list + did_you_mean(c.workload.kind, kinds));
     }
     check_strategies(c, p, parsed, warned);
     if (!parsed || !errors.empty()) continue;
@@ -131,7 +129,7 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
                                               4.0 * double(m.hidden) * double(m.heads) * double(m.head_dim) +
                                               double(m.hidden) * double(m.experts));
     if (params * 8 * 4 > 4.0e18) {
-      p.add(c, "model", "about " + std::to_string(int64_t(params / 1e9)) + " billion parameters on one rank: too large to size");
+      add(p, c, "model", "about " + std::to_string(int64_t(params / 1e9)) + " billion parameters on one rank: too large to size");
       continue;
     }
     // What sizing the routing costs (memfine predict, and run's routing per step): in proportion
@@ -139,12 +137,12 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     const double expert_layers = double(m.layers) * double(m.experts);
     const double routed_steps = c.workload.schedule == "none" ? 1.0 : double(c.warmup + c.repeats);
     if (expert_layers > kMaxExpertLayers) {
-      p.add(c, "model", "layers x experts is " + std::to_string(int64_t(expert_layers)) + ", more than " +
+      add(p, c, "model", "layers x experts is " + std::to_string(int64_t(expert_layers)) + ", more than " +
                             std::to_string(int64_t(kMaxExpertLayers)) + " expert-layers to route and size");
       continue;
     }
     if (expert_layers * routed_steps > kMaxRoutedExpertLayers) {
-      p.add(c, "repeats", "a schedule routes every step: (warmup + repeats) x layers x experts is " +
+      add(p, c, "repeats", "a schedule routes every step: (warmup + repeats) x layers x experts is " +
                               std::to_string(int64_t(expert_layers * routed_steps)) + ", more than " +
                               std::to_string(int64_t(kMaxRoutedExpertLayers)));
       continue;
@@ -152,21 +150,21 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     sweep_work += expert_layers * routed_steps * double(c.strategies.size());
     const int64_t floor = static_bytes_lower_bound(c);
     if (c.budget >= 0 && c.budget < floor)
-      p.add(c, "memory.budget", "the budget (" + std::to_string(c.budget) +
+      add(p, c, "memory.budget", "the budget (" + std::to_string(c.budget) +
                                     " bytes) is below the static memory of parameters, gradients, optimizer state and inputs (" +
                                     std::to_string(floor) + " bytes)");
     try {
       validate_workload(c.workload, c.model, c.ep, c.train.enabled);
     } catch (const std::exception& e) {
-      p.add(c, "workload", e.what());
+      add(p, c, "workload", e.what());
     }
     // Read once per file: a corpus that cannot hold one sequence fails here, not at the first step
     // that samples it.
     if (c.train.enabled && runnable_here && corpora.insert({c.train.corpus, c.model.seq}).second)
-      if (const std::string why = corpus_problem(c.train.corpus, c.model.seq); !why.empty()) p.add(c, "train.corpus", why);
+      if (const std::string why = corpus_problem(c.train.corpus, c.model.seq); !why.empty()) add(p, c, "train.corpus", why);
   }
   if (sweep_work > kMaxSweepWork && errors.empty() && !points.empty())
-    p.add(points.front().config, "sweep",
+    p.add_at(points.front().config.where("sweep"), "sweep",
           "the sweep's points x strategies x layers x experts (x routed steps) is " + std::to_string(int64_t(sweep_work)) +
               ", more than " + std::to_string(int64_t(kMaxSweepWork)) + " to size: split the experiment");
   return points;

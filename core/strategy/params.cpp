@@ -1,3 +1,4 @@
+#include "core/config/reader.h"
 #include "core/strategy/params.h"
 
 #include <cmath>

@@ -1,0 +1,123 @@
+// A section's keys, each declared once: how it is read from YAML (typed and range-checked), written
+// back into a record's config, and documented in experiments/README.md's key reference (`memfine
+// keys`). A section is a table of them; what ties keys together (topk at most experts) is checked
+// by the section's own code after they are read.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/config/reader.h"
+
+namespace memfine {
+
+template <class S>
+struct Field {
+  std::string key, type, fallback, help;  // type and default as the key reference shows them
+  std::function<void(MapReader&, S&)> read;
+  std::function<nlohmann::json(const S&)> write;
+};
+
+template <class S>
+struct Section {
+  std::string name;  // "model"; "" for the top level
+  std::vector<Field<S>> fields;
+};
+
+// A key's documentation row: "model.layers", its type, default and meaning.
+struct KeyDoc {
+  std::string key, type, fallback, help;
+};
+
+template <class S>
+void read_section(const Section<S>& sec, MapReader& r, S& s) {
+  for (const auto& f : sec.fields) f.read(r, s);
+}
+
+template <class S>
+nlohmann::json write_section(const Section<S>& sec, const S& s) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : sec.fields) j[f.key] = f.write(s);
+  return j;
+}
+
+template <class S>
+std::vector<KeyDoc> section_docs(const Section<S>& sec) {
+  std::vector<KeyDoc> out;
+  for (const auto& f : sec.fields) out.push_back({sec.name.empty() ? f.key : sec.name + "." + f.key, f.type, f.fallback, f.help});
+  return out;
+}
+
+namespace fields {
+
+inline std::string range(double lo, double hi) {
+  std::ostringstream s;
+  s << lo << " .. " << hi;
+  return s.str();
+}
+
+template <class S>
+Field<S> integer(std::string key, int64_t S::*m, int64_t lo, int64_t hi, std::string help) {
+  return {key, "int, " + std::to_string(lo) + " .. " + std::to_string(hi), std::to_string(S{}.*m), std::move(help),
+          [key, m, lo, hi](MapReader& r, S& s) { r.read_int(key, s.*m, lo, hi); },
+          [m](const S& s) { return nlohmann::json(s.*m); }};
+}
+
+template <class S>
+Field<S> unsigned_integer(std::string key, uint64_t S::*m, std::string help) {
+  return {key, "int >= 0", std::to_string(S{}.*m), std::move(help),
+          [key, m](MapReader& r, S& s) { r.read(key, s.*m, "a non-negative integer"); },
+          [m](const S& s) { return nlohmann::json(s.*m); }};
+}
+
+template <class S>
+Field<S> number(std::string key, double S::*m, double lo, double hi, std::string help) {
+  std::ostringstream d;
+  d << S{}.*m;
+  return {key, "number, " + range(lo, hi), d.str(), std::move(help),
+          [key, m, lo, hi](MapReader& r, S& s) { r.read_number(key, s.*m, lo, hi); },
+          [m](const S& s) { return nlohmann::json(s.*m); }};
+}
+
+template <class S>
+Field<S> boolean(std::string key, bool S::*m, std::string help) {
+  return {key, "true | false", S{}.*m ? "true" : "false", std::move(help),
+          [key, m](MapReader& r, S& s) { r.read(key, s.*m, "true or false"); },
+          [m](const S& s) { return nlohmann::json(s.*m); }};
+}
+
+template <class S>
+Field<S> choice(std::string key, std::string S::*m, std::vector<std::string> choices, std::string help) {
+  std::string type;
+  for (const auto& c : choices) type += (type.empty() ? "`" : " \\| `") + c + "`";
+  return {key, type, S{}.*m, std::move(help),
+          [key, m, choices](MapReader& r, S& s) { r.read_choice(key, s.*m, choices); },
+          [m](const S& s) { return nlohmann::json(s.*m); }};
+}
+
+// A string (a path is resolved by its section against the YAML's folder); `nullable`: written null
+// when empty.
+template <class S>
+Field<S> text(std::string key, std::string S::*m, std::string type, std::string help, bool nullable = false) {
+  const std::string fallback = (S{}.*m).empty() ? "none" : "`" + S{}.*m + "`";
+  return {key, type, fallback, std::move(help), [key, m](MapReader& r, S& s) { r.read(key, s.*m, "a string"); },
+          [m, nullable](const S& s) { return nullable && (s.*m).empty() ? nlohmann::json(nullptr) : nlohmann::json(s.*m); }};
+}
+
+// Bytes ("512MiB", "2GiB", a count); with `none_ok`, `none` (or -1) is none, written null.
+template <class S>
+Field<S> bytes(std::string key, int64_t S::*m, bool none_ok, std::string help) {
+  const int64_t d = S{}.*m;
+  return {key, "bytes, `512MiB`, `2GiB`" + std::string(none_ok ? ", `none`" : ""),
+          d < 0 ? "none" : std::to_string(d), std::move(help),
+          [key, m, none_ok](MapReader& r, S& s) { r.read_bytes(key, s.*m, none_ok); },
+          [m, none_ok](const S& s) { return none_ok && s.*m < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.*m); }};
+}
+
+}  // namespace fields
+
+}  // namespace memfine

@@ -1,0 +1,109 @@
+// The configuration as JSON (what every record carries), and a strategy's label.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/config/sections.h"
+
+namespace memfine {
+
+using json = nlohmann::json;
+
+json yaml_to_json(const YAML::Node& n) {
+  if (n.IsSequence()) {
+    json a = json::array();
+    for (const auto& v : n) a.push_back(yaml_to_json(v));
+    return a;
+  }
+  if (n.IsMap()) {
+    json o = json::object();
+    for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+    return o;
+  }
+  if (!n.IsScalar()) return nullptr;
+  const std::string t = n.Scalar();
+  if (n.Tag() == "!") return t;  // quoted in the YAML: a string
+  char* end = nullptr;
+  const long long i = std::strtoll(t.c_str(), &end, 10);
+  if (!t.empty() && *end == '\0') return int64_t(i);
+  const double d = std::strtod(t.c_str(), &end);
+  if (!t.empty() && *end == '\0') return d;
+  if (t == "true" || t == "false") return t == "true";
+  return t;
+}
+
+json config_to_json(const ExperimentConfig& c) {
+  json strategies = json::array();
+  for (const auto& s : c.strategies) {
+    // As resolved, the parameters the label names: loading it back gives the same strategy.
+    json j = {{"name", s.name}};
+    if (s.resolved) j.update(s.shown);
+    else
+      for (const auto& [k, v] : s.written) j[k] = yaml_to_json(v);
+    strategies.push_back(j);
+  }
+  json out = write_section(top_keys(), c);
+  out["model"] = write_section(model_keys(), c.model);
+  out["parallel"] = write_section(parallel_keys(), c);
+  out["workload"] = write_section(workload_keys(), c.workload);
+  out["memory"] = write_section(memory_keys(), c);
+  out["strategies"] = strategies;
+  if (c.paper.enabled) out["paper"] = write_section(paper_keys(), c.paper);
+  if (c.train.enabled) out["train"] = write_section(train_keys(), c.train);
+  return out;
+}
+
+double WorkloadConfig::intensity(int64_t step, int64_t layer, int64_t layers) const {
+  if (schedule == "none" || schedule == "trace") return 1.0;
+  const double depth = double(layer + 1) / double(layers);
+  const double t = (double(step) - peak_step) / width;
+  return depth * (0.15 + 0.85 * std::exp(-t * t));
+}
+
+std::string label_value(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + label_value(v[i]);
+    return s + "]";
+  }
+  if (v.is_number_float()) {
+    // The shortest form that reads back to the same double, with ".0" on whole numbers: 1.0,
+    // 1.25, 0.05 (Python's repr), so 1, 1.0 and 1.00 label alike once typed.
+    const double d = v.get<double>();
+    char buf[40];
+    for (int prec = 1; prec <= 17; ++prec) {
+      std::snprintf(buf, sizeof buf, "%.*g", prec, d);
+      if (std::strtod(buf, nullptr) == d) break;
+    }
+    std::string s = buf;
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+    return s;
+  }
+  return v.dump();  // integers, booleans, null
+}
+
+std::string StrategySpec::label() const {
+  json params = resolved ? shown : json::object();
+  if (!resolved)
+    for (const auto& [k, v] : written) params[k] = yaml_to_json(v);
+  if (params.empty()) return name;
+  std::string s = name + "(";
+  bool first = true;
+  for (const auto& [k, v] : params.items()) {  // nlohmann's objects iterate in key order
+    s += (first ? "" : ",") + k + "=" + label_value(v);
+    first = false;
+  }
+  return s + ")";
+}
+
+const json& StrategySpec::value(const std::string& key) const {
+  auto it = values.find(key);
+  if (it == values.end())
+    throw std::logic_error("strategy '" + name + "' reads parameter '" + key + "', which it does not declare" +
+                           (resolved ? "" : " (the spec was not resolved)"));
+  return *it;
+}
+
+}  // namespace memfine

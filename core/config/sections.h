@@ -1,0 +1,37 @@
+// The sections of an experiment file, each declared once in its own file (core/config/*_keys.cpp):
+// its table of keys, and how it is read with the checks that tie its keys together.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/config/fields.h"
+
+namespace memfine {
+
+const Section<ExperimentConfig>& top_keys();       // name, seed, device, dtype, threads, ...
+const Section<ExperimentConfig>& parallel_keys();  // parallel.ep, parallel.rank
+const Section<ExperimentConfig>& memory_keys();    // memory.budget
+const Section<ModelConfig>& model_keys();
+const Section<WorkloadConfig>& workload_keys();
+const Section<PaperScaleConfig>& paper_keys();
+const Section<TrainConfig>& train_keys();
+
+// Each reads its section from `node` (absent: the defaults) into its struct; `dir` is the YAML's
+// folder, against which relative paths are resolved.
+void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p);
+void parse_workload(const YAML::Node& node, const std::string& dir, WorkloadConfig& w, Problems& p);
+void parse_paper(const YAML::Node& node, const std::string& dir, PaperScaleConfig& ps, Problems& p);
+// `workload`: the file's workload node (training learns its routing: router, or left out).
+void parse_train(const YAML::Node& node, const YAML::Node& workload, const std::string& dir, ExperimentConfig& c,
+                 Problems& p);
+
+// The whole file (one sweep point of it: the sweep already set into `root`).
+ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, Problems& p);
+
+// A path as written, resolved against `dir` when relative, absolute and normal.
+std::string resolve_path(const std::string& path, const std::string& dir);
+
+}  // namespace memfine
