@@ -6,20 +6,35 @@
 #include <cmath>
 
 #include "core/moe/capacity.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 
 namespace memfine {
 namespace {
 
+// What it keeps: a stored (or recomputed) layer whose experts receive only the capped rows, padded
+// with pad. The rows that survive the cap are known from the counts alone (which ones survive
+// depends on the probabilities, how many does not), so the model predicts it before the step; not
+// with recompute: full, where the model misses a transient of the recomputed layer that shows once
+// the MoE keeps few rows (tests/test_memory_model.cpp measures how far).
+StrategyShape shape_of(const StrategySpec& spec) {
+  StrategyShape s;
+  s.capacity_factor = spec.value("capacity_factor").get<double>();
+  s.pad_to_capacity = spec.value("pad").get<bool>();
+  s.recompute_layer = spec.value("recompute") == "full";
+  return s;
+}
+
 class Capacity : public Strategy {
  public:
-  explicit Capacity(StrategySpec spec) : Strategy(std::move(spec)) {
-    factor_ = spec_.value("capacity_factor").get<double>();
+  explicit Capacity(const StrategySpec& spec)
+      : Strategy(spec, shape_of(spec),
+                 spec.value("recompute") == "full"
+                     ? "capacity with recompute: full is not predicted: the model misses a transient of the recomputed layer"
+                     : "") {
+    factor_ = shape_.capacity_factor;
     policy_ = spec_.value("drop_policy").get<std::string>();
-    pad_ = spec_.value("pad").get<bool>();
-    recompute_ = spec_.value("recompute").get<std::string>();
+    pad_ = shape_.pad_to_capacity;
   }
-  bool dropless() const override { return false; }
   void begin_step(int64_t) override { assignments_ = dropped_ = local_rows_ = local_kept_ = 0; }
   json step_counters() const override {
     // kept_row_fraction: of the rows this rank's experts would compute dropless, the share they do
@@ -40,22 +55,6 @@ class Capacity : public Strategy {
             {"dropped_fraction", assignments > 0 ? double(dropped) / double(assignments) : 0.0},
             {"kept_row_fraction", kept}};
   }
-  // The rows that survive the cap are known from the counts alone (which ones survive depends on
-  // the probabilities, how many does not), so the model predicts it before the step.
-  std::optional<StrategyShape> memory_shape() const override {
-    if (recompute_ == "full") return std::nullopt;
-    StrategyShape s;
-    s.capacity_factor = factor_;
-    s.pad_to_capacity = pad_;
-    return s;
-  }
-
-  std::string unmodelled_why() const override {
-    // Measured (tests/test_memory_model.cpp, hidden 64): 3-10% low, more the more is dropped; the
-    // model misses a transient of the recomputed layer that shows once the MoE keeps few rows.
-    return "capacity with recompute: full is not predicted: the model reads 3-10% low there";
-  }
-
   void cap_routing(MoeRouting& r, const at::Tensor& probs) override {
     const RankRouting& rr = *r.rank;
     const int64_t T = r.expert_ids.size(0), k = r.expert_ids.size(1);
@@ -78,18 +77,14 @@ class Capacity : public Strategy {
     local_kept_ += r.own_keep.to(at::kBool).logical_and(local).sum().item<int64_t>() + r.peer_keep.sum().item<int64_t>();
   }
 
-  LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
-    return recompute_ == "full" ? layer_recomputed(x, in, *this, moe_stored) : layer_forward(x, in, *this, moe_stored);
-  }
-
  private:
   double factor_;
-  std::string policy_, recompute_;
+  std::string policy_;
   bool pad_;
   int64_t assignments_ = 0, dropped_ = 0, local_rows_ = 0, local_kept_ = 0;
 };
 
-MEMFINE_REGISTER_STRATEGY(StrategyInfo{
+MEMFINE_REGISTER_STRATEGY(coded(
     "capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
     {named(number_param("capacity_factor", "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank",
                         1.0, 1e-6, 1e6)),
@@ -97,7 +92,7 @@ MEMFINE_REGISTER_STRATEGY(StrategyInfo{
                         "probs", {"probs", "position"})),
      bool_param("pad", "pad each expert's input to capacity", false),
      choice_param("recompute", "'none' stores activations, 'full' recomputes each layer", "none", {"none", "full"})},
-    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new Capacity(s)); }});
+    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new Capacity(s)); }));
 
 }  // namespace
 }  // namespace memfine

@@ -26,7 +26,7 @@
 #include "core/dist/process.h"
 #include "core/meter/memory_meter.h"
 #include "core/meter/timer.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "core/dist/dist.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
 #include "dist_config.h"
 

@@ -6,7 +6,7 @@
 // and the figures' tables list it (tests/CMakeLists.txt: extension_in_figures).
 #include <atomic>
 
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 
 namespace memfine {
 namespace {
@@ -15,11 +15,8 @@ std::atomic<int64_t> g_expert_rows{0};  // over every instance: an expert hook i
 
 class ExpertProbe : public Strategy {
  public:
-  using Strategy::Strategy;
+  explicit ExpertProbe(const StrategySpec& spec) : Strategy(spec, StrategyShape{}) {}  // stores what no_recompute does
   void begin_step(int64_t) override { g_expert_rows = 0; }
-  LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
-    return layer_forward(x, in, *this, moe_stored);
-  }
   ExpertPath expert() const override {
     return ExpertPath([](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
       g_expert_rows += rows.size(0);
@@ -28,12 +25,11 @@ class ExpertProbe : public Strategy {
     });
   }
   json step_counters() const override { return {{"expert_rows", g_expert_rows.load()}}; }
-  std::optional<StrategyShape> memory_shape() const override { return StrategyShape{}; }  // stores what no_recompute does
 };
 
-MEMFINE_REGISTER_STRATEGY(StrategyInfo{
+MEMFINE_REGISTER_STRATEGY(coded(
     "expert_probe", "tests only: stores everything, runs its own SwiGLU expert and counts the rows it saw", {},
-    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new ExpertProbe(s)); }});
+    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new ExpertProbe(s)); }));
 
 }  // namespace
 }  // namespace memfine

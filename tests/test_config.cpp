@@ -13,7 +13,7 @@
 #include "core/record/table.h"
 #include "core/run/resume.h"
 #include "core/run/validate.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 
 #include <sstream>
 

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "core/dist/dist.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
 #include "dist_config.h"
 #include "testing.h"

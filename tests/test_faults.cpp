@@ -320,10 +320,10 @@ TEST(Launch, TwoNodesOnLoopbackAreOneJob) {
     EXPECT_EQ(b[i]["rank"], a[i]["rank"]);
     EXPECT_EQ(b[i]["loss"], a[i]["loss"]) << a[i]["strategy"];
     EXPECT_EQ(b[i]["tokens_received"], a[i]["tokens_received"]);
-    // Gloo's own threads allocate through the same meter at their own moments: peaks agree to 1%
-    // or 4 KiB (two launches of one node differ as much).
+    // Gloo's own threads allocate through the same meter at their own moments: peaks agree to 2%
+    // or 16 KiB (two launches of one node differ as much under load at this tiny size).
     const double want = a[i]["peak_activation_bytes"].get<double>();
-    EXPECT_NEAR(b[i]["peak_activation_bytes"].get<double>(), want, std::max(0.01 * want, 4096.0)) << a[i]["strategy"];
+    EXPECT_NEAR(b[i]["peak_activation_bytes"].get<double>(), want, std::max(0.02 * want, 16384.0)) << a[i]["strategy"];
   }
 }
 

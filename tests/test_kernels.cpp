@@ -7,7 +7,7 @@
 #include "core/meter/memory_meter.h"
 #include "core/moe/fused.h"
 #include "core/moe/rows.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
 #include "testing.h"
 

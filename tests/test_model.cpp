@@ -5,7 +5,7 @@
 #include "core/meter/flops.h"
 #include "core/model/model.h"
 #include "core/model/optimizer.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
 #include "testing.h"
 

@@ -3,7 +3,7 @@
 
 #include "core/moe/capacity.h"
 #include "core/meter/memory_meter.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
 #include "testing.h"
 

@@ -21,7 +21,7 @@
 #include "core/run/report.h"
 #include "core/run/runner.h"
 #include "core/run/train/train.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 
 namespace {
 

@@ -58,6 +58,7 @@ struct StrategySpec {
   std::string name;
   std::map<std::string, YAML::Node> written;  // as the YAML wrote them
   bool resolved = false;
+  std::string role;  // resolved: "reference", "baseline" or "" (the registration's)
   nlohmann::json values = nlohmann::json::object();  // resolved: every declared parameter
   nlohmann::json shown = nlohmann::json::object();   // resolved: those the label names
   // "memfine(chunks=4)": name and the shown parameters in key order, each value in one form

@@ -17,32 +17,12 @@
 #include <vector>
 
 #include "core/config/config.h"
-#include "core/moe/expert_storage.h"
+#include "core/moe/shape.h"
 #include "core/workload/ep_rank.h"
 
 namespace memfine {
 
 // ---- Implementation model ----
-// How the MoE of a layer runs, as the model needs it.
-enum class MoeMode { Stored, RecomputedBlock, Chunked };
-
-// What a strategy stores, in the model's terms; each strategy declares its own
-// (Strategy::memory_shape), the model never asks for a name.
-struct StrategyShape {
-  bool recompute_layer = false;  // only the layer's input is kept; the layer is recomputed in backward
-  MoeMode moe = MoeMode::Stored;
-  int64_t chunks = 1;            // Chunked only
-  // How each expert keeps its activations (inside each chunk when chunked).
-  ExpertStorage experts = ExpertStorage::Stored;
-  bool keep_act = false;  // BufferFree: SiLU(a) * b kept as well
-  int64_t block_rows = 256;  // BufferFree: rows per block of an expert's work
-  // Capacity capping (0: dropless): each sending rank lets at most ceil(tokens * topk / experts *
-  // factor) of its assignments reach an expert; with pad, every expert's input is padded to the
-  // most it can receive (capacity x ranks).
-  double capacity_factor = 0;
-  bool pad_to_capacity = false;
-};
-
 struct Prediction {
   int64_t static_bytes = 0;
   int64_t activation_bytes = 0;

@@ -7,29 +7,16 @@
 #include "core/meter/memory_meter.h"
 #include "core/meter/timer.h"
 #include "core/record/environment.h"
-#include "core/strategy/strategy.h"
 
 namespace memfine {
 
-namespace {
-const char* role_name(const std::string& strategy) {
-  auto it = strategy_registry().find(strategy);
-  if (it == strategy_registry().end()) return nullptr;
-  switch (it->second.role) {
-    case Role::Reference: return "reference";
-    case Role::Baseline: return "baseline";
-    default: return nullptr;
-  }
-}
-}  // namespace
 
 PointContext point_context(const ExperimentConfig& c) { return {config_to_json(c), environment(c)}; }
 
 json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::string& point, const StrategySpec& s,
                 const std::string& status, const std::string& error) {
-  const char* role = role_name(s.name);
   return {{"experiment", c.name}, {"point", point}, {"strategy", s.label()}, {"name", s.name},
-          {"params", s.values}, {"role", role ? json(role) : json(nullptr)}, {"status", status},
+          {"params", s.values}, {"role", s.role.empty() ? json(nullptr) : json(s.role)}, {"status", status},
           {"error", error.empty() ? json(nullptr) : json(error)}, {"seed", c.seed}, {"ep", c.ep},
           {"config", ctx.config}, {"env", ctx.env}};
 }

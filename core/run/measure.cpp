@@ -8,7 +8,7 @@
 #include "core/run/step.h"
 #include "core/run/train_step.h"
 #include "core/run/verify.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/workload/workload.h"
 
 namespace memfine {

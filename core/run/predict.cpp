@@ -7,7 +7,7 @@
 #include "core/record/record.h"
 #include "core/record/table.h"
 #include "core/run/validate.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/meter/memory_meter.h"
 #include "core/workload/ep_rank.h"
 

@@ -4,7 +4,7 @@
 #include <map>
 #include <optional>
 
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 
 namespace memfine {
 

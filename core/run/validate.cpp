@@ -14,7 +14,7 @@
 #include "core/model/model.h"
 #include "core/moe/fused.h"
 #include "core/record/environment.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 #include "core/workload/corpus.h"
 #include "core/workload/workload.h"
 
@@ -58,7 +58,7 @@ void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<st
     if (!parsed) continue;
     try {
       const StrategyInfo& info = strategy_registry().at(spec.name);
-      info.make(spec);  // a strategy checks how its values go together when it is made
+      make_strategy(spec);  // a strategy checks how its values go together when it is made
       const std::string warning = info.check_point ? info.check_point(spec, c) : "";
       if (!warning.empty() && warned.insert(c.where(path) + warning).second && says_warnings())
         std::cerr << c.where(path) << ": " << path << ": warning: " << spec.label() << ": " << warning << "\n";

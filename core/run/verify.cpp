@@ -5,7 +5,7 @@
 
 #include "core/dist/dist.h"
 #include "core/run/train_step.h"
-#include "core/strategy/strategy.h"
+#include "core/strategy/registry.h"
 
 namespace memfine {
 

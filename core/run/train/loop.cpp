@@ -19,6 +19,7 @@
 #include "core/run/train/data.h"
 #include "core/run/train/schedule.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 #include "core/run/verify.h"
 #include "core/util/hash.h"
 #include "core/workload/corpus.h"

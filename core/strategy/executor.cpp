@@ -1,0 +1,102 @@
+#include "core/strategy/executor.h"
+
+#include "core/moe/expert_storage.h"
+#include "core/strategy/memfine/chunked_moe.h"
+#include "core/strategy/recompute.h"
+
+namespace memfine {
+
+LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s, const MoeFn& moe) {
+  const ModelConfig& m = in.model->cfg;
+  const LayerWeights& w = *in.weights;
+  const RankRouting& rr = in.rank->layers[size_t(in.layer)];
+  at::Tensor h = m.attention == "gqa" ? x + attention(rms_norm(x, w.norm1), w, m) : x;
+  at::Tensor xn = rms_norm(h, w.norm2);
+  const TrainConfig& t = in.config->train;
+  Routed r = route(xn, w, rr.own_experts, m.topk, t.enabled ? t.aux_loss : 0);
+  if (in.expert_counts && !recomputing_for_backward())
+    in.expert_counts->at(size_t(in.layer)) = at::bincount(r.expert_ids.reshape(-1), {}, m.experts);
+  MoeRouting routing;
+  routing.dist = in.dist;
+  routing.rank = &rr;
+  routing.tables = in.rank;
+  routing.expert_ids = r.expert_ids;
+  routing.loss_norm = double(x.numel());
+  routing.fused = in.config->kernels == "fused";
+  routing.expert = s.expert();
+  s.cap_routing(routing, r.probs.detach());
+  Combined c = moe(xn, r.probs, routing, w);
+  at::Tensor y = c.y;
+  if (w.shared_in.defined()) y = y + swiglu(xn, w.shared_in, w.shared_out);
+  return {h + y, c.peer_loss + r.aux_loss};
+}
+
+Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing, const LayerWeights& w) {
+  return moe_range(x_norm, probs, w, routing, 0, x_norm.size(0));
+}
+
+Combined moe_as_one_block(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
+                          const LayerWeights& w) {
+  const LayerWeights* wp = &w;
+  RecomputeFn fn = [routing, wp](const TensorList& a) {
+    Combined c = moe_stored(a[0], a[1], routing, *wp);
+    return TensorList{c.y, c.peer_loss};
+  };
+  TensorList params = w.w_in;
+  params.insert(params.end(), w.w_out.begin(), w.w_out.end());
+  TensorList out = recompute(fn, {x_norm, probs}, params);
+  return {out[0], out[1]};
+}
+
+LayerOutput layer_recomputed(const at::Tensor& x, const LayerInput& in, Strategy& s, const MoeFn& moe) {
+  Strategy* sp = &s;
+  RecomputeFn fn = [in, sp, moe](const TensorList& a) {
+    LayerOutput o = layer_forward(a[0], in, *sp, moe);
+    return TensorList{o.hidden, o.aux_loss};
+  };
+  TensorList out = recompute(fn, {x}, in.weights->parameters());
+  return {out[0], out[1]};
+}
+
+LayerOutput run_shape(const at::Tensor& x, const LayerInput& in, Strategy& s, const StrategyShape& shape) {
+  MoeFn moe = moe_stored;
+  if (shape.moe == MoeMode::RecomputedBlock) moe = moe_as_one_block;
+  if (shape.moe == MoeMode::Chunked) {
+    const int64_t chunks = shape.chunks;
+    moe = [chunks](const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& r, const LayerWeights& w) {
+      return chunked_moe(xn, probs, r, w, chunks);
+    };
+  }
+  return shape.recompute_layer ? layer_recomputed(x, in, s, moe) : layer_forward(x, in, s, moe);
+}
+
+LayerOutput Strategy::run_layer(const at::Tensor& x, const LayerInput& in) { return run_shape(x, in, *this, shape_); }
+
+ExpertPath Strategy::expert() const { return expert_path(shape_.experts, shape_.keep_act, shape_.block_rows); }
+
+json Strategy::merge_rank_counters(const std::vector<json>& ranks) const {
+  if (ranks.empty()) return json::object();
+  for (const auto& r : ranks)
+    if (r != ranks.front()) return {{"per_rank", ranks}};
+  return ranks.front();
+}
+
+Prediction Strategy::predict(const ExperimentConfig& c, const EmulatedRank& rank) const {
+  if (!why_.empty()) throw NotModelled(why_);
+  return predict_step(c, rank, shape_);
+}
+
+std::optional<PaperChunks> Strategy::paper_chunks(double, double) const {
+  // The paper's Eq. 2 is a layer recomputed whole with its experts' rows kept; buffer-free experts
+  // keep fewer widths per received row in one pass.
+  if (shape_.capacity_factor > 0) return std::nullopt;
+  PaperChunks pc;
+  if (shape_.experts == ExpertStorage::BufferFree) {
+    pc.row_h = 1, pc.row_g = shape_.keep_act ? 3 : 2;
+    return pc;
+  }
+  if (shape_.recompute_layer && shape_.moe == MoeMode::Stored && shape_.experts == ExpertStorage::Stored) return pc;
+  return std::nullopt;
+}
+
+}  // namespace memfine

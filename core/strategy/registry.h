@@ -1,0 +1,60 @@
+// Strategies by name. A strategy is registered once, in one file, with its parameters (typed,
+// with defaults: core/strategy/params.h) and either its shape, which the executor runs, or code
+// of its own. `memfine strategies`, validation, the labels that key results and the docs all come
+// from the registration; nothing outside a strategy's file names it.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/strategy/params.h"
+#include "core/strategy/strategy.h"
+
+namespace memfine {
+
+// A strategy's place in the comparisons, declared where it is registered (the harness never names
+// a strategy): `verify: true` checks every dropless strategy against the reference (the plain
+// computation), and tables give ratios against the baseline (the paper's).
+enum class Role { None, Reference, Baseline };
+const char* role_name(Role role);  // "reference", "baseline" or ""
+
+using ShapeFn = std::function<StrategyShape(const StrategySpec&)>;
+using MakeFn = std::function<std::unique_ptr<Strategy>(const StrategySpec&)>;
+// Checks the strategy against a whole point (chunk count vs tokens): throws what makes it invalid,
+// returns a warning ("" none) for what is valid but likely not meant.
+using CheckFn = std::function<std::string(const StrategySpec&, const ExperimentConfig&)>;
+
+struct StrategyInfo {
+  std::string name, description;
+  std::vector<Param> params;
+  Role role = Role::None;
+  ShapeFn shape;  // declared as a shape: the executor runs it
+  MakeFn make;    // or code of its own (throws on values that do not go together)
+  CheckFn check_point;
+};
+
+// A strategy that is its shape.
+StrategyInfo shaped(std::string name, std::string description, std::vector<Param> params, ShapeFn shape,
+                    Role role = Role::None);
+// A strategy with code of its own.
+StrategyInfo coded(std::string name, std::string description, std::vector<Param> params, MakeFn make,
+                   CheckFn check_point = {});
+
+const std::map<std::string, StrategyInfo>& strategy_registry();
+bool register_strategy(StrategyInfo info);
+// The registered strategy of a role ("" when none is).
+std::string strategy_of_role(Role role);
+// `spec` typed by its strategy's declared parameters (StrategySpec::resolved and its role set on
+// success); problems are appended (an unknown strategy is one, key "").
+StrategySpec resolve_strategy(const StrategySpec& spec, std::vector<ParamProblem>& problems);
+// Resolves `spec` if it is not yet (std::invalid_argument naming the first problem), then makes it.
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec);
+
+#define MEMFINE_CONCAT_(a, b) a##b
+#define MEMFINE_CONCAT(a, b) MEMFINE_CONCAT_(a, b)
+#define MEMFINE_REGISTER_STRATEGY(...) \
+  static const bool MEMFINE_CONCAT(memfine_registered_, __LINE__) = ::memfine::register_strategy(__VA_ARGS__)
+
+}  // namespace memfine
