@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "core/strategy/recompute.h"
 
 namespace memfine {
 

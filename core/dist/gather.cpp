@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "core/dist/dist.h"
-#include "core/meter/memory_meter.h"
+#include "core/util/format.h"
 
 namespace memfine {
 

@@ -32,14 +32,6 @@ OutOfMemory::OutOfMemory(int64_t req, int64_t used, int64_t lim)
 PlannedOutOfMemory::PlannedOutOfMemory(const std::string& why)
     : std::runtime_error(std::string(kOutOfMemoryMarker) + ": " + why), reason(why) {}
 
-std::string fmt_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 4) b /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
-}
 
 std::string budget_terms(int64_t budget, int64_t static_bytes) {
   return "the budget " + fmt_bytes(double(budget)) + " (static " + fmt_bytes(double(static_bytes)) + ", leaving " +

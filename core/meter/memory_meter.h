@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/util/format.h"
+
 namespace memfine {
 
 // Thrown when an allocation would exceed the budget. Callers catch it and record status "oom".
@@ -26,8 +28,6 @@ class PlannedOutOfMemory : public std::runtime_error {
 inline constexpr const char* kOutOfMemoryMarker = "memfine: out of memory";
 bool is_out_of_memory(const std::exception& e);
 
-// "1.5 MiB": bytes in the largest unit below 1024 of it.
-std::string fmt_bytes(double bytes);
 
 // A budget in a record's terms: "the budget B (static S, leaving R for activations)".
 std::string budget_terms(int64_t budget, int64_t static_bytes);

@@ -5,7 +5,8 @@
 
 #include <cmath>
 
-#include "core/workload/workload.h"
+#include "core/util/hash.h"
+#include "core/util/tensors.h"
 
 namespace memfine {
 
@@ -57,15 +58,7 @@ std::vector<at::Tensor> Model::parameters() const {
   return out;
 }
 
-at::ScalarType dtype_of(const std::string& name) {
-  if (name == "float64") return at::kDouble;
-  if (name == "bfloat16") return at::kBFloat16;
-  return at::kFloat;
-}
-
-at::TensorOptions options_of(const ExperimentConfig& c) {
-  return at::TensorOptions().dtype(dtype_of(c.dtype)).device(c.device == "cuda" ? at::kCUDA : at::kCPU);
-}
+at::TensorOptions options_of(const ExperimentConfig& c) { return tensor_options(c.device, c.dtype); }
 
 namespace {
 // Weights are drawn in float64 on the CPU from their own seed, then cast: identical across ranks,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/util/tensors.h"
 
 namespace memfine {
 
@@ -38,7 +39,6 @@ struct Model {
   Model clone() const;
 };
 
-at::ScalarType dtype_of(const std::string& name);
 at::TensorOptions options_of(const ExperimentConfig& c);
 
 // Parameters drawn from `seed` so that a global expert's weights are the same whichever rank

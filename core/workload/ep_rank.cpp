@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "core/model/model.h"
+#include "core/util/tensors.h"
 #include "core/workload/workload.h"
 
 namespace memfine {
@@ -196,7 +196,7 @@ EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t
     er.table_bytes = 3 * EmulatedRank::kTableRows * c.model.hidden * int64_t(c10::elementSize(dtype_of(c.dtype)));
     return er;
   }
-  const auto opt = options_of(c);
+  const auto opt = tensor_options(c.device, c.dtype);
   auto table = [&](uint64_t what, double scale) {
     at::Generator gen = at::detail::createCPUGenerator(mix_seed(c.seed, what));
     return (at::randn({EmulatedRank::kTableRows, c.model.hidden}, gen, at::TensorOptions().dtype(at::kDouble)) * scale).to(opt);
