@@ -27,10 +27,11 @@ StrategyShape shape_of(const StrategySpec& spec) {
 class Capacity : public Strategy {
  public:
   explicit Capacity(const StrategySpec& spec)
-      : Strategy(spec, shape_of(spec),
-                 spec.value("recompute") == "full"
-                     ? "capacity with recompute: full is not predicted: the model misses a transient of the recomputed layer"
-                     : "") {
+      : Strategy(
+            spec, shape_of(spec),
+            spec.value("recompute") == "full"
+                ? "capacity with recompute: full is not predicted: the model misses a transient of the recomputed layer"
+                : "") {
     factor_ = shape_.capacity_factor;
     policy_ = spec_.value("drop_policy").get<std::string>();
     pad_ = shape_.pad_to_capacity;
@@ -39,7 +40,8 @@ class Capacity : public Strategy {
   json step_counters() const override {
     // kept_row_fraction: of the rows this rank's experts would compute dropless, the share they do
     // (the records' model FLOPs); on the hottest rank it is below 1 - dropped_fraction.
-    return {{"assignments", assignments_}, {"dropped", dropped_},
+    return {{"assignments", assignments_},
+            {"dropped", dropped_},
             {"dropped_fraction", assignments_ > 0 ? double(dropped_) / double(assignments_) : 0.0},
             {"kept_row_fraction", local_rows_ > 0 ? double(local_kept_) / double(local_rows_) : 1.0}};
   }
@@ -51,7 +53,8 @@ class Capacity : public Strategy {
       assignments += r["assignments"].get<int64_t>(), dropped += r["dropped"].get<int64_t>();
       kept = std::min(kept, r["kept_row_fraction"].get<double>());
     }
-    return {{"assignments", assignments}, {"dropped", dropped},
+    return {{"assignments", assignments},
+            {"dropped", dropped},
             {"dropped_fraction", assignments > 0 ? double(dropped) / double(assignments) : 0.0},
             {"kept_row_fraction", kept}};
   }
@@ -61,9 +64,8 @@ class Capacity : public Strategy {
     const int64_t experts = rr.local_experts * rr.ep;
     const int64_t cap = capacity_per_expert(T, k, experts, factor_);
     // This rank's own tokens, grouped by destination expert.
-    at::Tensor own_priority = policy_ == "probs"
-                                  ? probs.to(at::kDouble).reshape(-1)
-                                  : -at::arange(T, at::kDouble).unsqueeze(1).expand({T, k}).reshape(-1);
+    at::Tensor own_priority = policy_ == "probs" ? probs.to(at::kDouble).reshape(-1)
+                                                 : -at::arange(T, at::kDouble).unsqueeze(1).expand({T, k}).reshape(-1);
     r.own_keep = keep_within_capacity(r.expert_ids.reshape(-1), own_priority, cap).view({T, k});
     // Each peer caps its own tokens the same way before sending.
     at::Tensor group = rr.peer_rank * rr.local_experts + rr.peer_expert;
@@ -72,9 +74,11 @@ class Capacity : public Strategy {
     if (pad_) r.pad_rows = cap * rr.ep;
     assignments_ += T * k + rr.peer_pos.numel();
     dropped_ += (T * k - r.own_keep.sum().item<int64_t>()) + (rr.peer_pos.numel() - r.peer_keep.sum().item<int64_t>());
-    const at::Tensor local = (r.expert_ids >= rr.first_expert).logical_and(r.expert_ids < rr.first_expert + rr.local_experts);
+    const at::Tensor local =
+        (r.expert_ids >= rr.first_expert).logical_and(r.expert_ids < rr.first_expert + rr.local_experts);
     local_rows_ += local.sum().item<int64_t>() + rr.peer_pos.numel();
-    local_kept_ += r.own_keep.to(at::kBool).logical_and(local).sum().item<int64_t>() + r.peer_keep.sum().item<int64_t>();
+    local_kept_ +=
+        r.own_keep.to(at::kBool).logical_and(local).sum().item<int64_t>() + r.peer_keep.sum().item<int64_t>();
   }
 
  private:
@@ -86,8 +90,9 @@ class Capacity : public Strategy {
 
 MEMFINE_REGISTER_STRATEGY(coded(
     "capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
-    {named(number_param("capacity_factor", "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank",
-                        1.0, 1e-6, 1e6)),
+    {named(number_param("capacity_factor",
+                        "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank", 1.0, 1e-6,
+                        1e6)),
      named(choice_param("drop_policy", "'probs' drops the lowest-probability assignments, 'position' the latest tokens",
                         "probs", {"probs", "position"})),
      bool_param("pad", "pad each expert's input to capacity", false),

@@ -5,14 +5,14 @@
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped("full_recompute", "recompute each whole decoder layer in backward (the paper's baseline)",
-                                 {},
-                                 [](const StrategySpec&) {
-                                   StrategyShape s;
-                                   s.recompute_layer = true;
-                                   return s;
-                                 },
-                                 Role::Baseline));
+MEMFINE_REGISTER_STRATEGY(shaped(
+    "full_recompute", "recompute each whole decoder layer in backward (the paper's baseline)", {},
+    [](const StrategySpec&) {
+      StrategyShape s;
+      s.recompute_layer = true;
+      return s;
+    },
+    Role::Baseline));
 
 }  // namespace
 }  // namespace memfine

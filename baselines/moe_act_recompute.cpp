@@ -12,8 +12,7 @@ namespace {
 MEMFINE_REGISTER_STRATEGY(shaped("moe_act_recompute",
                                  "Megatron's selective recompute of the expert activation (moe_act): store all but "
                                  "SiLU(a)*b, recomputed in backward",
-                                 {},
-                                 [](const StrategySpec&) {
+                                 {}, [](const StrategySpec&) {
                                    StrategyShape s;
                                    s.experts = ExpertStorage::ActRecomputed;
                                    return s;

@@ -11,7 +11,8 @@ namespace memfine {
 namespace {
 
 MEMFINE_REGISTER_STRATEGY(shaped(
-    "moeblaze", "MoEBlaze-style buffer-free experts: index-only dispatch, z kept and SiLU recomputed, combine into the output",
+    "moeblaze",
+    "MoEBlaze-style buffer-free experts: index-only dispatch, z kept and SiLU recomputed, combine into the output",
     {bool_param("keep_act", "also keep SiLU(a)*b instead of recomputing it", false),
      int_param("block_rows", "rows per block of an expert's forward and backward, the tile of a fused kernel", 256, 1,
                int64_t(1) << 30)},

@@ -5,8 +5,9 @@
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped("no_recompute", "store all activations (no recomputation)", {},
-                                 [](const StrategySpec&) { return StrategyShape{}; }, Role::Reference));
+MEMFINE_REGISTER_STRATEGY(shaped(
+    "no_recompute", "store all activations (no recomputation)", {}, [](const StrategySpec&) { return StrategyShape{}; },
+    Role::Reference));
 
 }  // namespace
 }  // namespace memfine

@@ -42,8 +42,8 @@ set_target_properties(memfine_cuda_check PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${C
 
 if(MEMFINE_TORCH_HAS_CUDA)
   # A CUDA LibTorch: dispatch and combine run the kernels on the GPU (kernels: fused).
-  target_link_libraries(memfine_core PUBLIC memfine_cuda CUDA::cudart)
-  target_compile_definitions(memfine_core PUBLIC MEMFINE_KERNELS=1)
+  target_link_libraries(memfine_base INTERFACE memfine_cuda CUDA::cudart)
+  target_compile_definitions(memfine_base INTERFACE MEMFINE_KERNELS=1)
 else()
   # A LibTorch without CUDA (Debian's) still ships the CUDA and NCCL headers of its API: compile the
   # files with CUDA-LibTorch branches (NCCL process group, CUDA meter and environment, kernel calls,

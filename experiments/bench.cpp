@@ -19,15 +19,15 @@
 #include <iostream>
 #include <sstream>
 
-#include "core/record/environment.h"
-#include "core/run/validate.h"
 #include "core/config/config.h"
-#include "core/moe/fused.h"
 #include "core/dist/process.h"
 #include "core/meter/memory_meter.h"
 #include "core/meter/timer.h"
-#include "core/strategy/registry.h"
+#include "core/moe/fused.h"
+#include "core/record/environment.h"
 #include "core/run/train_step.h"
+#include "core/run/validate.h"
+#include "core/strategy/registry.h"
 
 namespace {
 
@@ -175,9 +175,15 @@ BENCHMARK(BM_RouterTopk)->RangeMultiplier(4)->Range(256, 16384)->Unit(benchmark:
 BENCHMARK(BM_ExpertForward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ExpertForwardBackward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerStep)
-    ->Args({0, 0})->Args({1, 0})
-    ->Args({2, 1})->Args({2, 2})->Args({2, 4})->Args({2, 8})->Args({2, 16})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({2, 1})
+    ->Args({2, 2})
+    ->Args({2, 4})
+    ->Args({2, 8})
+    ->Args({2, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Matmul)->Arg(512)->Arg(1024)->Arg(1536)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
@@ -189,8 +195,10 @@ int main(int argc, char** argv) {
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--moe_config=", 0) == 0) moe_config = a.substr(13);
-    else argv[kept++] = argv[i];
+    if (a.rfind("--moe_config=", 0) == 0)
+      moe_config = a.substr(13);
+    else
+      argv[kept++] = argv[i];
   }
   argc = kept;
   if (!moe_config.empty() && !std::ifstream(moe_config)) {
@@ -208,10 +216,16 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads ? std::atoi(threads) : 2);
   benchmark::AddCustomContext("libtorch_threads", std::to_string(at::get_num_threads()));
   const ModelConfig m = bench_config().model;  // the layer steps' shapes, for scaling the cost model
-  for (auto [k, v] : std::vector<std::pair<const char*, int64_t>>{
-           {"hidden", m.hidden}, {"heads", m.heads}, {"kv_heads", m.kv_heads}, {"head_dim", m.head_dim},
-           {"ffn_hidden", m.ffn_hidden}, {"experts", m.experts}, {"topk", m.topk}, {"seq", m.seq},
-           {"micro_batch", m.micro_batch}, {"ep", bench_config().ep}})
+  for (auto [k, v] : std::vector<std::pair<const char*, int64_t>>{{"hidden", m.hidden},
+                                                                  {"heads", m.heads},
+                                                                  {"kv_heads", m.kv_heads},
+                                                                  {"head_dim", m.head_dim},
+                                                                  {"ffn_hidden", m.ffn_hidden},
+                                                                  {"experts", m.experts},
+                                                                  {"topk", m.topk},
+                                                                  {"seq", m.seq},
+                                                                  {"micro_batch", m.micro_batch},
+                                                                  {"ep", bench_config().ep}})
     benchmark::AddCustomContext(std::string("model_") + k, std::to_string(v));
   {
     // The rows each local expert of the benchmarked layer receives (the cost model splits them by chunk).

@@ -10,7 +10,8 @@ namespace {
 // `verify` must fail it (tests/test_cli.cpp), on one process and on real ranks.
 class OffByAThousandth : public Strategy {
  public:
-  explicit OffByAThousandth(const StrategySpec& spec) : Strategy(spec, StrategyShape{}) {}  // stores what no_recompute does
+  explicit OffByAThousandth(const StrategySpec& spec)
+      : Strategy(spec, StrategyShape{}) {}  // stores what no_recompute does
   ExpertPath expert() const override {
     return ExpertPath([](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
       return swiglu(rows, w_in, w_out) * 1.001;
@@ -18,9 +19,9 @@ class OffByAThousandth : public Strategy {
   }
 };
 
-MEMFINE_REGISTER_STRATEGY(coded(
-    "off_by_a_thousandth", "tests only: every expert's output 0.1% too large, so that verify must fail it", {},
-    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new OffByAThousandth(s)); }));
+MEMFINE_REGISTER_STRATEGY(
+    coded("off_by_a_thousandth", "tests only: every expert's output 0.1% too large, so that verify must fail it", {},
+          [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new OffByAThousandth(s)); }));
 
 }  // namespace
 }  // namespace memfine

@@ -38,10 +38,17 @@ inline std::string slurp(const std::string& path) {
 // (environment, limits).
 inline Result run(const std::string& args, const std::string& cwd = "", const std::string& before = "") {
   const std::string out = scratch("stdout.txt"), err = scratch("stderr.txt");
-  const std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + before + std::string(MEMFINE_BIN) + " " + args + " >" +
-                          out + " 2>" + err;
+  const std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + before + std::string(MEMFINE_BIN) + " " + args +
+                          " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   return {WEXITSTATUS(status), slurp(out), slurp(err)};
+}
+
+// `run`'s `before` that kills memfine (SIGKILL) once `file` in its results folder holds `lines`
+// records (tests/kill_at_records.cpp, preloaded: memfine has no hook for it).
+inline std::string killed_at_records(int lines, const std::string& file = "train.jsonl") {
+  return "LD_PRELOAD=" + std::string(MEMFINE_KILL_LIB) + " MEMFINE_TEST_KILL_FILE=" + file +
+         " MEMFINE_TEST_KILL_AT_LINES=" + std::to_string(lines) + " ";
 }
 
 inline std::string write(const std::string& name, const std::string& text) {
@@ -72,6 +79,5 @@ inline std::string fresh_dir(const std::string& name) {
   fs::remove_all(d);
   return d;
 }
-
 
 }  // namespace memfine::cli_test

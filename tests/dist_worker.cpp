@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <iostream>
+#include <sstream>
 
 #include "core/dist/dist.h"
-#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 #include "dist_config.h"
 
 int main(int argc, char** argv) {

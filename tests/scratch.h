@@ -15,7 +15,8 @@ inline const std::string& scratch_root() {
     std::string path;
     Root() {
       std::string tmpl = ::testing::TempDir() + "/memfine-test-XXXXXX";
-      if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot make a temporary folder under " + ::testing::TempDir());
+      if (!::mkdtemp(tmpl.data()))
+        throw std::runtime_error("cannot make a temporary folder under " + ::testing::TempDir());
       path = tmpl;
     }
     ~Root() {

@@ -1,6 +1,6 @@
 // The command-line contract, end to end through the built `memfine` binary.
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <filesystem>
@@ -49,20 +49,21 @@ strategies:
 )");
   Result r = run("validate " + bad);
   EXPECT_EQ(r.code, 2);
-  for (const char* want : {":3: modle: unknown key (did you mean 'model'?)", ":5: model.hidden: must be in [1, 65536], got -4",
-                           ":7: model.topk: topk (8) exceeds experts (6)",
-                           ":9: model.kv_heads: heads (6) is not divisible by kv_heads (4)",
-                           ":10: parallel.ep: experts (6) is not divisible by ep (4)",
-                           ":11: workload.kind: 'zipff' is not one of", "did you mean 'zipf'?",
-                           ":12: memory.budget:", ":15: strategies[1].name: unknown strategy 'memfin'",
-                           ":16: strategies[2].chunkz: unknown parameter"})
+  for (const char* want :
+       {":3: modle: unknown key (did you mean 'model'?)", ":5: model.hidden: must be in [1, 65536], got -4",
+        ":7: model.topk: topk (8) exceeds experts (6)",
+        ":9: model.kv_heads: heads (6) is not divisible by kv_heads (4)",
+        ":10: parallel.ep: experts (6) is not divisible by ep (4)", ":11: workload.kind: 'zipff' is not one of",
+        "did you mean 'zipf'?", ":12: memory.budget:", ":15: strategies[1].name: unknown strategy 'memfin'",
+        ":16: strategies[2].chunkz: unknown parameter"})
     EXPECT_NE(r.err.find(want), std::string::npos) << "missing: " << want << "\nstderr:\n" << r.err;
   EXPECT_EQ(r.err.find(bad + ":"), 0u);
   Result missing = run("validate /nonexistent/x.yaml");
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("cannot read"), std::string::npos);
-  const std::string trace = write("badtrace.yaml", std::string(kTiny).replace(std::string(kTiny).find("{kind: zipf, alpha: 2.0}"), 24,
-                                                                               "{kind: trace, trace: nowhere.csv}"));
+  const std::string trace =
+      write("badtrace.yaml", std::string(kTiny).replace(std::string(kTiny).find("{kind: zipf, alpha: 2.0}"), 24,
+                                                        "{kind: trace, trace: nowhere.csv}"));
   Result t = run("validate " + trace);
   EXPECT_EQ(t.code, 2);
   EXPECT_NE(t.err.find("cannot read trace file"), std::string::npos) << t.err;
@@ -112,9 +113,10 @@ TEST(Cli, SweepWritesWellFormedRecords) {
   auto recs = memfine::read_results(dir + "/results.jsonl");
   ASSERT_EQ(recs.size(), 6u);  // 2 points x 3 strategies
   for (const auto& rec : recs) {
-    for (const char* key : {"experiment", "point", "strategy", "name", "role", "status", "error", "seed", "tokens_received",
-                            "overload_factor", "static_bytes", "peak_activation_bytes", "predicted_activation_bytes",
-                            "step_ms", "tokens_per_s", "tflops", "grad_max_rel_err", "config", "env"})
+    for (const char* key :
+         {"experiment", "point", "strategy", "name", "role", "status", "error", "seed", "tokens_received",
+          "overload_factor", "static_bytes", "peak_activation_bytes", "predicted_activation_bytes", "step_ms",
+          "tokens_per_s", "tflops", "grad_max_rel_err", "config", "env"})
       EXPECT_TRUE(rec.contains(key)) << key;
     // A strategy's own statistics are its counters: memfine's chunk count, nothing for the others.
     EXPECT_EQ(rec.contains("chunks"), rec["name"] == "memfine") << rec["strategy"];
@@ -237,7 +239,8 @@ strategies: [full_recompute, {name: memfine, chunks: 4}]
     if (rec["tokens_received"].get<int64_t>() > hot_recv) hot_recv = rec["tokens_received"], hot_rank = rec["rank"];
     // The implementation model accounts the real ranks' all-to-all path: within 5% of each rank's
     // meter (measured: 0.98-1.01x here; before it read up to 25% low).
-    const double measured = rec["peak_activation_bytes"].get<double>(), predicted = rec["predicted_activation_bytes"].get<double>();
+    const double measured = rec["peak_activation_bytes"].get<double>(),
+                 predicted = rec["predicted_activation_bytes"].get<double>();
     EXPECT_NEAR(measured / predicted, 1.0, 0.05) << rec["strategy"] << " rank " << rec["rank"];
   }
   for (const auto& rec : recs)
@@ -341,7 +344,8 @@ TEST(Cli, EveryShippedExperimentValidates) {
     // A shipped cost model (results/cpu/cost_model.json) names the CPU it was fitted on, and
     // validate refuses it on another (CI's machines differ between runs): that one error, alone,
     // is the check working, not a fault of the file.
-    const bool only_foreign_cost_model = r.code == 2 && r.err.find("cost_model: fitted on another machine") != std::string::npos &&
+    const bool only_foreign_cost_model = r.code == 2 &&
+                                         r.err.find("cost_model: fitted on another machine") != std::string::npos &&
                                          std::count(r.err.begin(), r.err.end(), '\n') <= 1;
     EXPECT_TRUE(r.code == 0 || only_foreign_cost_model) << entry.path() << ": " << r.err;
     ++checked;

@@ -33,7 +33,8 @@ TEST(Config, RecordConfigLoadsBackToTheSameConfig) {
       ++points;
       const nlohmann::json first = config_to_json(pt.config);
       // JSON is YAML: the record's config is an experiment file of its own.
-      const std::string path = memfine::test_util::scratch_root() + "/roundtrip_" + entry.path().stem().string() + ".yaml";
+      const std::string path =
+          memfine::test_util::scratch_root() + "/roundtrip_" + entry.path().stem().string() + ".yaml";
       std::ofstream(path) << first.dump(2);
       std::vector<std::string> again_errors;
       const auto again = load_and_validate(path, again_errors, false);
@@ -74,8 +75,10 @@ TEST(Config, StrategyLabelIsOneWhateverTheYamlStyle) {
     const YAML::Node n = YAML::Load(item);
     StrategySpec s;
     for (const auto& kv : n) {
-      if (kv.first.as<std::string>() == "name") s.name = kv.second.as<std::string>();
-      else s.written[kv.first.as<std::string>()] = kv.second;
+      if (kv.first.as<std::string>() == "name")
+        s.name = kv.second.as<std::string>();
+      else
+        s.written[kv.first.as<std::string>()] = kv.second;
     }
     std::vector<ParamProblem> problems;
     const StrategySpec r = resolve_strategy(s, problems);
@@ -88,20 +91,25 @@ TEST(Config, StrategyLabelIsOneWhateverTheYamlStyle) {
                            "{name: memfine, chunks: \"auto\", headroom: 0.050}"})
     EXPECT_EQ(label_of(mact), "memfine(chunks=auto)") << mact;
   EXPECT_EQ(label_of("name: memfine\nchunks: auto\nbins:\n  - 1\n  - 2\n"), "memfine(bins=[1,2],chunks=auto)");
-  for (const char* one : {"{name: memfine}", "{name: memfine, chunks: 1}"}) EXPECT_EQ(label_of(one), "memfine(chunks=1)");
-  for (const char* cap : {"{name: capacity}", "{name: capacity, capacity_factor: 1}", "{name: capacity, capacity_factor: 1.0, drop_policy: probs}"})
+  for (const char* one : {"{name: memfine}", "{name: memfine, chunks: 1}"})
+    EXPECT_EQ(label_of(one), "memfine(chunks=1)");
+  for (const char* cap : {"{name: capacity}", "{name: capacity, capacity_factor: 1}",
+                          "{name: capacity, capacity_factor: 1.0, drop_policy: probs}"})
     EXPECT_EQ(label_of(cap), "capacity(capacity_factor=1.0,drop_policy=probs)") << cap;
   EXPECT_EQ(label_of("{drop_policy: position, name: capacity, capacity_factor: 1.25, pad: false}"),
             "capacity(capacity_factor=1.25,drop_policy=position)");
-  EXPECT_EQ(label_of("{name: memfine, chunks: auto, store_when_fits: true}"), "memfine(chunks=auto,store_when_fits=true)");
+  EXPECT_EQ(label_of("{name: memfine, chunks: auto, store_when_fits: true}"),
+            "memfine(chunks=auto,store_when_fits=true)");
   EXPECT_EQ(label_of("name: memfine\nchunks:\n  - 0\n  - 2\n"), "memfine(chunks=[0,2])");
   // Records written before labels were canonical read as today's.
   EXPECT_EQ(canonical_label(json{{"strategy", "memfine(bins=[1, 2, 4, 8],chunks=auto)"}}), "memfine(chunks=auto)");
-  EXPECT_EQ(canonical_label(json{{"strategy", "capacity(capacity_factor=1.0)"}}), "capacity(capacity_factor=1.0,drop_policy=probs)");
+  EXPECT_EQ(canonical_label(json{{"strategy", "capacity(capacity_factor=1.0)"}}),
+            "capacity(capacity_factor=1.0,drop_policy=probs)");
   EXPECT_EQ(canonical_label(json{{"strategy", "memfine(chunks=auto,store_when_fits=true)"}}),
             "memfine(chunks=auto,store_when_fits=true)");
   // A record's own name and parameters decide where it has them.
-  EXPECT_EQ(canonical_label(json{{"strategy", "whatever"}, {"name", "memfine"}, {"params", {{"chunks", 4}, {"bins", {1, 2, 4, 8}}}}}),
+  EXPECT_EQ(canonical_label(json{
+                {"strategy", "whatever"}, {"name", "memfine"}, {"params", {{"chunks", 4}, {"bins", {1, 2, 4, 8}}}}}),
             "memfine(chunks=4)");
 }
 
@@ -112,13 +120,19 @@ TEST(Config, StrategyLabelIsOneWhateverTheYamlStyle) {
 TEST(Record, SummaryTableShowsDroppedChunksAndWhereRatiosComeFrom) {
   auto rec = [](const std::string& point, const std::string& strategy, const std::string& status, double act, double ms,
                 nlohmann::json extra = nlohmann::json::object()) {
-    nlohmann::json r = {{"experiment", "x"}, {"point", point}, {"strategy", strategy}, {"status", status},
-                        {"role", strategy == "full_recompute" ? nlohmann::json("baseline") : nlohmann::json(nullptr)},
-                        {"tokens_received", 100}, {"static_bytes", 1 << 20},
-                        {"peak_activation_bytes", status == "ok" ? nlohmann::json(act) : nlohmann::json(nullptr)},
-                        {"step_ms", status == "ok" ? nlohmann::json({{"median", ms}, {"min", ms}, {"max", ms}}) : nlohmann::json(nullptr)},
-                        {"budget_bytes", point == "memory.budget=100MiB" ? nlohmann::json(100 << 20) : nlohmann::json(200 << 20)},
-                        {"env", {{"device_name", "Old CPU"}, {"git_commit", "abc123"}, {"date", "2026-01-01"}}}};
+    nlohmann::json r = {
+        {"experiment", "x"},
+        {"point", point},
+        {"strategy", strategy},
+        {"status", status},
+        {"role", strategy == "full_recompute" ? nlohmann::json("baseline") : nlohmann::json(nullptr)},
+        {"tokens_received", 100},
+        {"static_bytes", 1 << 20},
+        {"peak_activation_bytes", status == "ok" ? nlohmann::json(act) : nlohmann::json(nullptr)},
+        {"step_ms",
+         status == "ok" ? nlohmann::json({{"median", ms}, {"min", ms}, {"max", ms}}) : nlohmann::json(nullptr)},
+        {"budget_bytes", point == "memory.budget=100MiB" ? nlohmann::json(100 << 20) : nlohmann::json(200 << 20)},
+        {"env", {{"device_name", "Old CPU"}, {"git_commit", "abc123"}, {"date", "2026-01-01"}}}};
     for (const auto& [k, v] : extra.items()) r[k] = v;
     return r;
   };
@@ -148,7 +162,7 @@ TEST(Record, SummaryTableShowsDroppedChunksAndWhereRatiosComeFrom) {
   std::istringstream in(t);
   std::string header, rule;
   std::getline(in, header), std::getline(in, header), std::getline(in, rule);
-  for (std::string l; std::getline(in, l) && l.find("----") == std::string::npos && !l.empty() && l[0] != '*' && l[0] != '^' &&
-                      l.rfind("dropped", 0) != 0;)
+  for (std::string l; std::getline(in, l) && l.find("----") == std::string::npos && !l.empty() && l[0] != '*' &&
+                      l[0] != '^' && l.rfind("dropped", 0) != 0;)
     EXPECT_EQ(l.size(), header.size()) << l;
 }

@@ -2,11 +2,11 @@
 // loss and gradients as one process computing the whole global batch.
 #include <gtest/gtest.h>
 
-#include "scratch.h"
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "scratch.h"
 
 #include <chrono>
 #include <filesystem>
@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "core/dist/dist.h"
-#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 #include "dist_config.h"
 #include "testing.h"
 
@@ -24,15 +24,14 @@ using namespace memfine;
 
 namespace {
 
-
 // Starts `world` workers and waits for all of them (at most `limit`); returns their exit codes.
 std::vector<int> run_ranks(int world, const std::vector<std::string>& args, std::chrono::seconds limit) {
   const int port = free_loopback_port();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
-                                    "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port),
-                                    "OMP_NUM_THREADS=1", "OMP_WAIT_POLICY=PASSIVE"};
+                                    "MASTER_ADDR=127.0.0.1",     "MASTER_PORT=" + std::to_string(port),
+                                    "OMP_NUM_THREADS=1",         "OMP_WAIT_POLICY=PASSIVE"};
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -52,7 +51,8 @@ std::vector<int> run_ranks(int world, const std::vector<std::string>& args, std:
     for (size_t i = 0; i < pids.size(); ++i) {
       if (codes[i] != -1) continue;
       int status = 0;
-      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128, ++done;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i])
+        codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128, ++done;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -107,7 +107,8 @@ void expect_same_as_one_process(int world, const std::string& strategy, const st
               << "rank " << r << " layer " << l << " expert " << r * El + e;
     }
     EXPECT_LT(test_util::rel_diff(got[i++], ref->model.final_norm.grad().reshape(-1)), tol);
-    EXPECT_LT(test_util::rel_diff(got[i++], ref->input.grad().narrow(0, r * T, T).reshape(-1)), tol) << "input, rank " << r;
+    EXPECT_LT(test_util::rel_diff(got[i++], ref->input.grad().narrow(0, r * T, T).reshape(-1)), tol)
+        << "input, rank " << r;
     ++i;  // the chunk counts
     // A strategy's own expert runs on real ranks too (the all-to-all path calls the same hook).
     if (strategy == "expert_probe") EXPECT_GT(got[i].item<double>(), 0) << "rank " << r << ": its expert never ran";

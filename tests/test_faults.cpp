@@ -38,6 +38,37 @@ std::vector<std::string> problems(const std::string& text) {
   return errors;
 }
 
+// `memfine launch --nproc 2` in the background, its stderr in scratch("launch.err"): the launcher's pid and, once
+// it has started them (on a loaded machine, a while), its two ranks' (fewer: they did not start).
+struct Launched {
+  pid_t launcher = 0;
+  std::vector<pid_t> ranks;
+};
+Launched launch_in_background(const std::string& yaml, const std::string& dir, const std::string& env) {
+  const std::string pidfile = scratch("launch.pid");
+  const std::string cmd = env + std::string(MEMFINE_BIN) + " launch --nproc 2 " + yaml + " --out " + dir +
+                          " >/dev/null 2>" + scratch("launch.err") + " & echo $! > " + pidfile;
+  Launched l;
+  if (std::system(cmd.c_str()) != 0) return l;
+  for (int tries = 0; tries < 200 && l.ranks.size() < 2; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string pid_text = slurp(pidfile);
+    if (pid_text.empty()) continue;
+    l.launcher = pid_t(std::stol(pid_text));
+    l.ranks.clear();
+    std::ifstream children("/proc/" + std::to_string(l.launcher) + "/task/" + std::to_string(l.launcher) + "/children");
+    for (pid_t p; children >> p;) l.ranks.push_back(p);
+  }
+  return l;
+}
+
+// A job that cannot end by itself while a test runs: tiny steps, very many of them.
+std::string endless_yaml(const std::string& name) {
+  std::string yaml = tiny_with("verify: true", "verify: false");
+  yaml = yaml.replace(yaml.find("repeats: 1"), 10, "repeats: 1000000");
+  return write(name, yaml);
+}
+
 std::string joined(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& e : v) s += e + "\n";
@@ -63,13 +94,18 @@ TEST(Hostile, BadValuesAreErrorsWithFileLineAndKey) {
       {"alpha: 2.0", "alpha: 2.0, sigma: .inf", "workload.sigma: must be a finite number"},
       {"alpha: 2.0", "alpha: 2.0, hot_fraction: .nan", "workload.hot_fraction: must be a finite number"},
       {"alpha: 2.0", "alpha: 2.0, width: .nan", "workload.width: must be a finite number"},
-      {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, headroom: .nan}", "strategies[2].headroom: expected a number"},
-      {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: .inf}", "strategies[2].capacity_factor: expected a number"},
-      {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: 1e300}", "strategies[2].capacity_factor: must be a number in"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, headroom: .nan}",
+       "strategies[2].headroom: expected a number"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: .inf}",
+       "strategies[2].capacity_factor: expected a number"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: 1e300}",
+       "strategies[2].capacity_factor: must be a number in"},
       {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, bins: [1, 1000000000000]}",
        "strategies[2].bins: must be a list of integers in [1, 16777216]"},
-      {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, bins: [1, 64]}", "exceeds the tokens per rank"},
-      {"name: tiny", "name: tiny\nmemory: {budget: 9223372036854775808}", "memory.budget: '9223372036854775808' is larger"},
+      {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, bins: [1, 64]}",
+       "exceeds the tokens per rank"},
+      {"name: tiny", "name: tiny\nmemory: {budget: 9223372036854775808}",
+       "memory.budget: '9223372036854775808' is larger"},
       {"name: tiny", "name: ../../../escaped", "name: must be a plain folder name"},
       {"name: tiny", "name: /abs/olute", "name: must be a plain folder name"},
       {"name: tiny", "name: ..", "name: '..' is not a folder name"},
@@ -93,7 +129,8 @@ TEST(Hostile, BadValuesAreErrorsWithFileLineAndKey) {
   // Through the CLI: exit 2 (a crash would be 128 + its signal).
   for (const char* to : {"parallel: {ep: 0}", "kv_heads: 0"}) {
     const std::string from = to[0] == 'p' ? "parallel: {ep: 2}" : "kv_heads: 1";
-    for (const char* cmd : {"validate", "predict"}) EXPECT_EQ(run(std::string(cmd) + " " + write("c.yaml", tiny_with(from, to))).code, 2) << to;
+    for (const char* cmd : {"validate", "predict"})
+      EXPECT_EQ(run(std::string(cmd) + " " + write("c.yaml", tiny_with(from, to))).code, 2) << to;
   }
 }
 
@@ -122,7 +159,8 @@ TEST(Hostile, FilesThatAreNotExperiments) {
   // document are refused; none hangs.
   Result missing = run("validate /nonexistent/x.yaml");
   EXPECT_EQ(missing.code, 2);
-  EXPECT_NE(missing.err.find("/nonexistent/x.yaml: cannot read: No such file or directory"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("/nonexistent/x.yaml: cannot read: No such file or directory"), std::string::npos)
+      << missing.err;
   Result folder = run("validate " + memfine::test_util::scratch_root());
   EXPECT_EQ(folder.code, 2);
   EXPECT_NE(folder.err.find("not a regular file"), std::string::npos) << folder.err;
@@ -131,14 +169,18 @@ TEST(Hostile, FilesThatAreNotExperiments) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   Result f = run("validate " + fifo);
   EXPECT_EQ(f.code, 2);
-  EXPECT_NE(joined(problems(std::string(kTiny) + "---\nname: second\n")).find("a second YAML document"), std::string::npos);
+  EXPECT_NE(joined(problems(std::string(kTiny) + "---\nname: second\n")).find("a second YAML document"),
+            std::string::npos);
   // Traces: fractional or exponent fields are not integers; /dev/zero and a FIFO are no trace.
   const std::string csv = write("t.csv", "layer,expert,tokens\n0,1.9,1e3\n");
-  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: " + csv + "}"))).find("not integers"),
+  EXPECT_NE(
+      joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: " + csv + "}"))).find("not integers"),
+      std::string::npos);
+  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: /dev/zero}")))
+                .find("not a regular file"),
             std::string::npos);
-  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: /dev/zero}"))).find("not a regular file"),
-            std::string::npos);
-  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: " + fifo + "}"))).find("not a regular file"),
+  EXPECT_NE(joined(problems(tiny_with("{kind: zipf, alpha: 2.0}", "{kind: trace, trace: " + fifo + "}")))
+                .find("not a regular file"),
             std::string::npos);
 }
 
@@ -149,7 +191,7 @@ TEST(Hostile, FlagsAreParsedStrictly) {
   EXPECT_EQ(run("launch --nproc 2x " + yaml).code, 2);
   Result out = run("run " + yaml + " --out ''");
   EXPECT_EQ(out.code, 2);
-  EXPECT_NE(out.err.find("--out needs a folder"), std::string::npos) << out.err;
+  EXPECT_NE(out.err.find("--out needs DIR"), std::string::npos) << out.err;
   // launch --nproc 1 of an ep: 2 file would quietly emulate, --nproc 3 would start 3 ranks that
   // each say so: refused once, before any rank starts.
   for (const char* n : {"1", "3"}) {
@@ -175,7 +217,9 @@ TEST(ResultsFolder, DamagedOrOddResultsFilesAreRefusedUntouched) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(slurp(dir + "/results.jsonl"), "hello");
   // A record whose point is a number.
-  std::ofstream(dir + "/results.jsonl", std::ios::trunc) << R"({"experiment":"x","point":3,"strategy":"s","status":"ok"})" << "\n";
+  std::ofstream(dir + "/results.jsonl", std::ios::trunc)
+      << R"({"experiment":"x","point":3,"strategy":"s","status":"ok"})"
+      << "\n";
   EXPECT_EQ(run("run " + yaml + " --out " + dir + " --resume").code, 2);
   // A symbolic link and a FIFO as results.jsonl.
   dir = fresh_dir("link");
@@ -261,17 +305,30 @@ TEST(ResultsFolder, ASecondRunIntoOneFolderIsRefused) {
   EXPECT_EQ(run("run " + yaml + " --out " + dir).code, 0);
 }
 
-// A rank that hangs (stopped) instead of dying: launch ends the job in bounded time.
+// A rank that hangs (stopped from outside, as a wedged process would be) instead of dying: launch
+// ends the job in bounded time.
 TEST(Launch, AHungRankEndsTheJobInBoundedTime) {
-  std::string yaml = tiny_with("verify: true", "verify: false");
-  const std::string path = write("hang.yaml", yaml);
   const auto t0 = std::chrono::steady_clock::now();
-  Result r = run("launch --nproc 2 " + path + " --out " + fresh_dir("hang"), "",
-                 "MEMFINE_COLLECTIVE_TIMEOUT=3 MEMFINE_FAULT_STOP_RANK=1 ");
+  const Launched l =
+      launch_in_background(endless_yaml("hang.yaml"), fresh_dir("hang"), "MEMFINE_COLLECTIVE_TIMEOUT=3 ");
+  ASSERT_EQ(l.ranks.size(), 2u);
+  ASSERT_EQ(::kill(l.ranks[1], SIGSTOP), 0);
+  bool ended = false;
+  // The launcher is the shell's child, not ours: wait for it to go.
+  while (!ended && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ended = ::kill(l.launcher, 0) != 0 ||
+            slurp("/proc/" + std::to_string(l.launcher) + "/stat").find(") Z") != std::string::npos;
+  }
   const auto took = std::chrono::steady_clock::now() - t0;
-  EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.err.find("killing it"), std::string::npos) << r.err;
+  if (!ended) ::kill(l.launcher, SIGKILL), ::kill(l.ranks[1], SIGKILL), ::kill(l.ranks[0], SIGKILL);
+  EXPECT_TRUE(ended) << "the job did not end with a stopped rank";
+  EXPECT_NE(slurp(scratch("launch.err")).find("killing it"), std::string::npos) << slurp(scratch("launch.err"));
   EXPECT_LT(took, std::chrono::seconds(40));
+  for (pid_t p : l.ranks) {
+    const std::string stat = slurp("/proc/" + std::to_string(p) + "/stat");
+    EXPECT_TRUE(stat.empty() || stat.find(") Z") != std::string::npos) << "rank pid " << p << " outlived the job";
+  }
 }
 
 // Over the budget on real ranks: a rank cannot stop mid-step while the others wait in its
@@ -305,13 +362,15 @@ TEST(Launch, TwoNodesOnLoopbackAreOneJob) {
   const std::string one = fresh_dir("one_launch"), two = fresh_dir("two_nodes"), other = fresh_dir("node1_out");
   ASSERT_EQ(run("launch --nproc 2 --threads 1 " + yaml + " --out " + one + " --no-progress").code, 0);
   const std::string port = std::to_string(memfine::free_loopback_port());
-  const std::string node = "launch --nproc 1 --nnodes 2 --master-addr 127.0.0.1 --master-port " + port + " --threads 1 ";
+  const std::string node =
+      "launch --nproc 1 --nnodes 2 --master-addr 127.0.0.1 --master-port " + port + " --threads 1 ";
   // Node 1 in the background (the shell's &), node 0 here; both must end well.
   const Result r = run(node + "--node-rank 0 " + yaml + " --out " + two + " --no-progress", "",
                        "( " + std::string(MEMFINE_BIN) + " " + node + "--node-rank 1 " + yaml + " --out " + other +
                            " >/dev/null 2>&1; echo $? > " + scratch("node1_code") + " ) & ");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (int i = 0; i < 100 && slurp(scratch("node1_code")).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 100 && slurp(scratch("node1_code")).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(slurp(scratch("node1_code")), "0\n");
   EXPECT_FALSE(fs::exists(other + "/results.jsonl")) << "only node 0's rank 0 writes the records";
   const auto a = memfine::read_results(one + "/results.jsonl"), b = memfine::read_results(two + "/results.jsonl");
@@ -329,25 +388,10 @@ TEST(Launch, TwoNodesOnLoopbackAreOneJob) {
 
 // Killing launch kills its ranks: no orphan goes on writing.
 TEST(Launch, RanksDieWithTheLauncher) {
-  const std::string path = write("orphans.yaml", tiny_with("verify: true", "verify: false"));
-  const std::string dir = fresh_dir("orphans");
-  const std::string pidfile = scratch("launch.pid");
-  // Rank 1 stops, so the job cannot end by itself before the launcher is killed.
-  const std::string cmd = "MEMFINE_COLLECTIVE_TIMEOUT=60 MEMFINE_FAULT_STOP_RANK=1 " + std::string(MEMFINE_BIN) +
-                          " launch --nproc 2 " + path + " --out " + dir + " >/dev/null 2>&1 & echo $! > " + pidfile;
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
-  // Wait (on a loaded machine, a while) until the launcher has started both ranks.
-  std::vector<pid_t> ranks;
-  pid_t launcher = 0;
-  for (int tries = 0; tries < 200 && ranks.size() < 2; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const std::string pid_text = slurp(pidfile);
-    if (pid_text.empty()) continue;
-    launcher = pid_t(std::stol(pid_text));
-    ranks.clear();
-    std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
-    for (pid_t p; children >> p;) ranks.push_back(p);
-  }
+  // The job cannot end by itself before the launcher is killed.
+  const Launched l = launch_in_background(endless_yaml("orphans.yaml"), fresh_dir("orphans"), "");
+  const pid_t launcher = l.launcher;
+  const std::vector<pid_t> ranks = l.ranks;
   ASSERT_EQ(ranks.size(), 2u);
   std::this_thread::sleep_for(std::chrono::seconds(1));  // both ranks past their start
   ASSERT_EQ(::kill(launcher, SIGKILL), 0);
@@ -365,10 +409,36 @@ TEST(Launch, RanksDieWithTheLauncher) {
 TEST(Fuzz, MutantsNeitherCrashNorHang) {
   const std::string base = slurp(std::string(MEMFINE_TESTS_DIR) + "/../experiments/quickstart.yaml");
   ASSERT_FALSE(base.empty());
-  const std::vector<std::string> values = {"0", "-1", "1", "2", "3", "7", "-9223372036854775808", "9223372036854775807",
-                                           "18446744073709551616", "1e308", "-1e308", ".nan", ".inf", "-.inf", "0.5",
-                                           "1000000000", "''", "\"\"", "[]", "{}", "[1, 0]", "null", "~", "true",
-                                           "auto", "!!binary 256", "\"\\xff\"", "..", "/", "a: b"};
+  const std::vector<std::string> values = {"0",
+                                           "-1",
+                                           "1",
+                                           "2",
+                                           "3",
+                                           "7",
+                                           "-9223372036854775808",
+                                           "9223372036854775807",
+                                           "18446744073709551616",
+                                           "1e308",
+                                           "-1e308",
+                                           ".nan",
+                                           ".inf",
+                                           "-.inf",
+                                           "0.5",
+                                           "1000000000",
+                                           "''",
+                                           "\"\"",
+                                           "[]",
+                                           "{}",
+                                           "[1, 0]",
+                                           "null",
+                                           "~",
+                                           "true",
+                                           "auto",
+                                           "!!binary 256",
+                                           "\"\\xff\"",
+                                           "..",
+                                           "/",
+                                           "a: b"};
   std::mt19937_64 rng(20261123);
   int crashes = 0, hangs = 0, valid = 0, refused = 0;
   std::string first_bad;
@@ -410,14 +480,19 @@ TEST(Fuzz, MutantsNeitherCrashNorHang) {
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
-    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) ++hangs;
-    else if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2)) ++crashes;
-    else if (WEXITSTATUS(status) == 0) ++valid;
-    else ++refused;
-    if ((WIFSIGNALED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2)) && first_bad.empty()) first_bad = text;
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+      ++hangs;
+    else if (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2))
+      ++crashes;
+    else if (WEXITSTATUS(status) == 0)
+      ++valid;
+    else
+      ++refused;
+    if ((WIFSIGNALED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 2)) && first_bad.empty())
+      first_bad = text;
   }
-  std::cout << kMutants << " mutants: " << valid << " valid, " << refused << " refused, " << crashes << " crashed, " << hangs
-            << " hung\n";
+  std::cout << kMutants << " mutants: " << valid << " valid, " << refused << " refused, " << crashes << " crashed, "
+            << hangs << " hung\n";
   EXPECT_EQ(crashes, 0) << "first:\n" << first_bad;
   EXPECT_EQ(hangs, 0) << "first:\n" << first_bad;
   EXPECT_GT(refused, kMutants / 4);  // the mutants do reach the checks

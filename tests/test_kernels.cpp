@@ -1,14 +1,14 @@
 // The fused dispatch/combine ops (moe_fused.h) against ATen: the ops alone in every dtype, then
 // whole training steps under every strategy. On CPU the ops run the host reference of the CUDA
-// kernels (the same per-row code, moe_rows.h); on a CUDA build with a GPU the kernels themselves.
+// kernels (the same per-row code, core/moe/rows.h); on a CUDA build with a GPU the kernels themselves.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "core/meter/memory_meter.h"
 #include "core/moe/fused.h"
 #include "core/moe/rows.h"
-#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 #include "testing.h"
 
 using namespace memfine;
@@ -35,8 +35,9 @@ OpsResult run_ops(bool fused, at::ScalarType dtype, at::Device device) {
   at::Tensor token = at::randint(tokens, {rows}, gen, at::kLong);
   at::Tensor key = at::randint(table_rows, {rows}, gen, at::kLong);
   at::Tensor kind = at::arange(rows, at::kLong).remainder(5);  // 0-2: a token, 3: a table row, 4: padding
-  at::Tensor src = at::where(kind < 3, token, at::where(kind == 3, key.neg() + rows::encode_table_row(0),
-                                                         at::full({rows}, rows::kZeroRow, at::kLong)));
+  at::Tensor src = at::where(
+      kind < 3, token,
+      at::where(kind == 3, key.neg() + rows::encode_table_row(0), at::full({rows}, rows::kZeroRow, at::kLong)));
   at::Tensor weight = at::rand({rows}, gen, at::kDouble).to(opt).requires_grad_(true);
   at::Tensor remote_weight = at::rand({rows}, gen, at::kDouble).to(opt).requires_grad_(true);
   at::Tensor probe = at::randn({tokens, hidden}, gen, at::kDouble).to(opt);
@@ -49,7 +50,7 @@ OpsResult run_ops(bool fused, at::ScalarType dtype, at::Device device) {
     std::vector<at::Tensor> parts;
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t k = kind[i].item<int64_t>();
-      parts.push_back(k < 3 ? x.narrow(0, token[i].item<int64_t>(), 1)
+      parts.push_back(k < 3    ? x.narrow(0, token[i].item<int64_t>(), 1)
                       : k == 3 ? table.narrow(0, key[i].item<int64_t>(), 1)
                                : at::zeros({1, hidden}, opt));
     }
@@ -96,7 +97,8 @@ TEST(Dispatch, ChunksRoutedAtOnceEqualEachAlone) {
       mr.own_keep = at::rand(rr.own_experts.sizes()) < 0.7;
       mr.peer_keep = at::rand({rr.peer_pos.numel()}) < 0.6;
     }
-    for (const std::vector<int64_t>& bounds : std::vector<std::vector<int64_t>>{{0, T}, {0, 5, 11, 30, T}, {3, 3, 20, T - 1}}) {
+    for (const std::vector<int64_t>& bounds :
+         std::vector<std::vector<int64_t>>{{0, T}, {0, 5, 11, 30, T}, {3, 3, 20, T - 1}}) {
       const std::vector<Dispatched> all = dispatch_indices(mr, bounds, at::kCPU);
       ASSERT_EQ(all.size() + 1, bounds.size());
       for (size_t ci = 0; ci + 1 < bounds.size(); ++ci) {
@@ -131,8 +133,11 @@ class FusedSteps : public ::testing::TestWithParam<std::string> {};
 
 // A whole step under each strategy: the same loss and gradients as with ATen's dispatch/combine.
 TEST_P(FusedSteps, SameLossAndGradientsAsAten) {
-  std::vector<StrategySpec> specs = {spec("no_recompute"), spec("full_recompute"), spec("moe_recompute"),
-                                     spec("memfine", {{"chunks", "1"}}), spec("memfine", {{"chunks", "3"}}),
+  std::vector<StrategySpec> specs = {spec("no_recompute"),
+                                     spec("full_recompute"),
+                                     spec("moe_recompute"),
+                                     spec("memfine", {{"chunks", "1"}}),
+                                     spec("memfine", {{"chunks", "3"}}),
                                      spec("capacity", {{"capacity_factor", "1.0"}, {"pad", "true"}})};
   for (const char* dtype : {"float64", "float32"}) {
     ExperimentConfig c = tiny_config(dtype, GetParam(), GetParam() == "router" ? 1 : 4);

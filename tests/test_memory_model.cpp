@@ -7,8 +7,8 @@
 #include "core/meter/memory_meter.h"
 #include "core/predict/cost_model.h"
 #include "core/predict/memory_model.h"
-#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 #include "testing.h"
 
 using namespace memfine;
@@ -24,8 +24,10 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
   std::vector<StrategySpec> specs;
   for (const auto& [name, info] : strategy_registry()) {
     auto s = make_strategy(StrategySpec{name, {}});
-    if (s->memory_shape()) specs.push_back(spec(name));
-    else EXPECT_FALSE(s->unmodelled_why().empty()) << name;
+    if (s->memory_shape())
+      specs.push_back(spec(name));
+    else
+      EXPECT_FALSE(s->unmodelled_why().empty()) << name;
   }
   for (const char* c : {"2", "3", "5", "16"}) specs.push_back(spec("memfine", {{"chunks", c}}));
   for (const char* e : {"moe_act", "buffer_free"}) specs.push_back(spec("memfine", {{"chunks", "4"}, {"experts", e}}));
@@ -212,14 +214,16 @@ TEST(Mact, ObjectiveTimeTakesTheFastestPlanThatFits) {
           const Prediction p = all_stored ? predict_step(c, rank, stored) : predict_step(c, rank, chunked, plan);
           if (double(p.activation_bytes) > room) continue;
           double ms = 0;
-          for (int64_t l = 0; l < 3; ++l) ms += cost.layer_ms(c.model, rank.layers[size_t(l)].expert_rows, plan[size_t(l)]);
+          for (int64_t l = 0; l < 3; ++l)
+            ms += cost.layer_ms(c.model, rank.layers[size_t(l)].expert_rows, plan[size_t(l)]);
           if (ms < best) best = ms, best_plan = plan;
         }
     ASSERT_FALSE(best_plan.empty());
     ASSERT_NO_THROW(run(s)) << "budget " << budget;  // the guard throws past the budget
     const auto chosen = s->step_counters()["chunks"].get<std::vector<int64_t>>();
     EXPECT_NEAR(s->step_counters()["predicted_step_ms"].get<double>(), best, 1e-9)
-        << "chosen " << ::testing::PrintToString(chosen) << ", fastest that fits " << ::testing::PrintToString(best_plan);
+        << "chosen " << ::testing::PrintToString(chosen) << ", fastest that fits "
+        << ::testing::PrintToString(best_plan);
     // Mixing pays here: the last layer's backward comes first, so storing it costs little room.
     if (budget == one.static_bytes + one.activation_bytes * 2) EXPECT_NE(chosen, std::vector<int64_t>(3, 1));
   }

@@ -2,11 +2,11 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
-#include "core/meter/flops.h"
+#include "core/model/flops.h"
 #include "core/model/model.h"
 #include "core/model/optimizer.h"
-#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 #include "testing.h"
 
 using namespace memfine;

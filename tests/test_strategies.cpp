@@ -1,10 +1,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "core/moe/capacity.h"
 #include "core/meter/memory_meter.h"
-#include "core/strategy/registry.h"
+#include "core/moe/capacity.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 #include "testing.h"
 
 using namespace memfine;

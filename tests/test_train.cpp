@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <vector>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "cli_testing.h"
 
@@ -36,8 +36,10 @@ std::string tiny_head(const std::vector<std::pair<std::string, std::string>>& ed
   std::string text = all.substr(0, all.find("strategies:"));
   for (const auto& [from, to] : edits) {
     const size_t at = text.find(from);
-    if (at == std::string::npos) ADD_FAILURE() << "'" << from << "' not in " << kTinyTrain;
-    else text.replace(at, from.size(), to);
+    if (at == std::string::npos)
+      ADD_FAILURE() << "'" << from << "' not in " << kTinyTrain;
+    else
+      text.replace(at, from.size(), to);
   }
   return text;
 }
@@ -77,7 +79,8 @@ TEST(Train, LossFallsAndDroplessStrategiesTrainTheSameModel) {
       for (size_t l = 0; l < ref[i]["expert_tokens"].size(); ++l) {
         int64_t moved = 0, all = 0;
         for (size_t e = 0; e < ref[i]["expert_tokens"][l].size(); ++e) {
-          moved += std::abs(recs[i]["expert_tokens"][l][e].get<int64_t>() - ref[i]["expert_tokens"][l][e].get<int64_t>());
+          moved +=
+              std::abs(recs[i]["expert_tokens"][l][e].get<int64_t>() - ref[i]["expert_tokens"][l][e].get<int64_t>());
           all += ref[i]["expert_tokens"][l][e].get<int64_t>();
         }
         EXPECT_LE(double(moved), 0.02 * double(all)) << label << " step " << i << " layer " << l;
@@ -109,7 +112,7 @@ TEST(Train, KilledRunResumesWithoutGapOrRepeat) {
   const std::string whole = scratch("whole"), killed = scratch("killed");
   fs::remove_all(whole), fs::remove_all(killed);
   ASSERT_EQ(run("train " + yaml + " --out " + whole + " --no-progress").code, 0);
-  Result k = run("train " + yaml + " --out " + killed + " --no-progress", "", "MEMFINE_FAULT_KILL_AFTER_STEPS=25 ");
+  Result k = run("train " + yaml + " --out " + killed + " --no-progress", "", killed_at_records(25));
   ASSERT_NE(k.code, 0);
   ASSERT_EQ(read_steps(killed).at("memfine(chunks=2)").size(), 25u);
   Result again = run("train " + yaml + " --out " + killed + " --no-progress");
@@ -131,9 +134,12 @@ TEST(Train, RoutingWrittenAsATraceReplays) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 40 * 2 * 8 + 1);
   // The same routing replayed by an emulated rank of 4 with as many assignments (4 x 64 tokens x 2):
   // exactly the counts training recorded, step by step.
-  const std::string replay = write("replay.yaml", "name: replay\nwarmup: 0\nrepeats: 2\nthreads: 1\n"
-      "model: {layers: 2, hidden: 16, heads: 2, kv_heads: 1, head_dim: 8, ffn_hidden: 16, experts: 8, topk: 2, seq: 16, micro_batch: 4}\n"
-      "parallel: {ep: 4}\nworkload: {kind: trace, trace: " + trace + ", schedule: trace, peak_step: 7}\nstrategies: [no_recompute]\n");
+  const std::string replay = write("replay.yaml",
+                                   "name: replay\nwarmup: 0\nrepeats: 2\nthreads: 1\n"
+                                   "model: {layers: 2, hidden: 16, heads: 2, kv_heads: 1, head_dim: 8, ffn_hidden: 16, "
+                                   "experts: 8, topk: 2, seq: 16, micro_batch: 4}\n"
+                                   "parallel: {ep: 4}\nworkload: {kind: trace, trace: " +
+                                       trace + ", schedule: trace, peak_step: 7}\nstrategies: [no_recompute]\n");
   Result r = run("run " + replay + " --out " + scratch("replayed") + " --no-progress");
   ASSERT_EQ(r.code, 0) << r.err;
   const json rec = json::parse(slurp(scratch("replayed") + "/results.jsonl"));
@@ -155,7 +161,8 @@ TEST(Train, ExpertBiasBalancesLearnedRouting) {
     const std::string text = tiny_head({{"aux_loss: 0.01,", "aux_loss: 0, bias_update: " + rate + ","}});
     const std::string dir = scratch("bias" + rate);
     fs::remove_all(dir);
-    Result r = run("train " + write("bias.yaml", text + "strategies: [no_recompute]\n") + " --out " + dir + " --no-progress");
+    Result r =
+        run("train " + write("bias.yaml", text + "strategies: [no_recompute]\n") + " --out " + dir + " --no-progress");
     EXPECT_EQ(r.code, 0) << r.err;
     double sum = 0;
     int n = 0;
@@ -178,7 +185,8 @@ TEST(Train, RealRanksTrainWhatOneProcessTrains) {
   // the math is the same; DeepSeek-V3's bias is on, so every rank must update it from the whole
   // job's counts. Stated tolerance: 1e-4 nats per step (float32; measured 1.4e-6 over 12 steps).
   const auto head = [&](bool ranks) {
-    return tiny_head({{"steps: 40", "steps: 20"}, {"aux_loss: 0.01,", "aux_loss: 0, bias_update: 0.01,"},
+    return tiny_head({{"steps: 40", "steps: 20"},
+                      {"aux_loss: 0.01,", "aux_loss: 0, bias_update: 0.01,"},
                       {"stats_ep: 4", "stats_ep: 2"}}) +
            (ranks ? "parallel: {ep: 2}\n" : "");
   };
@@ -187,11 +195,13 @@ TEST(Train, RealRanksTrainWhatOneProcessTrains) {
   ranks.replace(ranks.find(", stats_ep: 2"), 13, "");
   const std::string one = scratch("one"), two = scratch("two");
   fs::remove_all(one), fs::remove_all(two);
-  Result a = run("train " + write("one.yaml", head(false) + "strategies: [no_recompute, {name: memfine, chunks: 2}]\n") +
-                 " --out " + one + " --no-progress");
+  Result a =
+      run("train " + write("one.yaml", head(false) + "strategies: [no_recompute, {name: memfine, chunks: 2}]\n") +
+          " --out " + one + " --no-progress");
   ASSERT_EQ(a.code, 0) << a.err;
-  const std::string yaml2 = write("two.yaml", ranks + "strategies: [no_recompute, {name: memfine, chunks: 2}, "
-                                                      "{name: capacity, capacity_factor: 1.0}]\n");
+  const std::string yaml2 = write("two.yaml", ranks +
+                                                  "strategies: [no_recompute, {name: memfine, chunks: 2}, "
+                                                  "{name: capacity, capacity_factor: 1.0}]\n");
   Result b = run("launch --nproc 2 " + yaml2 + " --out " + two + " --no-progress");
   ASSERT_EQ(b.code, 0) << b.err;
   const auto x = read_steps(one), y = read_steps(two);
@@ -230,13 +240,14 @@ TEST(Train, RealRanksTrainWhatOneProcessTrains) {
 TEST(Train, RealRanksResumeTogether) {
   // Every rank killed after 15 steps (the checkpoints are after step 9), then resumed: each rank
   // loads its own state of the same step, and the records are the uninterrupted run's, to the bit.
-  const std::string yaml = write("ranks.yaml", tiny_head({{"steps: 40", "steps: 20"}, {"micro_batch: 4", "micro_batch: 2"},
+  const std::string yaml = write("ranks.yaml", tiny_head({{"steps: 40", "steps: 20"},
+                                                          {"micro_batch: 4", "micro_batch: 2"},
                                                           {", stats_ep: 4", ", bias_update: 0.01"}}) +
                                                    "parallel: {ep: 2}\nstrategies: [{name: memfine, chunks: 2}]\n");
   const std::string whole = scratch("whole2"), killed = scratch("killed2");
   fs::remove_all(whole), fs::remove_all(killed);
   ASSERT_EQ(run("launch --nproc 2 " + yaml + " --out " + whole + " --no-progress").code, 0);
-  Result k = run("launch --nproc 2 " + yaml + " --out " + killed + " --no-progress", "", "MEMFINE_FAULT_KILL_AFTER_STEPS=15 ");
+  Result k = run("launch --nproc 2 " + yaml + " --out " + killed + " --no-progress", "", killed_at_records(15));
   ASSERT_NE(k.code, 0);
   ASSERT_EQ(read_steps(killed).at("memfine(chunks=2)").size(), 15u);
   Result resumed = run("launch --nproc 2 " + yaml + " --out " + killed + " --resume --no-progress");
@@ -250,12 +261,14 @@ TEST(Train, MactPlansLearnedRoutingOnRealRanks) {
   // fits only while routing is mild, MACT reads every rank's counts after each layer's router,
   // plans for the rank receiving the most, and runs more chunks the more it receives; the fullest
   // rank stays within the budget. full_recompute does not, and its run ends "oom" (a result).
-  const std::string head = tiny_head({{"steps: 40", "steps: 12"}, {"micro_batch: 4", "micro_batch: 2"},
+  const std::string head = tiny_head({{"steps: 40", "steps: 12"},
+                                      {"micro_batch: 4", "micro_batch: 2"},
                                       {"aux_loss: 0.01, stats_ep: 4", "aux_loss: 0"}}) +
                            "parallel: {ep: 2}\nmemory: {budget: 6400000}\n";
   const std::string dir = scratch("mact");
   fs::remove_all(dir);
-  Result r = run("launch --nproc 2 " + write("mact.yaml", head + "strategies: [full_recompute, {name: memfine, chunks: auto}]\n") +
+  Result r = run("launch --nproc 2 " +
+                 write("mact.yaml", head + "strategies: [full_recompute, {name: memfine, chunks: auto}]\n") +
                  " --out " + dir + " --no-progress");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto runs = read_steps(dir);
@@ -288,7 +301,8 @@ TEST(Train, BadInputIsRefused) {
     t.replace(t.find(from), from.size(), to);
     return write("bad.yaml", t);
   };
-  Result missing = run("train " + with("stats_ep: 4}", "stats_ep: 4, corpus: /no/such/corpus}") + " --out " + scratch("o1"));
+  Result missing =
+      run("train " + with("stats_ep: 4}", "stats_ep: 4, corpus: /no/such/corpus}") + " --out " + scratch("o1"));
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("'fortunes' package"), std::string::npos) << missing.err;
   Result no_vocab = run("validate " + with("vocab: 256", "vocab: 0"));
@@ -296,7 +310,8 @@ TEST(Train, BadInputIsRefused) {
   EXPECT_NE(no_vocab.err.find("train: training needs a language model"), std::string::npos) << no_vocab.err;
   Result fixed_routing = run("validate " + with("strategies:", "workload: {kind: zipf}\nstrategies:"));
   EXPECT_EQ(fixed_routing.code, 2);
-  EXPECT_NE(fixed_routing.err.find("workload.kind: training learns its routing"), std::string::npos) << fixed_routing.err;
+  EXPECT_NE(fixed_routing.err.find("workload.kind: training learns its routing"), std::string::npos)
+      << fixed_routing.err;
   Result measured = run("run " + kTinyTrain + " --out " + scratch("o2"));
   EXPECT_EQ(measured.code, 2);
   EXPECT_NE(measured.err.find("use memfine train"), std::string::npos) << measured.err;

@@ -28,8 +28,10 @@ std::vector<json> records_of(const std::string& dir, const std::string& file = "
 
 std::string replaced(std::string text, const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
-  if (at == std::string::npos) ADD_FAILURE() << "'" << from << "' not in the text";
-  else text.replace(at, from.size(), to);
+  if (at == std::string::npos)
+    ADD_FAILURE() << "'" << from << "' not in the text";
+  else
+    text.replace(at, from.size(), to);
   return text;
 }
 
@@ -91,7 +93,10 @@ strategies:
   const Result r = run("run " + write("both.yaml", head + "  - full_recompute\n  - {name: memfine, chunks: auto}\n") +
                        " --out " + both + " --no-progress");
   ASSERT_EQ(r.code, 0) << r.err;
-  ASSERT_EQ(run("run " + write("alone.yaml", head + "  - {name: memfine, chunks: auto}\n") + " --out " + alone + " --no-progress").code, 0);
+  ASSERT_EQ(run("run " + write("alone.yaml", head + "  - {name: memfine, chunks: auto}\n") + " --out " + alone +
+                " --no-progress")
+                .code,
+            0);
   const auto b = records_of(both), a = records_of(alone);
   ASSERT_EQ(b[0]["status"], "oom") << "the case needs the first strategy to run out of memory";
   ASSERT_EQ(b[1]["status"], "ok");
@@ -103,8 +108,9 @@ strategies:
 // and fails the run (exit 1) when a dropless strategy does not compute what the reference does:
 // on one process, on real ranks against one process computing the whole batch, and in training.
 TEST(Trust, VerifyGivesAVerdict) {
-  const std::string yaml = write("verify.yaml", replaced(kTiny, "  - {name: memfine, chunks: 2}\n",
-                                                         "  - {name: memfine, chunks: 2}\n  - off_by_a_thousandth\n  - capacity\n"));
+  const std::string yaml =
+      write("verify.yaml", replaced(kTiny, "  - {name: memfine, chunks: 2}\n",
+                                    "  - {name: memfine, chunks: 2}\n  - off_by_a_thousandth\n  - capacity\n"));
   for (const std::string how : {"run", "launch --nproc 2"}) {
     const std::string dir = fresh_dir("verify" + std::to_string(how.size()));
     const Result r = run_probe(how + " " + yaml + " --out " + dir + " --no-progress");
@@ -113,8 +119,11 @@ TEST(Trust, VerifyGivesAVerdict) {
     EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
     for (const auto& rec : records_of(dir)) {
       const std::string name = rec["name"];
-      if (name == "capacity") EXPECT_TRUE(rec["verified"].is_null()) << "capacity computes another model";
-      else EXPECT_EQ(rec["verified"], name != "off_by_a_thousandth") << how << " " << name << " " << rec["grad_max_rel_err"];
+      if (name == "capacity")
+        EXPECT_TRUE(rec["verified"].is_null()) << "capacity computes another model";
+      else
+        EXPECT_EQ(rec["verified"], name != "off_by_a_thousandth")
+            << how << " " << name << " " << rec["grad_max_rel_err"];
       if (name != "capacity") EXPECT_EQ(rec["verify_tolerance"], 1e-4);  // float32
     }
   }
@@ -130,8 +139,9 @@ TEST(Trust, VerifyGivesAVerdict) {
       ++heads;
     }
   EXPECT_EQ(heads, 3);
-  const std::string on_ranks = replaced(replaced(train, "micro_batch: 4", "micro_batch: 2"), "stats_ep: 4", "stats_ep: 2") +
-                               "parallel: {ep: 2}\n";
+  const std::string on_ranks =
+      replaced(replaced(train, "micro_batch: 4", "micro_batch: 2"), "stats_ep: 4", "stats_ep: 2") +
+      "parallel: {ep: 2}\n";
   const Result rr = run("launch --nproc 2 " + write("train2.yaml", on_ranks) + " --out " + fresh_dir("verify_ranks"));
   EXPECT_EQ(rr.code, 2);
   EXPECT_NE(rr.err.find("verify: training on real ranks is not verified"), std::string::npos) << rr.err;
@@ -156,15 +166,15 @@ TEST(Trust, ResumeNeverMixesRuns) {
   EXPECT_EQ(e.code, 2);
   EXPECT_NE(e.err.find("results.jsonl:1: "), std::string::npos) << e.err;
   // A point the file does not have.
-  const Result p = run("run " + write("a2.yaml", replaced(a, "model.seq: [16, 32]", "model.seq: [64]")) + " --out " + dir +
-                       " --resume --no-progress");
+  const Result p = run("run " + write("a2.yaml", replaced(a, "model.seq: [16, 32]", "model.seq: [64]")) + " --out " +
+                       dir + " --resume --no-progress");
   EXPECT_EQ(p.code, 2);
   EXPECT_NE(p.err.find("is not a point of this experiment"), std::string::npos) << p.err;
   // Training resumed with another learning rate: refused, not continued under the old head.
   const std::string train = replaced(slurp(kTinyTrain), "steps: 40", "steps: 12");
   const std::string tdir = fresh_dir("train_lr");
-  const Result killed = run("train " + write("t.yaml", train) + " --out " + tdir + " --no-progress", "",
-                            "MEMFINE_FAULT_KILL_AFTER_STEPS=11 ");
+  const Result killed =
+      run("train " + write("t.yaml", train) + " --out " + tdir + " --no-progress", "", killed_at_records(11));
   EXPECT_NE(killed.code, 0);
   const Result lr = run("train " + write("t2.yaml", replaced(train, "lr: 0.01", "lr: 0.02")) + " --out " + tdir +
                         " --resume --no-progress");
@@ -177,18 +187,22 @@ TEST(Trust, ResumeNeverMixesRuns) {
 class TrainResume : public ::testing::Test {
  protected:
   void SetUp() override {
-    yaml_ = write("resume.yaml", replaced(slurp(kTinyTrain), "strategies:\n  - no_recompute\n  - full_recompute\n  - {name: memfine, chunks: 2}",
-                                          "strategies: [no_recompute]"));
+    yaml_ = write(
+        "resume.yaml",
+        replaced(slurp(kTinyTrain), "strategies:\n  - no_recompute\n  - full_recompute\n  - {name: memfine, chunks: 2}",
+                 "strategies: [no_recompute]"));
     whole_ = fresh_dir("whole");
     ASSERT_EQ(run("train " + yaml_ + " --out " + whole_ + " --no-progress").code, 0);
     // Killed after 15 steps: records 0..14, a checkpoint after step 9.
     killed_ = fresh_dir("killed");
-    run("train " + yaml_ + " --out " + killed_ + " --no-progress", "", "MEMFINE_FAULT_KILL_AFTER_STEPS=15 ");
+    run("train " + yaml_ + " --out " + killed_ + " --no-progress", "", killed_at_records(15));
     ckpt_ = killed_ + "/checkpoints/base__no_recompute.ckpt";
     ASSERT_TRUE(fs::exists(ckpt_));
     records_ = slurp(killed_ + "/train.jsonl");
   }
-  Result resume(bool flag = true) { return run("train " + yaml_ + " --out " + killed_ + (flag ? " --resume" : "") + " --no-progress"); }
+  Result resume(bool flag = true) {
+    return run("train " + yaml_ + " --out " + killed_ + (flag ? " --resume" : "") + " --no-progress");
+  }
   // The resumed records equal the whole run's: every step once, the same losses to the bit.
   void expect_whole() {
     const auto got = records_of(killed_, "train.jsonl"), want = records_of(whole_, "train.jsonl");
@@ -249,7 +263,8 @@ TEST_F(TrainResume, AGapOrARepeatIsRefused) {
     if (i != 6) gap += lines[i] + "\n";
     repeat += lines[i] + "\n" + (i == 6 ? lines[i] + "\n" : "");
   }
-  for (const auto& [text, why] : {std::make_pair(gap, "goes from step 5 to step 7"), std::make_pair(repeat, "is recorded twice")}) {
+  for (const auto& [text, why] :
+       {std::make_pair(gap, "goes from step 5 to step 7"), std::make_pair(repeat, "is recorded twice")}) {
     std::ofstream(killed_ + "/train.jsonl", std::ios::trunc) << text;
     const Result r = resume();
     EXPECT_EQ(r.code, 2);
@@ -296,20 +311,22 @@ TEST(Trust, BadInputIsRefusedWhereItIsRead) {
   const Result short_corpus =
       run("validate " + write("short.yaml", replaced(train, "stats_ep: 4}", "stats_ep: 4, corpus: " + corpus + "}")));
   EXPECT_EQ(short_corpus.code, 2);
-  EXPECT_NE(short_corpus.err.find("_short_corpus: its held-out split has"), std::string::npos)
-      << short_corpus.err;
-  auto trace = [&](const std::string& rows) {
-    std::ofstream(scratch("t.csv"), std::ios::binary | std::ios::trunc) << rows;
-    return run("validate " + write("trace.yaml", R"(name: trace
+  EXPECT_NE(short_corpus.err.find("_short_corpus: its held-out split has"), std::string::npos) << short_corpus.err;
+  auto trace =
+      [&](const std::string& rows) {
+        std::ofstream(scratch("t.csv"), std::ios::binary | std::ios::trunc) << rows;
+        return run("validate " + write("trace.yaml", R"(name: trace
 model: {layers: 2, hidden: 16, heads: 2, kv_heads: 1, head_dim: 8, ffn_hidden: 16, experts: 4, topk: 2, seq: 16}
 workload: {kind: trace, trace: )" + scratch("t.csv") + R"(, schedule: trace}
 strategies: [no_recompute]
 )"));
-  };
+      };
   const std::vector<std::pair<std::string, std::string>> traces = {
       {"step,layer,expert,tokens\n0,0,0,5\n0,1,1,5\n1,0,2,5\n1,1,3,0\n", "t.csv:5: step 1, layer 1 routes no tokens"},
-      {"step,layer,expert,tokens\n0,0,0,5\n0,-1,1,5\n1,0,2,5\n", "t.csv:3: step, layer, expert and tokens must be >= 0"},
-      {std::string("step,layer,expert,tokens\n0,0,0,8\0junk\n1,0,1,3\n", 44), "t.csv:2: not integers: '0,0,0,8\\x00junk'"},
+      {"step,layer,expert,tokens\n0,0,0,5\n0,-1,1,5\n1,0,2,5\n",
+       "t.csv:3: step, layer, expert and tokens must be >= 0"},
+      {std::string("step,layer,expert,tokens\n0,0,0,8\0junk\n1,0,1,3\n", 44),
+       "t.csv:2: not integers: '0,0,0,8\\x00junk'"},
   };
   for (const auto& [rows, why] : traces) {
     const Result r = trace(rows);
@@ -328,18 +345,19 @@ strategies: [no_recompute]
 TEST(Trust, PredictIsBoundedOnAnyValidFile) {
   int files = 0;
   auto big = [&](int layers, int experts, int seq, int ep, const std::string& extra, int hidden = 4096) {
-    return write("big" + std::to_string(files++) + ".yaml", "name: big\nwarmup: 0\nrepeats: 64\nmodel: {layers: " + std::to_string(layers) +
-                                 ", hidden: " + std::to_string(hidden) +
-                                 ", heads: 32, kv_heads: 8, head_dim: 128, ffn_hidden: 2048, experts: " +
-                                 std::to_string(experts) + ", topk: 8, seq: " + std::to_string(seq) +
-                                 ", micro_batch: 16}\nparallel: {ep: " + std::to_string(ep) +
-                                 "}\nworkload: {kind: zipf, alpha: 1.2" + extra +
-                                 "}\nstrategies: [full_recompute, no_recompute, {name: memfine, chunks: 8}, {name: memfine, "
-                                 "chunks: auto}, capacity, {name: memfine, chunks: " + std::to_string(seq) + "}]\n");
+    return write("big" + std::to_string(files++) + ".yaml",
+                 "name: big\nwarmup: 0\nrepeats: 64\nmodel: {layers: " + std::to_string(layers) +
+                     ", hidden: " + std::to_string(hidden) +
+                     ", heads: 32, kv_heads: 8, head_dim: 128, ffn_hidden: 2048, experts: " + std::to_string(experts) +
+                     ", topk: 8, seq: " + std::to_string(seq) + ", micro_batch: 16}\nparallel: {ep: " +
+                     std::to_string(ep) + "}\nworkload: {kind: zipf, alpha: 1.2" + extra +
+                     "}\nstrategies: [full_recompute, no_recompute, {name: memfine, chunks: 8}, {name: memfine, "
+                     "chunks: auto}, capacity, {name: memfine, chunks: " +
+                     std::to_string(seq) + "}]\n");
   };
-  for (const std::string& yaml :
-       {big(4096, 1024, 4096, 1024, ""), big(64, 65536, 1 << 20, 16, ""), big(1024, 64, 65536, 1, ", schedule: figure5"),
-        big(4096, 65536, 1 << 20, 65536, ""), big(4, 64, 1 << 20, 8, "", 65536)}) {
+  for (const std::string& yaml : {big(4096, 1024, 4096, 1024, ""), big(64, 65536, 1 << 20, 16, ""),
+                                  big(1024, 64, 65536, 1, ", schedule: figure5"), big(4096, 65536, 1 << 20, 65536, ""),
+                                  big(4, 64, 1 << 20, 8, "", 65536)}) {
     const Result v = run("validate " + yaml);
     const Result p = run("predict --json " + yaml, "", "ulimit -v 1048576; timeout 20 ");
     if (v.code != 0) {

@@ -5,8 +5,8 @@
 
 #include "core/config/config.h"
 #include "core/meter/memory_meter.h"
-#include "core/strategy/registry.h"
 #include "core/run/train_step.h"
+#include "core/strategy/registry.h"
 
 namespace memfine::test_util {
 

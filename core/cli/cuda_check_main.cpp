@@ -33,7 +33,9 @@ void fill(DType t, std::vector<unsigned char>& b, size_t n, double phase) {
     const double v = std::sin(double(i) * 0.37 + phase);
     if (t == DType::f64) reinterpret_cast<double*>(b.data())[i] = v;
     if (t == DType::f32) reinterpret_cast<float*>(b.data())[i] = float(v);
-    if (t == DType::bf16) reinterpret_cast<memfine::rows::HostBf16*>(b.data())[i] = memfine::rows::Store<memfine::rows::HostBf16>::from(float(v));
+    if (t == DType::bf16)
+      reinterpret_cast<memfine::rows::HostBf16*>(b.data())[i] =
+          memfine::rows::Store<memfine::rows::HostBf16>::from(float(v));
   }
 }
 
@@ -59,7 +61,7 @@ bool check(DType t, const char* name) {
   fill(t, h.table, table_rows * hidden, 1.0);
   fill(t, h.weight, rows, 2.0);
   for (int64_t r = 0; r < rows; ++r) {
-    h.src.push_back(r % 10 == 9 ? memfine::rows::kZeroRow
+    h.src.push_back(r % 10 == 9   ? memfine::rows::kZeroRow
                     : r % 10 == 8 ? memfine::rows::encode_table_row(r % table_rows)
                                   : (r * 7919) % tokens);
     h.dst.push_back(r % 13 == 0 ? -1 : (r * 104729) % tokens);
@@ -97,14 +99,16 @@ bool check(DType t, const char* name) {
   // Rounding bounds: u is the unit roundoff of the stored type, ua of the accumulation type.
   const double u = t == DType::f64 ? 0x1p-53 : t == DType::f32 ? 0x1p-24 : 0x1p-8;
   const double ua = t == DType::f64 ? 0x1p-53 : 0x1p-24;
-  double worst_scatter = 0, worst_dot = 0;  // error / bound; <= 1 passes
+  double worst_scatter = 0, worst_dot = 0;                      // error / bound; <= 1 passes
   std::vector<double> magnitude(size_t(tokens * hidden), 0.0);  // sum of |terms| per output element
   for (int64_t r = 0; r < rows; ++r)
     if (h.dst[r] >= 0)
       for (int64_t j = 0; j < hidden; ++j)
-        magnitude[size_t(h.dst[r] * hidden + j)] += std::fabs(value(t, h.weight, r) * value(t, g, size_t(r * hidden + j)));
+        magnitude[size_t(h.dst[r] * hidden + j)] +=
+            std::fabs(value(t, h.weight, r) * value(t, g, size_t(r * hidden + j)));
   for (size_t i = 0; i < magnitude.size(); ++i)
-    worst_scatter = std::fmax(worst_scatter, std::fabs(value(t, yy, i) - value(t, y, i)) / (8 * u * magnitude[i] + 1e-300));
+    worst_scatter =
+        std::fmax(worst_scatter, std::fabs(value(t, yy, i) - value(t, y, i)) / (8 * u * magnitude[i] + 1e-300));
   for (int64_t r = 0; r < rows; ++r) {
     double m = 0;
     for (int64_t j = 0; j < hidden; ++j)
@@ -113,10 +117,13 @@ bool check(DType t, const char* name) {
     worst_dot = std::fmax(worst_dot, std::fabs(value(t, pp, size_t(r)) - value(t, p, size_t(r))) / bound);
   }
   const bool ok = gather_exact && worst_scatter <= 1 && worst_dot <= 1;
-  std::printf("memfine_cuda_check: %-8s gather %s; scatter-add error %.2f and row dot error %.2f of their rounding bounds: %s\n",
-              name, gather_exact ? "bit-exact" : "DIFFERS", worst_scatter, worst_dot, ok ? "ok" : "FAILED");
+  std::printf(
+      "memfine_cuda_check: %-8s gather %s; scatter-add error %.2f and row dot error %.2f of their rounding bounds: "
+      "%s\n",
+      name, gather_exact ? "bit-exact" : "DIFFERS", worst_scatter, worst_dot, ok ? "ok" : "FAILED");
   cudaFree(dy_in);
-  for (void* q : {dx, dt, dw, static_cast<void*>(ds), static_cast<void*>(dd), static_cast<void*>(dk), dg, dy, dp}) cudaFree(q);
+  for (void* q : {dx, dt, dw, static_cast<void*>(ds), static_cast<void*>(dd), static_cast<void*>(dk), dg, dy, dp})
+    cudaFree(q);
   return ok;
 }
 

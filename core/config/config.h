@@ -1,8 +1,8 @@
 // The experiment configuration: what a YAML file says, typed, with the sweep expanded. Parsing
 // only: checks that need strategies, workloads or the memory model are in core/run/validate.h.
 #pragma once
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <map>
@@ -17,12 +17,12 @@ struct ModelConfig {
   int64_t heads = 4;
   int64_t kv_heads = 2;
   int64_t head_dim = 64;
-  int64_t ffn_hidden = 512;     // routed expert's SwiGLU hidden size (g_e)
-  int64_t experts = 8;          // routed experts in total, over all expert-parallel ranks
+  int64_t ffn_hidden = 512;  // routed expert's SwiGLU hidden size (g_e)
+  int64_t experts = 8;       // routed experts in total, over all expert-parallel ranks
   int64_t topk = 2;
-  int64_t seq = 256;            // tokens per sequence on one rank (s)
-  int64_t micro_batch = 1;      // sequences per rank (b)
-  int64_t shared_experts = 0;   // shared expert of width shared_experts * ffn_hidden, 0 = none
+  int64_t seq = 256;              // tokens per sequence on one rank (s)
+  int64_t micro_batch = 1;        // sequences per rank (b)
+  int64_t shared_experts = 0;     // shared expert of width shared_experts * ffn_hidden, 0 = none
   std::string attention = "gqa";  // "gqa" (causal grouped-query) or "none" (MoE-only layers)
   // A language model over `vocab` token ids (0: the benchmark's stand-in, random hidden states in
   // and a regression target out): token embedding, the output head tied to it, next-token
@@ -58,7 +58,7 @@ struct StrategySpec {
   std::string name;
   std::map<std::string, YAML::Node> written;  // as the YAML wrote them
   bool resolved = false;
-  std::string role;  // resolved: "reference", "baseline" or "" (the registration's)
+  std::string role;                                  // resolved: "reference", "baseline" or "" (the registration's)
   nlohmann::json values = nlohmann::json::object();  // resolved: every declared parameter
   nlohmann::json shown = nlohmann::json::object();   // resolved: those the label names
   // "memfine(chunks=4)": name and the shown parameters in key order, each value in one form
@@ -92,22 +92,22 @@ struct PaperScaleConfig {
 
 // `memfine train` (core/run/train.h): a language model trained on real text, one record per step.
 struct TrainConfig {
-  bool enabled = false;        // the YAML has a `train:` section
+  bool enabled = false;  // the YAML has a `train:` section
   int64_t steps = 100;
-  double lr = 3e-3;            // peak learning rate (Adam)
-  int64_t warmup = 10;         // linear warmup steps, then cosine decay to min_lr
+  double lr = 3e-3;     // peak learning rate (Adam)
+  int64_t warmup = 10;  // linear warmup steps, then cosine decay to min_lr
   double min_lr = 3e-4;
-  int64_t eval_every = 25;     // evaluation loss on held-out text every N steps (and at the last)
-  int64_t eval_batches = 4;    // held-out batches per evaluation (fixed, the same for every run)
+  int64_t eval_every = 25;        // evaluation loss on held-out text every N steps (and at the last)
+  int64_t eval_batches = 4;       // held-out batches per evaluation (fixed, the same for every run)
   int64_t checkpoint_every = 25;  // whole training state every N steps (resume continues from it)
-  double aux_loss = 0.01;      // Switch Transformer's load-balancing loss coefficient; 0: off
+  double aux_loss = 0.01;         // Switch Transformer's load-balancing loss coefficient; 0: off
   // DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias added to the router's scores for
   // the top-k choice only, moved by this much after each step towards balance (0.001 in the
   // DeepSeek-V3 report); 0: off.
   double bias_update = 0;
-  uint64_t data_seed = 1;      // the data order, apart from `seed` (the weights)
+  uint64_t data_seed = 1;                            // the data order, apart from `seed` (the weights)
   std::string corpus = "/usr/share/games/fortunes";  // Debian package `fortunes` (core/workload/corpus.h)
-  int64_t stats_ep = 1;        // expert-parallel ranks that s' and the overload factor are computed for
+  int64_t stats_ep = 1;  // expert-parallel ranks that s' and the overload factor are computed for
 };
 
 struct ExperimentConfig {
@@ -117,18 +117,18 @@ struct ExperimentConfig {
   std::string device = "cpu";
   std::string dtype = "float32";  // float32 | float64 | bfloat16
   // How dispatch and combine move rows: "aten" (index_select, cat, index_add) or "fused" (the row
-  // kernels of moe_kernels.h). The YAML may say "auto" (fused on CUDA builds' GPUs, else aten);
+  // kernels of core/moe/kernels.h). The YAML may say "auto" (fused on CUDA builds' GPUs, else aten);
   // the loaded config holds what was chosen.
   std::string kernels = "auto";
-  int64_t threads = 0;            // 0 = all cores
+  int64_t threads = 0;  // 0 = all cores
   int64_t warmup = 1;
   int64_t repeats = 3;
   bool verify = false;
   ModelConfig model;
-  int64_t ep = 1;                 // expert-parallel size emulated on this device
-  int64_t rank = -1;              // emulated rank; -1 = the most loaded one
+  int64_t ep = 1;     // expert-parallel size emulated on this device
+  int64_t rank = -1;  // emulated rank; -1 = the most loaded one
   WorkloadConfig workload;
-  int64_t budget = -1;            // bytes; -1 = no budget
+  int64_t budget = -1;  // bytes; -1 = no budget
   std::vector<StrategySpec> strategies;
   PaperScaleConfig paper;
   TrainConfig train;

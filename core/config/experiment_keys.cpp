@@ -9,12 +9,17 @@ namespace {
 // `parallel.rank`: an integer or `hottest` (-1).
 Field<ExperimentConfig> rank_key() {
   using E = ExperimentConfig;
-  return {"rank", "int or `hottest`", "hottest", "which expert-parallel rank this device emulates",
+  return {"rank",
+          "int or `hottest`",
+          "hottest",
+          "which expert-parallel rank this device emulates",
           [](MapReader& r, E& c) {
             YAML::Node rank = r.child("rank");
             if (!rank.IsDefined() || rank.IsNull()) return;
-            if (rank.IsScalar() && rank.as<std::string>() == "hottest") c.rank = -1;
-            else r.read("rank", c.rank, "an integer or 'hottest'");
+            if (rank.IsScalar() && rank.as<std::string>() == "hottest")
+              c.rank = -1;
+            else
+              r.read("rank", c.rank, "an integer or 'hottest'");
           },
           [](const E& c) { return c.rank < 0 ? nlohmann::json("hottest") : nlohmann::json(c.rank); }};
 }
@@ -52,7 +57,8 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
   }
   if (node.size() > kMaxStrategies) {
     p.add(node, "strategies",
-          "lists " + std::to_string(node.size()) + " strategies, more than " + std::to_string(kMaxStrategies) + ": split the experiment");
+          "lists " + std::to_string(node.size()) + " strategies, more than " + std::to_string(kMaxStrategies) +
+              ": split the experiment");
     return;
   }
   for (size_t i = 0; i < node.size(); ++i) {
@@ -66,8 +72,10 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
       for (const auto& kv : item) {
         if (!kv.first.IsScalar()) continue;  // reported by `keys`
         const std::string k = kv.first.Scalar();
-        if (k == "name") spec.name = kv.second.as<std::string>("");
-        else spec.written[k] = kv.second;
+        if (k == "name")
+          spec.name = kv.second.as<std::string>("");
+        else
+          spec.written[k] = kv.second;
         if (p.lines) (*p.lines)[path + "." + k] = kv.first.Mark().line + 1;
       }
       if (spec.name.empty()) {
@@ -92,16 +100,18 @@ const Section<ExperimentConfig>& top_keys() {
   using E = ExperimentConfig;
   static const Section<E> s{
       "",
-      {text<E>("name", &E::name, "string (required)",
-               "names the experiment's results folder: UTF-8, no `/` or control characters, not `.` or `..`, at most 128 "
-               "bytes"),
+      {text<E>(
+           "name", &E::name, "string (required)",
+           "names the experiment's results folder: UTF-8, no `/` or control characters, not `.` or `..`, at most 128 "
+           "bytes"),
        unsigned_integer<E>("seed", &E::seed, "seeds weights, inputs, routing and the emulated peers"),
        choice<E>("device", &E::device, {"cpu", "cuda"}, "where tensors live"),
        choice<E>("dtype", &E::dtype, {"float32", "float64", "bfloat16"},
                  "parameter and activation type; `verify`'s tolerance is 1e-4, 1e-10 and 3e-2"),
-       choice<E>("kernels", &E::kernels, {"auto", "aten", "fused"},
-                 "how dispatch and combine move rows: ATen ops, or the fused row kernels (the GPU's on a CUDA build, "
-                 "their host reference on a CPU); auto = fused on a CUDA build's GPU, else aten. Records hold the choice"),
+       choice<E>(
+           "kernels", &E::kernels, {"auto", "aten", "fused"},
+           "how dispatch and combine move rows: ATen ops, or the fused row kernels (the GPU's on a CUDA build, "
+           "their host reference on a CPU); auto = fused on a CUDA build's GPU, else aten. Records hold the choice"),
        integer<E>("threads", &E::threads, 0, 1024,
                   "LibTorch intra-op threads and OpenBLAS's own pool, 0 = all cores (also `--threads`); recorded in "
                   "`env.threads`"),
@@ -171,12 +181,15 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
           "a language model is trained, not benchmarked: add a train: section and use memfine train");
   if (c.train.enabled && c.model.vocab > 0 && c.model.vocab < 256)
     p.add(r.child("model")["vocab"], "model.vocab",
-          std::to_string(c.model.vocab) + " is fewer than the byte tokenizer's 256 token ids (the corpus is read as bytes)");
+          std::to_string(c.model.vocab) +
+              " is fewer than the byte tokenizer's 256 token ids (the corpus is read as bytes)");
   parse_strategies(r.child("strategies"), c.strategies, p);
   r.child("sweep");  // expanded by the caller
   r.check_unknown();
-  if (c.name.empty()) p.add(root, "name", "missing: every experiment needs a name (it names the results folder)");
-  else if (const std::string why = folder_name_problem(c.name); !why.empty()) p.add(r.child("name"), "name", why);
+  if (c.name.empty())
+    p.add(root, "name", "missing: every experiment needs a name (it names the results folder)");
+  else if (const std::string why = folder_name_problem(c.name); !why.empty())
+    p.add(r.child("name"), "name", why);
   p.lines = nullptr;
   return c;
 }

@@ -48,7 +48,8 @@ nlohmann::json write_section(const Section<S>& sec, const S& s) {
 template <class S>
 std::vector<KeyDoc> section_docs(const Section<S>& sec) {
   std::vector<KeyDoc> out;
-  for (const auto& f : sec.fields) out.push_back({sec.name.empty() ? f.key : sec.name + "." + f.key, f.type, f.fallback, f.help});
+  for (const auto& f : sec.fields)
+    out.push_back({sec.name.empty() ? f.key : sec.name + "." + f.key, f.type, f.fallback, f.help});
   return out;
 }
 
@@ -62,14 +63,20 @@ inline std::string range(double lo, double hi) {
 
 template <class S>
 Field<S> integer(std::string key, int64_t S::*m, int64_t lo, int64_t hi, std::string help) {
-  return {key, "int, " + std::to_string(lo) + " .. " + std::to_string(hi), std::to_string(S{}.*m), std::move(help),
+  return {key,
+          "int, " + std::to_string(lo) + " .. " + std::to_string(hi),
+          std::to_string(S{}.*m),
+          std::move(help),
           [key, m, lo, hi](MapReader& r, S& s) { r.read_int(key, s.*m, lo, hi); },
           [m](const S& s) { return nlohmann::json(s.*m); }};
 }
 
 template <class S>
 Field<S> unsigned_integer(std::string key, uint64_t S::*m, std::string help) {
-  return {key, "int >= 0", std::to_string(S{}.*m), std::move(help),
+  return {key,
+          "int >= 0",
+          std::to_string(S{}.*m),
+          std::move(help),
           [key, m](MapReader& r, S& s) { r.read(key, s.*m, "a non-negative integer"); },
           [m](const S& s) { return nlohmann::json(s.*m); }};
 }
@@ -78,14 +85,20 @@ template <class S>
 Field<S> number(std::string key, double S::*m, double lo, double hi, std::string help) {
   std::ostringstream d;
   d << S{}.*m;
-  return {key, "number, " + range(lo, hi), d.str(), std::move(help),
+  return {key,
+          "number, " + range(lo, hi),
+          d.str(),
+          std::move(help),
           [key, m, lo, hi](MapReader& r, S& s) { r.read_number(key, s.*m, lo, hi); },
           [m](const S& s) { return nlohmann::json(s.*m); }};
 }
 
 template <class S>
 Field<S> boolean(std::string key, bool S::*m, std::string help) {
-  return {key, "true | false", S{}.*m ? "true" : "false", std::move(help),
+  return {key,
+          "true | false",
+          S{}.*m ? "true" : "false",
+          std::move(help),
           [key, m](MapReader& r, S& s) { r.read(key, s.*m, "true or false"); },
           [m](const S& s) { return nlohmann::json(s.*m); }};
 }
@@ -94,7 +107,10 @@ template <class S>
 Field<S> choice(std::string key, std::string S::*m, std::vector<std::string> choices, std::string help) {
   std::string type;
   for (const auto& c : choices) type += (type.empty() ? "`" : " \\| `") + c + "`";
-  return {key, type, S{}.*m, std::move(help),
+  return {key,
+          type,
+          S{}.*m,
+          std::move(help),
           [key, m, choices](MapReader& r, S& s) { r.read_choice(key, s.*m, choices); },
           [m](const S& s) { return nlohmann::json(s.*m); }};
 }
@@ -104,16 +120,24 @@ Field<S> choice(std::string key, std::string S::*m, std::vector<std::string> cho
 template <class S>
 Field<S> text(std::string key, std::string S::*m, std::string type, std::string help, bool nullable = false) {
   const std::string fallback = (S{}.*m).empty() ? "none" : "`" + S{}.*m + "`";
-  return {key, type, fallback, std::move(help), [key, m](MapReader& r, S& s) { r.read(key, s.*m, "a string"); },
-          [m, nullable](const S& s) { return nullable && (s.*m).empty() ? nlohmann::json(nullptr) : nlohmann::json(s.*m); }};
+  return {key,
+          type,
+          fallback,
+          std::move(help),
+          [key, m](MapReader& r, S& s) { r.read(key, s.*m, "a string"); },
+          [m, nullable](const S& s) {
+            return nullable && (s.*m).empty() ? nlohmann::json(nullptr) : nlohmann::json(s.*m);
+          }};
 }
 
 // Bytes ("512MiB", "2GiB", a count); with `none_ok`, `none` (or -1) is none, written null.
 template <class S>
 Field<S> bytes(std::string key, int64_t S::*m, bool none_ok, std::string help) {
   const int64_t d = S{}.*m;
-  return {key, "bytes, `512MiB`, `2GiB`" + std::string(none_ok ? ", `none`" : ""),
-          d < 0 ? "none" : std::to_string(d), std::move(help),
+  return {key,
+          "bytes, `512MiB`, `2GiB`" + std::string(none_ok ? ", `none`" : ""),
+          d < 0 ? "none" : std::to_string(d),
+          std::move(help),
           [key, m, none_ok](MapReader& r, S& s) { r.read_bytes(key, s.*m, none_ok); },
           [m, none_ok](const S& s) { return none_ok && s.*m < 0 ? nlohmann::json(nullptr) : nlohmann::json(s.*m); }};
 }

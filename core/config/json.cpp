@@ -38,7 +38,8 @@ json config_to_json(const ExperimentConfig& c) {
   for (const auto& s : c.strategies) {
     // As resolved, the parameters the label names: loading it back gives the same strategy.
     json j = {{"name", s.name}};
-    if (s.resolved) j.update(s.shown);
+    if (s.resolved)
+      j.update(s.shown);
     else
       for (const auto& [k, v] : s.written) j[k] = yaml_to_json(v);
     strategies.push_back(j);

@@ -18,7 +18,8 @@ std::string key_reference_markdown() {
   rows.push_back({"sweep", "map of dotted key -> list", "",
                   "the points are the cross product, e.g. `model.seq: [256, 512]`; at most " +
                       std::to_string(kMaxSweepPoints) + " points"});
-  rows.push_back({"paper", "map", "", "makes the file a paper-scale projection for `memfine predict` only (its keys below)"});
+  rows.push_back(
+      {"paper", "map", "", "makes the file a paper-scale projection for `memfine predict` only (its keys below)"});
   rows.push_back({"train", "map", "", "makes the file a training run for `memfine train` only (its keys below)"});
   add(section_docs(paper_keys()));
   add(section_docs(train_keys()));

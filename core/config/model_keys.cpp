@@ -18,12 +18,14 @@ const Section<ModelConfig>& model_keys() {
        integer<M>("seq", &M::seq, 1, 1 << 20,
                   "tokens per sequence (the paper's `s`); `seq * micro_batch` tokens per rank, at most 16,777,216"),
        integer<M>("micro_batch", &M::micro_batch, 1, 65536, "sequences per rank (the paper's `b`)"),
-       integer<M>("shared_experts", &M::shared_experts, 0, 64, "a shared expert of width `shared_experts * ffn_hidden`; 0 = none"),
+       integer<M>("shared_experts", &M::shared_experts, 0, 64,
+                  "a shared expert of width `shared_experts * ffn_hidden`; 0 = none"),
        choice<M>("attention", &M::attention, {"gqa", "none"}, "causal grouped-query attention, or MoE-only layers"),
-       integer<M>("vocab", &M::vocab, 0, 1 << 20,
-                  "a language model over this many token ids (at least 256: the byte tokenizer): embedding, output head "
-                  "tied to it, next-token cross-entropy; needs `train:`. 0: the benchmark's stand-in (random hidden states "
-                  "in, a regression target out)")}};
+       integer<M>(
+           "vocab", &M::vocab, 0, 1 << 20,
+           "a language model over this many token ids (at least 256: the byte tokenizer): embedding, output head "
+           "tied to it, next-token cross-entropy; needs `train:`. 0: the benchmark's stand-in (random hidden states "
+           "in, a regression target out)")}};
   return s;
 }
 
@@ -32,9 +34,11 @@ void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p) {
   read_section(model_keys(), r, m);
   r.check_unknown();
   if (m.topk > m.experts)
-    p.add(r.child("topk"), "model.topk", "topk (" + std::to_string(m.topk) + ") exceeds experts (" + std::to_string(m.experts) + ")");
+    p.add(r.child("topk"), "model.topk",
+          "topk (" + std::to_string(m.topk) + ") exceeds experts (" + std::to_string(m.experts) + ")");
   if (m.tokens() > (int64_t(1) << 24))
-    p.add(r.child("seq"), "model.seq", "seq x micro_batch (" + std::to_string(m.tokens()) + " tokens per rank) exceeds 16777216");
+    p.add(r.child("seq"), "model.seq",
+          "seq x micro_batch (" + std::to_string(m.tokens()) + " tokens per rank) exceeds 16777216");
   if (m.heads % m.kv_heads != 0)
     p.add(r.child("kv_heads"), "model.kv_heads",
           "heads (" + std::to_string(m.heads) + ") is not divisible by kv_heads (" + std::to_string(m.kv_heads) + ")");

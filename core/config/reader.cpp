@@ -49,8 +49,10 @@ void Problems::add_at(const std::string& where, const std::string& path, const s
   out.push_back(s);
 }
 
-MapReader::MapReader(const YAML::Node& node, std::string path, Problems& p) : node_(node), path_(std::move(path)), p_(p) {
-  if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) p_.add(node_, path_.empty() ? "(top)" : path_, "must be a map");
+MapReader::MapReader(const YAML::Node& node, std::string path, Problems& p)
+    : node_(node), path_(std::move(path)), p_(p) {
+  if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap())
+    p_.add(node_, path_.empty() ? "(top)" : path_, "must be a map");
   if (!node_.IsMap()) return;
   // yaml-cpp keeps the first of two equal keys: a second `model:` would silently lose a block.
   std::map<std::string, int> seen;
@@ -61,7 +63,8 @@ MapReader::MapReader(const YAML::Node& node, std::string path, Problems& p) : no
     }
     const std::string k = kv.first.Scalar();
     const int line = kv.first.Mark().line + 1;
-    if (!seen.emplace(k, line).second) p_.add(kv.first, key(k), "given twice (also at line " + std::to_string(seen[k]) + ")");
+    if (!seen.emplace(k, line).second)
+      p_.add(kv.first, key(k), "given twice (also at line " + std::to_string(seen[k]) + ")");
   }
 }
 
@@ -77,7 +80,8 @@ void MapReader::read_int(const std::string& k, int64_t& dst, int64_t lo, int64_t
   const int64_t before = dst;
   read(k, dst, "an integer");
   if (dst < lo || dst > hi) {
-    p_.add(child(k), key(k), "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(dst));
+    p_.add(child(k), key(k),
+           "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(dst));
     dst = before;
   }
 }
@@ -118,7 +122,8 @@ void MapReader::check_unknown() {
   for (const auto& kv : node_) {
     if (!kv.first.IsScalar()) continue;  // reported when the map was opened
     const std::string k = kv.first.Scalar();
-    if (std::find(known_.begin(), known_.end(), k) == known_.end()) p_.add(kv.first, key(k), "unknown key" + did_you_mean(k, known_));
+    if (std::find(known_.begin(), known_.end(), k) == known_.end())
+      p_.add(kv.first, key(k), "unknown key" + did_you_mean(k, known_));
   }
 }
 
@@ -137,7 +142,8 @@ std::string MapReader::dump(const YAML::Node& n) {
 int64_t parse_bytes(const std::string& text) {
   static const std::vector<std::pair<std::string, double>> units = {
       {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},           {"TB", 1e12},  {"B", 1.0}};
+      {"KB", 1e3},     {"MB", 1e6},        {"GB", 1e9},           {"TB", 1e12},
+      {"B", 1.0}};
   std::string t = text;
   t.erase(std::remove_if(t.begin(), t.end(), ::isspace), t.end());
   double scale = 1.0;

@@ -15,7 +15,7 @@ struct Problems {
   std::string file;
   std::vector<std::string>& out;
   std::map<std::string, int>* lines = nullptr;  // where each key of the config being read is
-  std::map<std::string, int> sweep_lines;        // a swept key's line, for keys the sweep created
+  std::map<std::string, int> sweep_lines;       // a swept key's line, for keys the sweep created
   void add(const YAML::Node& at, const std::string& path, const std::string& msg);
   // At a place already known ("FILE:LINE": ExperimentConfig::where), for checks after parsing.
   void add_at(const std::string& where, const std::string& path, const std::string& msg);

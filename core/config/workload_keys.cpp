@@ -13,17 +13,20 @@ const Section<WorkloadConfig>& workload_keys() {
                "who routes to which expert: evenly, by a law (below), a recorded trace, or the router's own top-k"),
        number<W>("alpha", &W::alpha, 0, 100, "zipf: expert popularity ~ rank^-alpha"),
        number<W>("sigma", &W::sigma, 0, 100, "lognormal: per-expert load ~ exp(sigma * N(0,1))"),
-       number<W>("hot_fraction", &W::hot_fraction, 0, 1, "hot: this share of all assignments goes to `hot_experts` experts"),
+       number<W>("hot_fraction", &W::hot_fraction, 0, 1,
+                 "hot: this share of all assignments goes to `hot_experts` experts"),
        integer<W>("hot_experts", &W::hot_experts, 1, 65536, "hot: how many experts are hot"),
-       text<W>("trace", &W::trace, "path",
-               "trace: CSV `layer,expert,tokens`, or `step,layer,expert,tokens` as `memfine train --trace-out` writes "
-               "(relative to the YAML's folder); layers and steps the file lacks cycle through those it has; counts are "
-               "replayed exactly when they add up to `ep * seq * micro_batch * topk`, scaled otherwise. A regular file "
-               "of at most 256 MiB, whole integers, at most 2^40 tokens a row; no step or layer may route none"),
-       choice<W>("schedule", &W::schedule, {"none", "figure5", "trace"},
-                 "`trace`: step s replays the trace's s-th step (`peak_step` picks the step at which the hottest rank is "
-                 "chosen). `figure5`: imbalance changes over steps and depth like the paper's Figures 2 and 5 (calm "
-                 "first steps, hot around `peak_step`, deeper layers more imbalanced)"),
+       text<W>(
+           "trace", &W::trace, "path",
+           "trace: CSV `layer,expert,tokens`, or `step,layer,expert,tokens` as `memfine train --trace-out` writes "
+           "(relative to the YAML's folder); layers and steps the file lacks cycle through those it has; counts are "
+           "replayed exactly when they add up to `ep * seq * micro_batch * topk`, scaled otherwise. A regular file "
+           "of at most 256 MiB, whole integers, at most 2^40 tokens a row; no step or layer may route none"),
+       choice<W>(
+           "schedule", &W::schedule, {"none", "figure5", "trace"},
+           "`trace`: step s replays the trace's s-th step (`peak_step` picks the step at which the hottest rank is "
+           "chosen). `figure5`: imbalance changes over steps and depth like the paper's Figures 2 and 5 (calm "
+           "first steps, hot around `peak_step`, deeper layers more imbalanced)"),
        number<W>("peak_step", &W::peak_step, -1e6, 1e6, "the schedule's hottest step"),
        number<W>("width", &W::width, 1e-6, 1e6, "the schedule's spread in steps")}};
   return s;
@@ -41,7 +44,7 @@ void parse_workload(const YAML::Node& node, const std::string& dir, WorkloadConf
   // Absolute, so that the record's config names the same file from anywhere.
   std::filesystem::path tp(w.trace);
   w.trace = tp.is_relative() && std::filesystem::exists(tp) ? std::filesystem::absolute(tp).lexically_normal().string()
-                                                             : resolve_path(w.trace, dir);
+                                                            : resolve_path(w.trace, dir);
 }
 
 std::string resolve_path(const std::string& path, const std::string& dir) {

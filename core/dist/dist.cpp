@@ -1,9 +1,9 @@
 #include "core/dist/dist.h"
 
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 #if defined(MEMFINE_TORCH_CUDA) && defined(USE_C10D_NCCL)
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -17,7 +17,6 @@
 
 #include <cstdlib>
 #include <stdexcept>
-
 
 namespace memfine {
 
@@ -62,7 +61,9 @@ auto disable_libuv(Options& o, int) -> decltype(o.useLibUV = false, bool()) {
   return true;
 }
 template <class Options>
-bool disable_libuv(Options&, long) { return false; }
+bool disable_libuv(Options&, long) {
+  return false;
+}
 
 c10::intrusive_ptr<c10d::Store> make_store(const std::string& host, c10d::TCPStoreOptions so) {
   try {
@@ -172,7 +173,8 @@ struct AllToAll : torch::autograd::Function<AllToAll> {
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     auto* impl = reinterpret_cast<const Dist::Impl*>(ctx->saved_data["impl"].toInt());
     // The reverse exchange: what came from rank i goes back to it.
-    at::Tensor g = raw_alltoall(*impl, grad[0], ctx->saved_data["in"].toIntVector(), ctx->saved_data["out"].toIntVector());
+    at::Tensor g =
+        raw_alltoall(*impl, grad[0], ctx->saved_data["in"].toIntVector(), ctx->saved_data["out"].toIntVector());
     return {g, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

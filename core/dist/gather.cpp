@@ -14,7 +14,8 @@ std::vector<nlohmann::json> gather_records(const Dist& dist, const std::string& 
   std::vector<nlohmann::json> all;
   if (dist.rank() != 0) return all;
   for (int r = 0; r < dist.world(); ++r)
-    for (auto& rec : nlohmann::json::parse(dist.store_get("records/" + point + "/" + std::to_string(r)))) all.push_back(rec);
+    for (auto& rec : nlohmann::json::parse(dist.store_get("records/" + point + "/" + std::to_string(r))))
+      all.push_back(rec);
   return all;
 }
 

@@ -8,11 +8,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
-#include <stdexcept>
 #include <chrono>
-#include <thread>
+#include <cstdlib>
 #include <iostream>
+#include <stdexcept>
+#include <thread>
 
 #include "core/dist/dist.h"
 
@@ -23,7 +23,8 @@ namespace memfine {
 std::unique_ptr<Dist> join_job(const std::string& device) {
   if (const char* launcher = std::getenv("MEMFINE_LAUNCHER")) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (std::to_string(::getppid()) != launcher) throw std::runtime_error("memfine launch ended before this rank started");
+    if (std::to_string(::getppid()) != launcher)
+      throw std::runtime_error("memfine launch ended before this rank started");
   }
   const char* t = std::getenv("MEMFINE_COLLECTIVE_TIMEOUT");
   const long timeout_s = t && std::atol(t) > 0 ? std::atol(t) : 60;
@@ -45,8 +46,9 @@ int launch_experiment(const std::string& self, const LaunchPlace& place, const s
       if (!ours) env.push_back(kv);
     }
     for (const std::string& kv : std::initializer_list<std::string>{
-             "RANK=" + std::to_string(place.node_rank * nproc + r), "WORLD_SIZE=" + std::to_string(place.nnodes * nproc),
-             "LOCAL_RANK=" + std::to_string(r), "MASTER_ADDR=" + place.master_addr, "MASTER_PORT=" + std::to_string(port),
+             "RANK=" + std::to_string(place.node_rank * nproc + r),
+             "WORLD_SIZE=" + std::to_string(place.nnodes * nproc), "LOCAL_RANK=" + std::to_string(r),
+             "MASTER_ADDR=" + place.master_addr, "MASTER_PORT=" + std::to_string(port),
              "MEMFINE_LAUNCHER=" + std::to_string(::getpid())})
       env.push_back(kv);
     std::vector<std::string> args = {self, command};
@@ -83,7 +85,8 @@ int launch_experiment(const std::string& self, const LaunchPlace& place, const s
       running[rank] = false, --left;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && first_failure.empty()) {
-        first_failure = "rank " + std::to_string(place.node_rank * nproc + int(rank)) + " exited with status " + std::to_string(code);
+        first_failure = "rank " + std::to_string(place.node_rank * nproc + int(rank)) + " exited with status " +
+                        std::to_string(code);
         failed_at = std::chrono::steady_clock::now();
       }
       worst = std::max(worst, code);
@@ -93,8 +96,8 @@ int launch_experiment(const std::string& self, const LaunchPlace& place, const s
     if (!first_failure.empty() && std::chrono::steady_clock::now() - failed_at > kGrace) {
       for (size_t r = 0; r < pids.size(); ++r)
         if (running[r]) {
-          std::cerr << "memfine launch: rank " << place.node_rank * nproc + int(r) << " still running " << kGrace.count()
-                    << " s after " << first_failure << ": killing it\n";
+          std::cerr << "memfine launch: rank " << place.node_rank * nproc + int(r) << " still running "
+                    << kGrace.count() << " s after " << first_failure << ": killing it\n";
           ::kill(pids[r], SIGKILL);
         }
       first_failure += " (the others were killed)";

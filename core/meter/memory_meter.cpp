@@ -5,13 +5,13 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/version.h>
 
-#include <algorithm>
 #include <malloc.h>
+#include <algorithm>
 
 #include <atomic>
-#include <cstring>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #ifdef MEMFINE_TORCH_CUDA
@@ -24,14 +24,11 @@
 namespace memfine {
 
 OutOfMemory::OutOfMemory(int64_t req, int64_t used, int64_t lim)
-    : std::runtime_error(std::string(kOutOfMemoryMarker) + ": allocating " + std::to_string(req) +
-                         " bytes with " + std::to_string(used) + " in use exceeds the budget of " +
-                         std::to_string(lim) + " bytes"),
-      requested(req), in_use(used), limit(lim) {}
-
-PlannedOutOfMemory::PlannedOutOfMemory(const std::string& why)
-    : std::runtime_error(std::string(kOutOfMemoryMarker) + ": " + why), reason(why) {}
-
+    : std::runtime_error(std::string(kOutOfMemoryMarker) + ": allocating " + std::to_string(req) + " bytes with " +
+                         std::to_string(used) + " in use exceeds the budget of " + std::to_string(lim) + " bytes"),
+      requested(req),
+      in_use(used),
+      limit(lim) {}
 
 std::string budget_terms(int64_t budget, int64_t static_bytes) {
   return "the budget " + fmt_bytes(double(budget)) + " (static " + fmt_bytes(double(static_bytes)) + ", leaving " +
@@ -40,12 +37,12 @@ std::string budget_terms(int64_t budget, int64_t static_bytes) {
 
 std::string over_budget_after_step(int64_t step, int64_t budget, int64_t static_bytes, int64_t fullest_peak) {
   return "step " + std::to_string(step) + ": activations exceed " + budget_terms(budget, static_bytes) +
-         ": the fullest rank reached " + fmt_bytes(double(fullest_peak)) + " (real ranks run a step whole and check it after)";
+         ": the fullest rank reached " + fmt_bytes(double(fullest_peak)) +
+         " (real ranks run a step whole and check it after)";
 }
 
 bool is_out_of_memory(const std::exception& e) {
-  return dynamic_cast<const OutOfMemory*>(&e) != nullptr ||
-         std::strstr(e.what(), kOutOfMemoryMarker) != nullptr ||
+  return dynamic_cast<const OutOfMemory*>(&e) != nullptr || std::strstr(e.what(), kOutOfMemoryMarker) != nullptr ||
          std::strstr(e.what(), "CUDA out of memory") != nullptr;
 }
 
@@ -137,6 +134,7 @@ class CudaMeter final : public MemoryMeter {
     cca::setMemoryFraction(frac, dev);
   }
   int64_t limit() const override { return limit_; }
+
  private:
   static cca::DeviceStats stat() { return cca::getDeviceStats(c10::cuda::current_device()); }
   int64_t limit_ = -1;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/util/format.h"
+#include "core/util/out_of_memory.h"
 
 namespace memfine {
 
@@ -16,18 +17,8 @@ class OutOfMemory : public std::runtime_error {
   int64_t requested, in_use, limit;
 };
 
-// Thrown before anything is allocated, when a strategy that plans its step from the memory model
-// (MACT) finds that nothing it may choose fits; `reason` says why in the budget's terms.
-class PlannedOutOfMemory : public std::runtime_error {
- public:
-  explicit PlannedOutOfMemory(const std::string& reason);
-  std::string reason;
-};
-
-// Marker text in the message: ATen may rethrow our exception wrapped in a c10::Error.
-inline constexpr const char* kOutOfMemoryMarker = "memfine: out of memory";
+// Ours (planned or met, wrapped by ATen or not) or the CUDA allocator's.
 bool is_out_of_memory(const std::exception& e);
-
 
 // A budget in a record's terms: "the budget B (static S, leaving R for activations)".
 std::string budget_terms(int64_t budget, int64_t static_bytes);
@@ -52,6 +43,7 @@ class MemoryLimitGuard {
  public:
   MemoryLimitGuard(MemoryMeter& m, int64_t limit) : m_(m), prev_(m.limit()) { m_.set_limit(limit); }
   ~MemoryLimitGuard() { m_.set_limit(prev_); }
+
  private:
   MemoryMeter& m_;
   int64_t prev_;

@@ -113,8 +113,7 @@ Model make_model(const ExperimentConfig& c, int64_t rank) {
 int64_t parameter_count(const ModelConfig& m, int64_t ep) {
   const int64_t h = m.hidden, g = m.ffn_hidden;
   int64_t per_layer = h + h * m.experts + (m.experts / ep) * 3 * h * g;
-  if (m.attention == "gqa")
-    per_layer += h + 2 * h * m.heads * m.head_dim + 2 * h * m.kv_heads * m.head_dim;
+  if (m.attention == "gqa") per_layer += h + 2 * h * m.heads * m.head_dim + 2 * h * m.kv_heads * m.head_dim;
   if (m.shared_experts > 0) per_layer += 3 * h * g * m.shared_experts;
   return per_layer * m.layers + h + m.vocab * h;
 }
@@ -174,7 +173,9 @@ Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& 
   return r;
 }
 
-at::Tensor embed_tokens(const Model& m, const at::Tensor& tokens) { return m.embed.index_select(0, tokens.reshape(-1)); }
+at::Tensor embed_tokens(const Model& m, const at::Tensor& tokens) {
+  return m.embed.index_select(0, tokens.reshape(-1));
+}
 
 at::Tensor next_token_loss(const Model& m, const at::Tensor& h, const at::Tensor& next_tokens) {
   at::Tensor logits = at::matmul(rms_norm(h, m.final_norm), m.embed.t());

@@ -1,6 +1,6 @@
 // The model: a small DeepSeek-style decoder stack as seen by one expert-parallel rank. Each layer
 // is RMSNorm -> causal grouped-query attention -> residual -> RMSNorm -> MoE (route, dispatch,
-// experts, combine; see moe_stages.h) plus an optional shared expert -> residual.
+// experts, combine; see core/moe/stages.h) plus an optional shared expert -> residual.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -12,12 +12,12 @@
 namespace memfine {
 
 struct LayerWeights {
-  at::Tensor norm1, wq, wk, wv, wo;   // attention (undefined when attention is "none")
-  at::Tensor norm2, router;           // router: [hidden, experts] over all experts
+  at::Tensor norm1, wq, wk, wv, wo;  // attention (undefined when attention is "none")
+  at::Tensor norm2, router;          // router: [hidden, experts] over all experts
   // This rank's routed experts, one tensor each (as Megatron-Core's SequentialMLP), so each
   // expert's gradient accumulates in place: [h, 2g] (gate and up) and [g, h].
   std::vector<at::Tensor> w_in, w_out;
-  at::Tensor shared_in, shared_out;   // shared expert (undefined when shared_experts is 0)
+  at::Tensor shared_in, shared_out;  // shared expert (undefined when shared_experts is 0)
   // [experts] added to the router's probabilities for the top-k choice only (DeepSeek-V3's
   // auxiliary-loss-free balancing, train.bias_update); not a parameter; undefined when off.
   at::Tensor expert_bias;

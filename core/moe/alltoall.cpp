@@ -1,4 +1,4 @@
-// MoE stages across real expert-parallel ranks (see moe_stages.h).
+// MoE stages across real expert-parallel ranks (see core/moe/stages.h).
 #include "core/dist/dist.h"
 #include "core/moe/buffer_free.h"
 #include "core/moe/fused.h"
@@ -62,8 +62,8 @@ at::Tensor experts_buffer_free(const at::Tensor& arrived, const at::Tensor& p_ar
 
 }  // namespace
 
-Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w,
-                            const MoeRouting& mr, int64_t begin, int64_t end) {
+Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
+                            int64_t begin, int64_t end) {
   const Dist& d = *mr.dist;
   const RankRouting& r = *mr.rank;
   const int64_t n = end - begin, k = mr.expert_ids.size(1), El = r.local_experts;
@@ -81,7 +81,8 @@ Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const 
   // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
   const at::Device dev = x.device();
   at::Tensor tokens = slots.div(k, "floor").to(dev);
-  at::Tensor sent = mr.fused || mr.expert.buffer_free ? gather_rows(x, at::Tensor(), tokens) : x.index_select(0, tokens);
+  at::Tensor sent =
+      mr.fused || mr.expert.buffer_free ? gather_rows(x, at::Tensor(), tokens) : x.index_select(0, tokens);
   at::Tensor arrived = d.alltoall(sent, recv, send);
   at::Tensor arrived_experts = d.alltoall(experts_of.unsqueeze(1), recv, send).reshape(-1) - r.first_expert;
   // experts: run each local expert on the rows that arrived for it, outputs in arrival order.
@@ -98,11 +99,14 @@ Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const 
     scatter_add_rows_(y, back, at::Tensor(), at::Tensor(), tokens);
     return {y, at::zeros({}, x.options())};
   }
-  at::Tensor out_arrived = mr.fused ? experts_fused(arrived, by_expert, rows, w, mr) : experts_aten(arrived, by_expert, rows, w, mr);
+  at::Tensor out_arrived =
+      mr.fused ? experts_fused(arrived, by_expert, rows, w, mr) : experts_aten(arrived, by_expert, rows, w, mr);
   // combine: outputs return to their senders, weighted by router probability, un-permuted.
   at::Tensor back = d.alltoall(out_arrived, send, recv);
-  if (mr.fused) scatter_add_rows_(y, back, weights, at::Tensor(), tokens);
-  else y.index_add_(0, tokens, back * weights.unsqueeze(1));
+  if (mr.fused)
+    scatter_add_rows_(y, back, weights, at::Tensor(), tokens);
+  else
+    y.index_add_(0, tokens, back * weights.unsqueeze(1));
   return {y, at::zeros({}, x.options())};
 }
 

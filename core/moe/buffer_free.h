@@ -29,7 +29,7 @@ struct ExpertRows {
   // sum(out[r] * peer_grads[-2 - src[r]]) / loss_norm (see PeerSink in stages.cpp).
   at::Tensor src, slot;
   int64_t own = 0;
-  at::Tensor table;                     // may be undefined (no peers)
+  at::Tensor table;  // may be undefined (no peers)
   const at::Tensor* peer_grads = nullptr;
   double loss_norm = 1;
   bool keep_act = false;

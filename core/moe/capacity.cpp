@@ -13,9 +13,8 @@ at::Tensor keep_within_capacity(const at::Tensor& group, const at::Tensor& prior
   const double* pp = p.data_ptr<double>();
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return gp[a] != gp[b] ? gp[a] < gp[b] : pp[a] > pp[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return gp[a] != gp[b] ? gp[a] < gp[b] : pp[a] > pp[b]; });
   at::Tensor keep = at::zeros({n}, at::kBool);
   bool* kp = keep.data_ptr<bool>();
   int64_t run = 0;

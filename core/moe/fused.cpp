@@ -27,10 +27,15 @@ namespace {
 
 rows::DType row_type(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return rows::DType::f32;
-    case at::kDouble: return rows::DType::f64;
-    case at::kBFloat16: return rows::DType::bf16;
-    default: throw std::invalid_argument(std::string("fused MoE kernels: unsupported dtype ") + c10::toString(t.scalar_type()));
+    case at::kFloat:
+      return rows::DType::f32;
+    case at::kDouble:
+      return rows::DType::f64;
+    case at::kBFloat16:
+      return rows::DType::bf16;
+    default:
+      throw std::invalid_argument(std::string("fused MoE kernels: unsupported dtype ") +
+                                  c10::toString(t.scalar_type()));
   }
 }
 
@@ -38,7 +43,9 @@ const void* data(const at::Tensor& t) { return t.defined() ? t.data_ptr() : null
 const int64_t* index(const at::Tensor& t) { return t.defined() ? t.data_ptr<int64_t>() : nullptr; }
 
 void check(int code, const char* what) {
-  if (code != 0) throw std::runtime_error(std::string("fused MoE kernel ") + what + " failed with CUDA error " + std::to_string(code));
+  if (code != 0)
+    throw std::runtime_error(std::string("fused MoE kernel ") + what + " failed with CUDA error " +
+                             std::to_string(code));
 }
 
 // The implementation for `out`'s device, and the stream to run it on.
@@ -169,7 +176,9 @@ at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& table, const at::T
 
 at::Tensor scatter_add_rows_(at::Tensor& y, const at::Tensor& rows, const at::Tensor& weight, const at::Tensor& src,
                              const at::Tensor& dst) {
-  auto opt = [](const at::Tensor& t) { return t.defined() ? c10::optional<at::Tensor>(t) : c10::optional<at::Tensor>(); };
+  auto opt = [](const at::Tensor& t) {
+    return t.defined() ? c10::optional<at::Tensor>(t) : c10::optional<at::Tensor>();
+  };
   return ScatterAddRows::apply(y, rows, opt(weight), opt(src), dst);
 }
 

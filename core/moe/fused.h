@@ -1,8 +1,8 @@
 // dispatch's gather and combine's weighted scatter-add as single ops (autograd functions over the
-// row kernels of moe_kernels.h): each expert's input is written once, straight from the tokens,
+// row kernels of core/moe/kernels.h): each expert's input is written once, straight from the tokens,
 // the peers' rows and zero padding (ATen gathers, then concatenates: twice), and combine adds the
-// weighted expert outputs into the tokens without a weighted copy. On a CUDA device they run the GPU kernels (CUDA builds), on the CPU the host
-// reference; `kernels: aten` keeps the ATen version (index_select, cat, mul, index_add).
+// weighted expert outputs into the tokens without a weighted copy. On a CUDA device they run the GPU kernels (CUDA
+// builds), on the CPU the host reference; `kernels: aten` keeps the ATen version (index_select, cat, mul, index_add).
 #pragma once
 #include <ATen/ATen.h>
 
@@ -15,7 +15,7 @@ namespace memfine {
 bool fused_kernels_available(const std::string& device);
 
 // rows[r] = x[src[r]] for src[r] >= 0, table[-2 - src[r]] for src[r] <= -2, zeros for -1
-// (see moe_rows.h). Differentiable in x; the table (the emulated peers' rows) is a constant.
+// (see core/moe/rows.h). Differentiable in x; the table (the emulated peers' rows) is a constant.
 at::Tensor gather_rows(const at::Tensor& x, const at::Tensor& table, const at::Tensor& src);
 
 // combine, in place: y[dst[r]] += weight[r] * rows[src ? src[r] : r] (src undefined: row r;

@@ -1,5 +1,5 @@
 // The fused row kernels on the GPU: one block per row, its threads across the row's columns; the
-// per-row code is moe_rows.h, shared with the host reference.
+// per-row code is core/moe/rows.h, shared with the host reference.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #ifdef MEMFINE_NCCL
@@ -15,9 +15,7 @@ namespace {
 
 template <class T>
 struct AtomicAdd {
-  __device__ void operator()(T* p, typename rows::Acc<T>::type v) const {
-    atomicAdd(p, rows::Store<T>::from(v));
-  }
+  __device__ void operator()(T* p, typename rows::Acc<T>::type v) const { atomicAdd(p, rows::Store<T>::from(v)); }
 };
 
 template <class T>
@@ -40,8 +38,8 @@ __global__ void row_dot_kernel(const T* a, const int64_t* a_index, const T* b, c
                                int64_t hidden) {
   using A = typename rows::Acc<T>::type;
   __shared__ A partial[kThreads];
-  partial[threadIdx.x] = rows::row_dot_partial(a, a_index, b, b_index, int64_t(blockIdx.x), hidden, threadIdx.x,
-                                               blockDim.x);
+  partial[threadIdx.x] =
+      rows::row_dot_partial(a, a_index, b, b_index, int64_t(blockIdx.x), hidden, threadIdx.x, blockDim.x);
   __syncthreads();
   for (int s = kThreads / 2; s > 0; s /= 2) {
     if (int(threadIdx.x) < s) partial[threadIdx.x] += partial[threadIdx.x + s];

@@ -1,7 +1,7 @@
 // The fused MoE row kernels (dispatch's gather, combine's weighted scatter-add and the router-weight
 // gradient), on raw pointers and without torch headers, so nvcc compiles them even where LibTorch
-// has no CUDA. Two implementations share the per-row code of moe_rows.h: memfine::cuda runs on the
-// GPU (moe_kernels.cu), memfine::host on the CPU (moe_kernels_host.cpp: the reference the GPU is
+// has no CUDA. Two implementations share the per-row code of rows.h: memfine::cuda runs on the
+// GPU (kernels.cu), memfine::host on the CPU (kernels_host.cpp: the reference the GPU is
 // checked against, and what `kernels: fused` runs on a CPU device). Row-major [rows, hidden] buffers
 // of one element type; index arrays are int64. Calls return 0 or a CUDA error code.
 #pragma once
@@ -21,8 +21,8 @@ struct RowKernels {
   int (*scatter_add_rows)(rows::DType t, const void* in, const int64_t* src, const int64_t* dst, const void* weight,
                           void* out, int64_t rows, int64_t hidden, void* stream);
   // out[r] = dot(a[a_index ? a_index[r] : r], b[b_index ? b_index[r] : r]).
-  int (*row_dot)(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index,
-                 void* out, int64_t rows, int64_t hidden, void* stream);
+  int (*row_dot)(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index, void* out,
+                 int64_t rows, int64_t hidden, void* stream);
 };
 
 namespace host {

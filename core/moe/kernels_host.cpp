@@ -1,4 +1,4 @@
-// The fused row kernels on the host: the same per-row code as the GPU (moe_rows.h), walked in order.
+// The fused row kernels on the host: the same per-row code as the GPU (core/moe/rows.h), walked in order.
 #include "core/moe/kernels.h"
 
 #include <type_traits>
@@ -28,8 +28,8 @@ int scatter_add_rows(rows::DType t, const void* in, const int64_t* src, const in
   return rows::with_element_type<rows::HostBf16>(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     for (int64_t r = 0; r < n; ++r)
-      rows::scatter_add_row(static_cast<const T*>(in), src, dst, static_cast<const T*>(weight), static_cast<T*>(out),
-                            r, hidden, 0, 1, add_in_place<T>);
+      rows::scatter_add_row(static_cast<const T*>(in), src, dst, static_cast<const T*>(weight), static_cast<T*>(out), r,
+                            hidden, 0, 1, add_in_place<T>);
     return 0;
   });
 }
@@ -39,8 +39,8 @@ int row_dot(rows::DType t, const void* a, const int64_t* a_index, const void* b,
   return rows::with_element_type<rows::HostBf16>(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     for (int64_t r = 0; r < n; ++r)
-      static_cast<T*>(out)[r] = rows::Store<T>::from(rows::row_dot_partial(
-          static_cast<const T*>(a), a_index, static_cast<const T*>(b), b_index, r, hidden, 0, 1));
+      static_cast<T*>(out)[r] = rows::Store<T>::from(
+          rows::row_dot_partial(static_cast<const T*>(a), a_index, static_cast<const T*>(b), b_index, r, hidden, 0, 1));
     return 0;
   });
 }

@@ -1,5 +1,5 @@
 // The per-row work of the fused dispatch and combine, written once for both the host (reference,
-// CPU runs, tests) and the CUDA kernels (moe_kernels.cu): the GPU spreads a row's columns over a
+// CPU runs, tests) and the CUDA kernels (kernels.cu): the GPU spreads a row's columns over a
 // block's threads (j0 = thread, dj = block size), the host walks them in order (j0 = 0, dj = 1).
 // No torch and no CUDA headers here, so the host build and nvcc see the same index arithmetic.
 #pragma once
@@ -29,9 +29,12 @@ enum class DType { f32, f64, bf16 };
 template <class Bf16, class F>
 int with_element_type(DType t, F f) {
   switch (t) {
-    case DType::f32: return f(static_cast<float*>(nullptr));
-    case DType::f64: return f(static_cast<double*>(nullptr));
-    case DType::bf16: return f(static_cast<Bf16*>(nullptr));
+    case DType::f32:
+      return f(static_cast<float*>(nullptr));
+    case DType::f64:
+      return f(static_cast<double*>(nullptr));
+    case DType::bf16:
+      return f(static_cast<Bf16*>(nullptr));
   }
   return -1;
 }
@@ -92,8 +95,8 @@ struct Acc<double> {
 
 // dispatch forward, combine backward: out[r, :] = weight[r] * source_row(src[r]) (weight may be null).
 template <class T>
-MEMFINE_HD inline void gather_row(const T* in, const T* table, const int64_t* src, const T* weight, T* out,
-                                  int64_t r, int64_t hidden, int64_t j0, int64_t dj) {
+MEMFINE_HD inline void gather_row(const T* in, const T* table, const int64_t* src, const T* weight, T* out, int64_t r,
+                                  int64_t hidden, int64_t j0, int64_t dj) {
   using A = typename Acc<T>::type;
   const int64_t s = src[r];
   T* dst = out + r * hidden;
@@ -113,8 +116,8 @@ MEMFINE_HD inline void gather_row(const T* in, const T* table, const int64_t* sr
 // combine forward, dispatch backward: out[dst[r], :] += weight[r] * in[src ? src[r] : r, :].
 // Rows with dst < 0 (padding) are skipped. `add(p, v)` is an atomic add on the GPU.
 template <class T, class Add>
-MEMFINE_HD inline void scatter_add_row(const T* in, const int64_t* src, const int64_t* dst, const T* weight,
-                                       T* out, int64_t r, int64_t hidden, int64_t j0, int64_t dj, Add add) {
+MEMFINE_HD inline void scatter_add_row(const T* in, const int64_t* src, const int64_t* dst, const T* weight, T* out,
+                                       int64_t r, int64_t hidden, int64_t j0, int64_t dj, Add add) {
   using A = typename Acc<T>::type;
   const int64_t d = dst[r];
   if (d < 0) return;
@@ -127,8 +130,8 @@ MEMFINE_HD inline void scatter_add_row(const T* in, const int64_t* src, const in
 // combine backward for the router weights: this thread's share of dot(a[a_index[r]], b[b_index[r]]).
 template <class T>
 MEMFINE_HD inline typename Acc<T>::type row_dot_partial(const T* a, const int64_t* a_index, const T* b,
-                                                        const int64_t* b_index, int64_t r, int64_t hidden,
-                                                        int64_t j0, int64_t dj) {
+                                                        const int64_t* b_index, int64_t r, int64_t hidden, int64_t j0,
+                                                        int64_t dj) {
   using A = typename Acc<T>::type;
   const T* x = a + (a_index ? a_index[r] : r) * hidden;
   const T* y = b + (b_index ? b_index[r] : r) * hidden;

@@ -14,7 +14,7 @@ enum class MoeMode { Stored, RecomputedBlock, Chunked };
 struct StrategyShape {
   bool recompute_layer = false;  // only the layer's input is kept; the layer is recomputed in backward
   MoeMode moe = MoeMode::Stored;
-  int64_t chunks = 1;            // Chunked only
+  int64_t chunks = 1;  // Chunked only
   // How each expert keeps its activations (inside each chunk when chunked).
   ExpertStorage experts = ExpertStorage::Stored;
   bool keep_act = false;     // BufferFree: SiLU(a) * b kept as well

@@ -40,12 +40,14 @@ std::pair<at::Tensor, std::vector<int64_t>> group_by(const at::Tensor& items, co
   auto sorted = at::sort(group, /*stable=*/true, /*dim=*/0, /*descending=*/false);
   at::Tensor order = std::get<1>(sorted);
   at::Tensor counts = at::bincount(group, {}, groups);
-  return {items.index_select(0, order), std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + groups)};
+  return {items.index_select(0, order),
+          std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + groups)};
 }
 
 }  // namespace
 
-std::vector<Dispatched> dispatch_indices(const MoeRouting& mr, const std::vector<int64_t>& bounds, const at::Device& dev) {
+std::vector<Dispatched> dispatch_indices(const MoeRouting& mr, const std::vector<int64_t>& bounds,
+                                         const at::Device& dev) {
   const RankRouting& r = *mr.rank;
   const int64_t El = r.local_experts, C = int64_t(bounds.size()) - 1;
   const int64_t k = mr.expert_ids.size(1), begin = bounds.front(), n = bounds.back() - begin;
@@ -61,7 +63,8 @@ std::vector<Dispatched> dispatch_indices(const MoeRouting& mr, const std::vector
   at::Tensor is_local = (ids >= 0).logical_and(ids < El);
   at::Tensor local_slot = is_local.logical_and(keep).nonzero().reshape(-1);
   at::Tensor remote = is_local.logical_not().logical_and(keep).nonzero().reshape(-1);
-  at::Tensor remote_token = remote.div(k, "floor"), remote_key = r.own_key.narrow(0, begin, n).reshape(-1).index_select(0, remote);
+  at::Tensor remote_token = remote.div(k, "floor"),
+             remote_key = r.own_key.narrow(0, begin, n).reshape(-1).index_select(0, remote);
   // Slots are in token order, so sorting by (range, expert) keeps each range's slots together and,
   // within it, grouped by expert in token order: what the range alone would give.
   at::Tensor own_group = ids.index_select(0, local_slot);
@@ -124,7 +127,7 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, in
 
 Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, Dispatched d) {
   const at::Device dev = x.device();
-  std::vector<at::Tensor> sources;  // fused: where each expert input row comes from (moe_rows.h)
+  std::vector<at::Tensor> sources;  // fused: where each expert input row comes from (core/moe/rows.h)
   std::vector<int64_t> buffer_rows;
   for (size_t e = 0; e < d.own_rows.size(); ++e) {
     const int64_t rows = d.own_rows[e] + d.peer_rows[e], pad = std::max<int64_t>(mr.pad_rows - rows, 0);
@@ -175,8 +178,10 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
     if (d.own_rows[e] > 0) {
       at::Tensor own = outputs[e].narrow(0, 0, d.own_rows[e]);
       at::Tensor weight = flat_probs.index_select(0, d.own_slot[e]);
-      if (mr.fused) scatter_add_rows_(y, own, weight, at::Tensor(), d.own_token[e]);
-      else y.index_add_(0, d.own_token[e], own * weight.unsqueeze(1));
+      if (mr.fused)
+        scatter_add_rows_(y, own, weight, at::Tensor(), d.own_token[e]);
+      else
+        y.index_add_(0, d.own_token[e], own * weight.unsqueeze(1));
     }
     if (d.peer_rows[e] > 0) {
       at::Tensor sent = outputs[e].narrow(0, d.own_rows[e], d.peer_rows[e]);

@@ -8,8 +8,8 @@
 #include <functional>
 #include <vector>
 
-#include "core/workload/ep_rank.h"
 #include "core/model/model.h"
+#include "core/workload/ep_rank.h"
 
 namespace memfine {
 
@@ -30,7 +30,7 @@ struct ExpertPath {
   // rows through their index, block by block, and adds its weighted output straight into the
   // tokens' rows, keeping only its first GEMM's output z; `fn` is not used.
   bool buffer_free = false;
-  bool keep_act = false;  // buffer_free: keep SiLU(a) * b as well instead of recomputing it
+  bool keep_act = false;     // buffer_free: keep SiLU(a) * b as well instead of recomputing it
   int64_t block_rows = 256;  // buffer_free: rows per block (the tile) of an expert's work
 };
 
@@ -39,24 +39,24 @@ struct MoeRouting {
   const Dist* dist = nullptr;  // set: real ranks exchange rows through all-to-all (moe_alltoall.cpp)
   const RankRouting* rank = nullptr;
   const EmulatedRank* tables = nullptr;
-  at::Tensor expert_ids;   // [tokens, topk] this layer's own assignments
-  at::Tensor own_keep;     // [tokens, topk] bool; undefined = keep all
-  at::Tensor peer_keep;    // [P] bool; undefined = keep all
-  int64_t pad_rows = 0;    // pad each expert's input to this many rows; 0 = no padding
-  bool fused = false;      // dispatch and combine through the fused row ops (moe_fused.h)
-  double loss_norm = 1;    // the peers' loss terms are divided by this (same scale as the main loss)
-  ExpertPath expert;       // default: SwiGLU, everything stored
+  at::Tensor expert_ids;  // [tokens, topk] this layer's own assignments
+  at::Tensor own_keep;    // [tokens, topk] bool; undefined = keep all
+  at::Tensor peer_keep;   // [P] bool; undefined = keep all
+  int64_t pad_rows = 0;   // pad each expert's input to this many rows; 0 = no padding
+  bool fused = false;     // dispatch and combine through the fused row ops (moe_fused.h)
+  double loss_norm = 1;   // the peers' loss terms are divided by this (same scale as the main loss)
+  ExpertPath expert;      // default: SwiGLU, everything stored
 };
 
 at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out);
 
 struct Dispatched {
   int64_t begin = 0, end = 0;
-  std::vector<at::Tensor> inputs;     // per local expert: own rows, then peer rows, then padding
+  std::vector<at::Tensor> inputs;  // per local expert: own rows, then peer rows, then padding
   std::vector<int64_t> own_rows, peer_rows;
-  std::vector<at::Tensor> own_token;  // per expert: token index within [begin, end)
-  std::vector<at::Tensor> own_slot;   // per expert: flat (token * topk + j) index into the probs
-  std::vector<at::Tensor> peer_key;   // per expert: rows of the peer tables
+  std::vector<at::Tensor> own_token;                 // per expert: token index within [begin, end)
+  std::vector<at::Tensor> own_slot;                  // per expert: flat (token * topk + j) index into the probs
+  std::vector<at::Tensor> peer_key;                  // per expert: rows of the peer tables
   at::Tensor remote_token, remote_slot, remote_key;  // own assignments to other ranks' experts
 };
 
@@ -76,7 +76,7 @@ Dispatched dispatch(const at::Tensor& x_range, const MoeRouting& mr, Dispatched 
 // experts: each local expert's SwiGLU on its rows.
 std::vector<at::Tensor> experts(const Dispatched& d, const LayerWeights& w, const MoeRouting& mr);
 // combine: weight own rows by router probability and un-permute into [end - begin, hidden]; the
-// outputs computed for peers go back to them (their loss term, see PeerSink in moe_stages.cpp).
+// outputs computed for peers go back to them (their loss term, see PeerSink in stages.cpp).
 struct Combined {
   at::Tensor y;          // [end - begin, hidden]
   at::Tensor peer_loss;  // scalar

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "core/meter/flops.h"
+#include "core/model/flops.h"
 
 namespace memfine {
 

@@ -19,8 +19,8 @@ namespace {
 // Rows of one MoE call (a token range of a layer) per local expert.
 struct MoeRows {
   std::vector<int64_t> own, peer;  // per local expert
-  std::vector<int64_t> pad;         // per local expert: zero rows padding its input (capacity)
-  int64_t remote = 0;               // own assignments sent to other ranks
+  std::vector<int64_t> pad;        // per local expert: zero rows padding its input (capacity)
+  int64_t remote = 0;              // own assignments sent to other ranks
   int64_t tokens = 0;
 };
 
@@ -33,7 +33,8 @@ PeerIndex peer_index(const RankRouting& r) {
   PeerIndex ix;
   if (!r.peer_pos.defined() || r.peer_pos.numel() == 0) return ix;
   const at::Tensor order = r.peer_pos.argsort();
-  const at::Tensor pos = r.peer_pos.index_select(0, order).contiguous(), ex = r.peer_expert.index_select(0, order).contiguous();
+  const at::Tensor pos = r.peer_pos.index_select(0, order).contiguous(),
+                   ex = r.peer_expert.index_select(0, order).contiguous();
   ix.pos.assign(pos.data_ptr<int64_t>(), pos.data_ptr<int64_t>() + pos.numel());
   ix.expert.assign(ex.data_ptr<int64_t>(), ex.data_ptr<int64_t>() + ex.numel());
   return ix;
@@ -75,8 +76,10 @@ MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t beg
         for (int64_t j = 0; j < topk; ++j) ++per_expert[size_t(ids[t][j])];
       for (size_t e = 0; e < per_expert.size(); ++e) {
         const int64_t kept = std::min(per_expert[e], cap), local = int64_t(e) - r.first_expert;
-        if (local >= 0 && local < r.local_experts) m.own[size_t(local)] = kept;
-        else m.remote += kept;
+        if (local >= 0 && local < r.local_experts)
+          m.own[size_t(local)] = kept;
+        else
+          m.remote += kept;
       }
       // Each peer caps what it sends to each of this rank's experts.
       std::map<std::pair<int64_t, int64_t>, int64_t> from_peer;
@@ -105,8 +108,10 @@ MoeRows moe_rows(const RankRouting& r, int64_t topk, int64_t tokens, int64_t beg
   for (int64_t t = begin; t < end; ++t)
     for (int64_t j = 0; j < topk; ++j) {
       const int64_t e = ids[t][j] - r.first_expert;
-      if (e >= 0 && e < r.local_experts) ++m.own[size_t(e)];
-      else ++m.remote;
+      if (e >= 0 && e < r.local_experts)
+        ++m.own[size_t(e)];
+      else
+        ++m.remote;
     }
   if (peers) {
     const auto first = std::lower_bound(peers->pos.begin(), peers->pos.end(), begin) - peers->pos.begin();
@@ -131,7 +136,9 @@ struct Sizes {
   bool keep_act = false;
   int64_t block_rows = 256;
   bool a2a = false;  // real ranks, ATen experts: rows move through the all-to-all (moe_stored_a2a)
-  double expert_g() const { return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4; }  // stored widths of g per row
+  double expert_g() const {
+    return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4;
+  }  // stored widths of g per row
 };
 
 // Buffer-free experts (core/moe/buffer_free.h): each keeps z (and the product with keep_act) and
@@ -149,9 +156,9 @@ double moe_stored_buffer_free(const Sizes& z, const MoeRows& m, bool whole) {
 }
 
 // Its backward, experts in reverse order, one in flight, each in blocks of rows: the expert's
-// input gradient exists for the whole of it (its weight gradients go straight into .grad); a block holds the rows' output gradient,
-// the product (unless kept) and its gradient, then z's gradient with the rows' input gradient or
-// the rows read again. The expert's z is released after it.
+// input gradient exists for the whole of it (its weight gradients go straight into .grad); a block holds the rows'
+// output gradient, the product (unless kept) and its gradient, then z's gradient with the rows' input gradient or the
+// rows read again. The expert's z is released after it.
 double moe_backward_peak_buffer_free(const Sizes& z, const MoeRows& m, double stored) {
   double peak = stored, cur = stored;
   const double tokens_grad = z.E * double(m.tokens) * z.h;
@@ -217,10 +224,10 @@ double moe_backward_peak_a2a(const Sizes& z, const MoeRows& m, double stored) {
   peak = std::max(peak, stored + Sh);  // the weighted rows' gradient (they are released)
   double cur = stored;
   peak = std::max(peak, cur + 2 * Sh);  // the returned rows' gradient, the probabilities' product
-  cur -= Sh;                           // the returned rows and the weighted rows' gradient released
-  peak = std::max(peak, cur + Rh);    // through the all-to-all
+  cur -= Sh;                            // the returned rows and the weighted rows' gradient released
+  peak = std::max(peak, cur + Rh);      // through the all-to-all
   cur += Rh - Sh;
-  peak = std::max(peak, cur + Rh);    // un-grouped: the outputs' gradient; the outputs released
+  peak = std::max(peak, cur + Rh);  // un-grouped: the outputs' gradient; the outputs released
   cur -= Rh;
   bool first = true;
   for (size_t i = m.own.size(); i-- > 0;) {
@@ -337,7 +344,8 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   const ModelConfig& m = c.model;
   Sizes z;
   z.E = double(c10::elementSize(dtype_of(c.dtype)));
-  z.T = double(m.tokens()), z.h = double(m.hidden), z.g = double(m.ffn_hidden), z.gs = double(m.ffn_hidden * m.shared_experts);
+  z.T = double(m.tokens()), z.h = double(m.hidden), z.g = double(m.ffn_hidden),
+  z.gs = double(m.ffn_hidden * m.shared_experts);
   z.experts = double(m.experts), z.heads_dim = double(m.heads * m.head_dim), z.b = double(m.micro_batch);
   z.H = double(m.heads), z.s = double(m.seq), z.k = double(m.topk), z.attention = m.attention == "gqa";
   z.act_recomputed = s.experts == ExpertStorage::ActRecomputed;
@@ -381,9 +389,12 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   for (int64_t l = 0; l < L; ++l) {
     const StrategyShape& sl = shape[size_t(l)];
     out[size_t(l)] = outside_moe(z, l > 0);  // the first layer's input is data, without gradient
-    if (sl.recompute_layer) resident[size_t(l)] = act;  // its output, saved as the next layer's input
-    else if (sl.moe == MoeMode::RecomputedBlock) resident[size_t(l)] = out[size_t(l)].total() + z.E * z.T * z.k;
-    else resident[size_t(l)] = out[size_t(l)].total() + moe_stored(z, whole[size_t(l)]);
+    if (sl.recompute_layer)
+      resident[size_t(l)] = act;  // its output, saved as the next layer's input
+    else if (sl.moe == MoeMode::RecomputedBlock)
+      resident[size_t(l)] = out[size_t(l)].total() + z.E * z.T * z.k;
+    else
+      resident[size_t(l)] = out[size_t(l)].total() + moe_stored(z, whole[size_t(l)]);
   }
   for (double r : resident) p.layer_kept.push_back(int64_t(r));
   double below = 0;
@@ -407,9 +418,11 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
       // The shared expert's backward comes first, with the whole layer still kept: two gradients
       // of its width, or one and its weight's.
       const double moe_kept = sl.recompute_layer && sl.moe == MoeMode::Stored ? moe_stored(z, whole[size_t(l)])
-                              : sl.moe == MoeMode::Stored ? 0 : z.E * z.T * z.k;
+                              : sl.moe == MoeMode::Stored                     ? 0
+                                                                              : z.E * z.T * z.k;
       const double rg = z.E * z.T * z.gs;
-      consider(below + kept + o.shared + moe_kept + grad + std::max(2 * rg, rg + z.E * z.gs * z.h), at + ", shared expert");
+      consider(below + kept + o.shared + moe_kept + grad + std::max(2 * rg, rg + z.E * z.gs * z.h),
+               at + ", shared expert");
     }
     if (sl.moe == MoeMode::Chunked) {
       // MoE in chunks: one chunk's stored bytes and transients at a time; weight gradients go
@@ -441,7 +454,8 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
         // Counts: a chunk takes its share of every expert's rows, so only its size matters: the
         // first chunk's (T / chunks tokens) and, where they differ, one more token.
         chunk(0, T / chunks, nullptr, "0");
-        if (T % chunks && T / chunks + 1 <= T) chunk(0, T / chunks + 1, nullptr, "of " + std::to_string(T / chunks + 1) + " tokens");
+        if (T % chunks && T / chunks + 1 <= T)
+          chunk(0, T / chunks + 1, nullptr, "of " + std::to_string(T / chunks + 1) + " tokens");
       }
     } else {
       const double moe = sl.moe == MoeMode::Stored && !sl.recompute_layer ? 0 : moe_stored(z, whole[size_t(l)]);
@@ -450,19 +464,18 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     // Then attention's backward: the softmax's two [b, heads, s, s] gradients, with the
     // attention block's stored tensors still alive.
     if (z.attention)
-      consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s,
-               at + ", attention");
+      consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s, at + ", attention");
   }
   // Adam's step, once the activations are gone: one parameter-sized temporary (the denominator)
   // for the largest parameter. The peak when little else is kept.
   current = -1;
-  const double widest = std::max({z.h * 2 * z.g, z.h * 2 * z.gs, z.h * z.experts,
-                                  z.attention ? z.h * z.heads_dim : 0.0, z.attention ? z.h * double(m.kv_heads * m.head_dim) : 0.0});
+  const double widest = std::max({z.h * 2 * z.g, z.h * 2 * z.gs, z.h * z.experts, z.attention ? z.h * z.heads_dim : 0.0,
+                                  z.attention ? z.h * double(m.kv_heads * m.head_dim) : 0.0});
   consider(z.E * widest, "optimizer step");
   p.activation_bytes = int64_t(peak);
-  if (s.moe == MoeMode::Chunked) p.chunks = chunks_per_layer.empty() ? std::vector<int64_t>(size_t(L), s.chunks) : chunks_per_layer;
+  if (s.moe == MoeMode::Chunked)
+    p.chunks = chunks_per_layer.empty() ? std::vector<int64_t>(size_t(L), s.chunks) : chunks_per_layer;
   return p;
 }
 
 }  // namespace memfine
-

@@ -1,16 +1,16 @@
-// The implementation memory model (the paper's own model is in paper_model.h): byte-level accounting of what this code keeps during a step (the
-//    tensors autograd saves, stage by stage) and the transients on top, for a config, strategy,
-//    chunk count and routing. MACT uses it when running for real.
-//    It accounts ATen's dispatch and combine (kernels: aten). With the fused kernels a step keeps
-//    less, and the model mostly reads high: -1.4% .. +16.3% on experiments/kernels.yaml
-//    (paper_figures/kernels_table.md); MACT's headroom covers the low side. Accounting the fused
-//    ops' smaller saved set alone is not enough (it then reads up to 6% low under imbalance): with
-//    less kept for backward, the peak moves to the hottest expert's SwiGLU in the (recomputed)
-//    forward, a transient this model does not account yet.
-//    On real ranks (EmulatedRank::real) it accounts the all-to-all path instead of the emulated
-//    peers' tables (core/moe/alltoall.cpp, ATen experts): the sent, arrived and un-grouped rows and
-//    their gradients. Measured against the meter: 0.99-1.02x on experiments/ep_pair.yaml and
-//    ep_sweep.yaml (2 and 4 ranks, every strategy there), 0.97-0.99x while training train_ranks.yaml.
+// The implementation memory model (the paper's own model is in paper_model.h): byte-level
+// accounting of what this code keeps during a step (the tensors autograd saves, stage by stage)
+// and the transients on top, for a config, strategy, chunk count and routing. MACT uses it when
+// running for real.
+//   It accounts ATen's dispatch and combine (kernels: aten). With the fused kernels a step keeps
+// less and the model reads high; MACT's headroom covers the low side (how far it reads, either
+// way: paper_figures/kernels_table.md). Accounting the fused ops' smaller saved set alone is not
+// enough: with less kept for backward, the peak moves to the hottest expert's SwiGLU in the
+// (recomputed) forward, a transient this model does not account yet.
+//   On real ranks (EmulatedRank::real) it accounts the all-to-all path instead of the emulated
+// peers' tables (core/moe/alltoall.cpp, ATen experts): the sent, arrived and un-grouped rows and
+// their gradients. Its ratio to the meter is recorded with every run (predicted_activation_bytes
+// beside peak_activation_bytes) and tabled in paper_figures/model_error_table.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,4 +40,3 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
                         const std::vector<int64_t>& chunks_per_layer = {});
 
 }  // namespace memfine
-

@@ -30,7 +30,8 @@ double figure2_received(const PaperScaleConfig& ps, int64_t local_experts, std::
     if (std::stod(p99) > best) best = std::stod(p99), best_layer = std::stoll(layer);
   }
   note = "s' = " + std::to_string(local_experts) + " local experts x Figure 2's largest p99 (layer " +
-         std::to_string(best_layer) + ", " + std::to_string(int64_t(best)) + " tokens): the hottest device's experts all near p99";
+         std::to_string(best_layer) + ", " + std::to_string(int64_t(best)) +
+         " tokens): the hottest device's experts all near p99";
   return best * double(local_experts);
 }
 
@@ -54,8 +55,8 @@ Setup setup(const ExperimentConfig& c) {
                            double(ps.kv_lora_rank) * H * double(ps.qk_nope_dim + ps.v_head_dim) +
                            H * double(ps.v_head_dim) * h + double(ps.q_lora_rank + ps.kv_lora_rank) + 2 * h;
   const double local_experts = double(m.experts / c.ep);
-  const double moe_layer = attention + h * double(m.experts) + local_experts * 3 * h * g +
-                           double(m.shared_experts) * 3 * h * g;
+  const double moe_layer =
+      attention + h * double(m.experts) + local_experts * 3 * h * g + double(m.shared_experts) * 3 * h * g;
   const int64_t per_stage = ps.layers_per_stage > 0 ? ps.layers_per_stage : m.layers / ps.pipeline;
   // The most loaded stage of MoE layers (the middle stages hold neither embedding nor head).
   pr.parameters = double(per_stage) * moe_layer;
@@ -69,10 +70,13 @@ Setup setup(const ExperimentConfig& c) {
   pm.D_t = ps.bytes_param, pm.b = double(m.micro_batch), pm.s = double(m.seq), pm.h = h, pm.a = H;
   pm.h_d = double(m.head_dim), pm.k_a = double(m.kv_heads), pm.e_n = double(m.experts), pm.g_e = g;
   pm.m_g = ps.m_g, pm.static_bytes = pr.static_bytes, pm.alpha = ps.alpha, pm.device_bytes = double(ps.device_memory);
-  notes << "h_d = " << m.head_dim << ", k_a = " << m.kv_heads << ", m_g = " << ps.m_g << ", alpha = " << ps.alpha << "; ";
+  notes << "h_d = " << m.head_dim << ", k_a = " << m.kv_heads << ", m_g = " << ps.m_g << ", alpha = " << ps.alpha
+        << "; ";
   std::string rnote;
-  if (ps.received == "figure2") pr.received = figure2_received(ps, int64_t(local_experts), rnote);
-  else pr.received = std::stod(ps.received), rnote = "s' given";
+  if (ps.received == "figure2")
+    pr.received = figure2_received(ps, int64_t(local_experts), rnote);
+  else
+    pr.received = std::stod(ps.received), rnote = "s' given";
   notes << rnote;
   pr.s_recv_max = pm.s_recv_max();
   return {pr, pm, notes.str()};

@@ -17,7 +17,7 @@ struct PaperModel {
   // t tensor-parallel, c context-parallel, m_g stored layers' worth of activations.
   double D_t = 2, b = 1, s = 4096, h = 7168, a = 128, h_d = 192, k_a = 128, e_n = 256, g_e = 2048;
   double t = 1, c = 1, m_g = 1;
-  double static_bytes = 0;  // M^sta (Eq. 1), computed by the caller from parameter counts
+  double static_bytes = 0;                  // M^sta (Eq. 1), computed by the caller from parameter counts
   double alpha = 1.0, device_bytes = 64e9;  // Eq. 3
   // Widths kept per received row, in h and in g_e: Eq. 2 has 2h + 2g_e. A buffer-free expert
   // keeps z = [a | b] (2 g_e, 3 with SiLU(a) * b) and, under expert parallelism, the arrived row
@@ -40,7 +40,6 @@ struct PaperModel {
 // Eq. 9 and the bin rule: c = ceil(s'' / s'_max), then the smallest bin >= c; -1 if none fits.
 int64_t chunks_for(double s_recv, double s_recv_max, const std::vector<int64_t>& bins);
 
-
 // A strategy's chunk count under the paper's model: `chunks` (-1: no bin fits) and `used`, the
 // count its activation is computed with (the largest bin when none fits).
 struct PaperChunks {
@@ -50,14 +49,14 @@ struct PaperChunks {
 
 // The paper's Table 4 at paper scale, from Eq. 1-3 and 8-9 with DeepSeek-V3 parameter counts.
 struct PaperProjection {
-  double parameters = 0;      // on the most loaded pipeline stage
-  double static_bytes = 0;    // Eq. 1
+  double parameters = 0;    // on the most loaded pipeline stage
+  double static_bytes = 0;  // Eq. 1
   double activation_bytes = 0;
-  double received = 0;        // s'
-  double s_recv_max = 0;      // Eq. 8
-  int64_t chunks = 1;         // the method's chunk count (MACT: Eq. 9 and the bins); -1: none fits
-  bool fits = false;          // Eq. 3
-  std::string assumptions;    // one line per assumption
+  double received = 0;      // s'
+  double s_recv_max = 0;    // Eq. 8
+  int64_t chunks = 1;       // the method's chunk count (MACT: Eq. 9 and the bins); -1: none fits
+  bool fits = false;        // Eq. 3
+  std::string assumptions;  // one line per assumption
 };
 
 // The inputs of a strategy's choice at paper scale: s' and s'_max (Eq. 8).

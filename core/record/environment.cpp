@@ -30,7 +30,6 @@ std::string run_command(const char* cmd) {
   return out;
 }
 
-
 // The BLAS actually loaded (Debian switches libblas.so.3 through alternatives).
 std::string blas_name() {
   std::ifstream maps("/proc/self/maps");

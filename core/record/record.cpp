@@ -3,22 +3,23 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/meter/flops.h"
 #include "core/meter/memory_meter.h"
 #include "core/meter/timer.h"
+#include "core/model/flops.h"
 #include "core/record/environment.h"
 
 namespace memfine {
-
 
 PointContext point_context(const ExperimentConfig& c) { return {config_to_json(c), environment(c)}; }
 
 json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::string& point, const StrategySpec& s,
                 const std::string& status, const std::string& error) {
-  return {{"experiment", c.name}, {"point", point}, {"strategy", s.label()}, {"name", s.name},
-          {"params", s.values}, {"role", s.role.empty() ? json(nullptr) : json(s.role)}, {"status", status},
-          {"error", error.empty() ? json(nullptr) : json(error)}, {"seed", c.seed}, {"ep", c.ep},
-          {"config", ctx.config}, {"env", ctx.env}};
+  return {{"experiment", c.name},  {"point", point},
+          {"strategy", s.label()}, {"name", s.name},
+          {"params", s.values},    {"role", s.role.empty() ? json(nullptr) : json(s.role)},
+          {"status", status},      {"error", error.empty() ? json(nullptr) : json(error)},
+          {"seed", c.seed},        {"ep", c.ep},
+          {"config", ctx.config},  {"env", ctx.env}};
 }
 
 std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx, const PointRouting& rt,
@@ -33,12 +34,14 @@ std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx
     if (!rt.backend.empty()) r["backend"] = rt.backend;
     r["tokens_received"] = rt.tokens_received;
     r["tokens_received_per_layer"] = rt.per_layer;
-    if (!rt.expert_tokens.empty()) r["expert_tokens"] = rt.expert_tokens, r["expert_tokens_step"] = rt.expert_tokens_step;
+    if (!rt.expert_tokens.empty())
+      r["expert_tokens"] = rt.expert_tokens, r["expert_tokens_step"] = rt.expert_tokens_step;
     if (!rt.per_step.empty()) r["tokens_received_per_step"] = rt.per_step;
     r["overload_factor"] = rt.overload;
     r["static_bytes"] = k.static_bytes;
     const bool measured = !k.ms.empty();
-    r["peak_activation_bytes"] = measured ? json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))) : json(nullptr);
+    r["peak_activation_bytes"] =
+        measured ? json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))) : json(nullptr);
     r["predicted_activation_bytes"] = k.predicted_activation_bytes;
     if (!k.unpredicted_why.empty()) r["unpredicted_why"] = k.unpredicted_why;
     r["budget_bytes"] = c.budget < 0 ? json(nullptr) : json(c.budget);
@@ -50,7 +53,8 @@ std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx
       // Model FLOPs of the rows computed: a strategy that drops assignments says which share of
       // the rows its experts receive dropless they compute (counter kept_row_fraction).
       const double kept = k.counters.value("kept_row_fraction", 1.0);
-      r["tflops"] = step_flops(c.model, int64_t(double(rt.tokens_received_sum) * kept)).total() / (s.median / 1e3) / 1e12;
+      r["tflops"] =
+          step_flops(c.model, int64_t(double(rt.tokens_received_sum) * kept)).total() / (s.median / 1e3) / 1e12;
       if (ceiling > 0) r["ceiling_fraction"] = r["tflops"].get<double>() * 1e12 / ceiling;
       r["loss"] = k.loss;
     } else {

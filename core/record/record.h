@@ -19,13 +19,13 @@ struct Measured {
   StrategySpec spec;
   std::string status = "ok", error;  // ok | oom | error
   int64_t static_bytes = 0;
-  std::vector<double> ms, peaks;     // per timed step
+  std::vector<double> ms, peaks;  // per timed step
   double loss = 0;
-  json counters = json::object();    // the strategy's own (Strategy::record_counters)
-  json predicted_activation_bytes;   // the implementation model's, or null
-  std::string unpredicted_why;       // why there is no prediction
-  double grad_err = -1;              // verify: largest relative gradient error; -1: not checked
-  double verify_tolerance = 0;       // what verify accepts for the dtype
+  json counters = json::object();   // the strategy's own (Strategy::record_counters)
+  json predicted_activation_bytes;  // the implementation model's, or null
+  std::string unpredicted_why;      // why there is no prediction
+  double grad_err = -1;             // verify: largest relative gradient error; -1: not checked
+  double verify_tolerance = 0;      // what verify accepts for the dtype
 };
 
 // The routing of a point as this rank saw it.
@@ -55,6 +55,5 @@ json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::s
 // each its share of the machine's dense matmul rate.
 std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx, const PointRouting& routing,
                                    const std::vector<Measured>& ms, double matmul_ceiling_flops);
-
 
 }  // namespace memfine

@@ -93,7 +93,8 @@ ResultsFile::ResultsFile(const std::string& dir, bool resume, bool writer, const
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0) {
     // A symbolic link would be replaced by a regular file on repair, a FIFO would block the reader.
-    if (S_ISLNK(st.st_mode)) throw std::runtime_error(path_ + " is a symbolic link: give --out the folder of the real file");
+    if (S_ISLNK(st.st_mode))
+      throw std::runtime_error(path_ + " is a symbolic link: give --out the folder of the real file");
     if (!S_ISREG(st.st_mode)) throw std::runtime_error(path_ + " is not a regular file");
   }
   if (writer_) {
@@ -169,7 +170,8 @@ void ResultsFile::lock(const std::string& dir) {
     const ssize_t n = ::pread(lock_fd_, buf, sizeof buf - 1, 0);
     ::close(lock_fd_);
     lock_fd_ = -1;
-    throw std::runtime_error(dir + " is in use by another run (pid " + (n > 0 ? std::string(buf, size_t(n)) : "unknown") +
+    throw std::runtime_error(dir + " is in use by another run (pid " +
+                             (n > 0 ? std::string(buf, size_t(n)) : "unknown") +
                              "); wait for it, or --out another folder");
   }
   const std::string pid = std::to_string(::getpid());

@@ -88,8 +88,8 @@ std::string verified_note(const std::vector<json>& records) {
   std::string tol;
   for (const auto& t : tolerances) tol += (tol.empty() ? "" : ", ") + t;
   return "verified = loss and gradients against the reference strategy's (the plain computation; on real ranks one "
-         "process computing the whole batch): largest relative error, ok within " + tol +
-         (failed ? "; FAIL: this strategy does not compute what the reference does" : "");
+         "process computing the whole batch): largest relative error, ok within " +
+         tol + (failed ? "; FAIL: this strategy does not compute what the reference does" : "");
 }
 
 }  // namespace
@@ -149,7 +149,8 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     verified_any |= r.value("verified", json()).is_boolean();
   }
   if (!baseline.empty()) g.title = "ratios against " + baseline + " (the baseline) at the same point";
-  g.header = {"point", "strategy", "status", "s'", "chunks", "dropped", "static", "act peak", "step ms", "act/base", "time/base"};
+  g.header = {"point",  "strategy", "status",  "s'",       "chunks",   "dropped",
+              "static", "act peak", "step ms", "act/base", "time/base"};
   if (verified_any) g.header.push_back("verified");
   g.left = 3;
   bool any_elsewhere = false, any_earlier = false;
@@ -160,8 +161,8 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     const json* base = nullptr;
     bool elsewhere = false;
     for (const auto& o : records)
-      if (o["point"] == r["point"] && o.value("rank", 0) == r.value("rank", 0) && o.value("role", json()) == "baseline" &&
-          o["status"] == "ok")
+      if (o["point"] == r["point"] && o.value("rank", 0) == r.value("rank", 0) &&
+          o.value("role", json()) == "baseline" && o["status"] == "ok")
         base = &o;
     if (!base) {
       const std::string rest = without_budget(r["point"].get<std::string>());
@@ -203,8 +204,9 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     g.rows.push_back(row);
   }
   if (any_elsewhere)
-    g.notes.push_back("* the baseline ran out of memory at this point: against its peak and time measured at the nearest "
-                      "budget where it fit");
+    g.notes.push_back(
+        "* the baseline ran out of memory at this point: against its peak and time measured at the nearest "
+        "budget where it fit");
   if (any_earlier) {
     std::set<std::string> origins;
     for (size_t n = 0; n < earlier && n < records.size(); ++n) origins.insert(origin(records[n]));
@@ -212,8 +214,9 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     for (const auto& x : origins) o += (o.empty() ? "" : "; ") + x;
     g.notes.push_back("^ measured earlier, not by this run (--resume): " + o);
   }
-  g.notes.push_back("dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
-                    "min-max over layers and steps where it varies");
+  g.notes.push_back(
+      "dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
+      "min-max over layers and steps where it varies");
   if (verified_any) g.notes.push_back(verified_note(records));
   return g;
 }
@@ -247,7 +250,8 @@ Grid train_grid(const std::vector<json>& records) {
     if (r["status"] == "ok" && r.value("step_ms", json()).is_number()) run.ms.push_back(r["step_ms"].get<double>());
   }
   Grid g;
-  g.header = {"point", "strategy", "status", "steps", "ended at", "eval loss", "act peak", "step ms", "tokens/s", "verified"};
+  g.header = {"point",     "strategy", "status",  "steps",    "ended at",
+              "eval loss", "act peak", "step ms", "tokens/s", "verified"};
   g.left = 3;
   bool verified_any = false;
   for (const auto& run : runs) {
@@ -255,16 +259,18 @@ Grid train_grid(const std::vector<json>& records) {
     verified_any |= run.verified != "-";
     g.rows.push_back({run.point, run.strategy, run.status, std::to_string(run.steps),
                       run.ended_at < 0 ? "-" : "step " + std::to_string(run.ended_at),
-                      std::isnan(run.eval) ? "-" : fmt("%.4f", run.eval), run.peak > 0 ? fmt_bytes(double(run.peak)) : "-",
-                      run.ms.empty() ? "-" : fmt("%.1f", med),
-                      run.ms.empty() || run.tokens == 0 ? "-" : fmt("%.0f", double(run.tokens) / med * 1e3), run.verified});
+                      std::isnan(run.eval) ? "-" : fmt("%.4f", run.eval),
+                      run.peak > 0 ? fmt_bytes(double(run.peak)) : "-", run.ms.empty() ? "-" : fmt("%.1f", med),
+                      run.ms.empty() || run.tokens == 0 ? "-" : fmt("%.0f", double(run.tokens) / med * 1e3),
+                      run.verified});
   }
   if (!verified_any) {
     g.header.pop_back();
     for (auto& row : g.rows) row.pop_back();
   }
-  g.notes.push_back("steps = records of the run; ended at = the step it ran out of memory (or failed) at; eval loss = the "
-                    "last held-out loss; act peak = the largest step's (the fullest rank's on real ranks); step ms = median");
+  g.notes.push_back(
+      "steps = records of the run; ended at = the step it ran out of memory (or failed) at; eval loss = the "
+      "last held-out loss; act peak = the largest step's (the fullest rank's on real ranks); step ms = median");
   if (verified_any) g.notes.push_back(verified_note(records));
   return g;
 }
@@ -292,14 +298,17 @@ Grid predict_grid(const std::vector<json>& records) {
       const json& c = r["chunks"];
       why = c.is_array() && !c.empty() && c[0].is_array() ? "per step: " + chunks_text(c) : c.dump();
     }
-    g.rows.push_back({cut(r["point"].get<std::string>(), 48), cut(r["strategy"].get<std::string>(), 60), bytes(st, paper),
-                      bytes(act, paper), bytes(total, paper), fits.is_boolean() ? (fits.get<bool>() ? "yes" : "NO") : "-", why});
+    g.rows.push_back({cut(r["point"].get<std::string>(), 48), cut(r["strategy"].get<std::string>(), 60),
+                      bytes(st, paper), bytes(act, paper), bytes(total, paper),
+                      fits.is_boolean() ? (fits.get<bool>() ? "yes" : "NO") : "-", why});
   }
-  std::string note = "fits = static + activation within memory.budget (- without one); chunks = MACT's per layer (0: stored)";
+  std::string note =
+      "fits = static + activation within memory.budget (- without one); chunks = MACT's per layer (0: stored)";
   if (any_paper) note += "; paper-scale rows: the paper's Eq. 1-3, in GB (10^9 bytes) as the paper writes them";
   if (any_counts)
-    note += "; routing from the workload's counts (the file routes too many tokens to route one by one: --json says "
-            "\"routing\" per row)";
+    note +=
+        "; routing from the workload's counts (the file routes too many tokens to route one by one: --json says "
+        "\"routing\" per row)";
   g.notes.push_back(note);
   return g;
 }
@@ -323,8 +332,8 @@ std::string records_csv(const std::vector<json>& records) {
     flatten(r, "", rows.back());
   }
   // The head first, in the records' order; then the rest by name (config and env last).
-  const std::vector<std::string> head = {"experiment", "point", "strategy", "name", "role", "status", "error", "rank",
-                                         "world_size"};
+  const std::vector<std::string> head = {"experiment", "point", "strategy", "name",      "role",
+                                         "status",     "error", "rank",     "world_size"};
   std::vector<std::string> cols;
   for (const auto& h : head)
     if (seen.count(h)) cols.push_back(h);

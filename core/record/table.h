@@ -12,12 +12,12 @@ namespace memfine {
 using json = nlohmann::json;
 
 struct Grid {
-  std::string title;                    // a line above the table ("" none)
+  std::string title;  // a line above the table ("" none)
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> notes;       // lines under it
-  size_t left = 2;                      // the first `left` columns are text (left-aligned)
-  bool last_left = false;               // so is the last (a free-text column)
+  std::vector<std::string> notes;  // lines under it
+  size_t left = 2;                 // the first `left` columns are text (left-aligned)
+  bool last_left = false;          // so is the last (a free-text column)
 };
 std::string text(const Grid& g);
 std::string markdown(const Grid& g);

@@ -41,7 +41,8 @@ std::vector<double> u_counts(size_t n1, size_t n2) {
         f[i][j][0] = 1;
         continue;
       }
-      for (size_t u = 0; u <= i * j; ++u) f[i][j][u] = (u >= j ? f[i - 1][j][u - j] : 0) + (u <= (i * (j - 1)) ? f[i][j - 1][u] : 0);
+      for (size_t u = 0; u <= i * j; ++u)
+        f[i][j][u] = (u >= j ? f[i - 1][j][u - j] : 0) + (u <= (i * (j - 1)) ? f[i][j - 1][u] : 0);
     }
   return f[n1][n2];
 }
@@ -88,16 +89,20 @@ double mann_whitney_p(const std::vector<double>& x, const std::vector<double>& y
 namespace {
 
 std::vector<double> steps_of(const json& r) {
-  return r.value("step_ms_all", json::array()).is_array() ? r["step_ms_all"].get<std::vector<double>>() : std::vector<double>{};
+  return r.value("step_ms_all", json::array()).is_array() ? r["step_ms_all"].get<std::vector<double>>()
+                                                          : std::vector<double>{};
 }
 
 // One row: `b` against `a`.
-std::vector<std::string> row_of(const std::string& point, const std::string& what, const json& a, const json& b, double alpha,
-                                int& differ, int& too_few) {
+std::vector<std::string> row_of(const std::string& point, const std::string& what, const json& a, const json& b,
+                                double alpha, int& differ, int& too_few) {
   auto peak = [](const json& r) { return r.value("peak_activation_bytes", json()); };
-  auto med = [](const json& r) { return r.value("step_ms", json()).is_object() ? r["step_ms"]["median"].get<double>() : NAN; };
+  auto med = [](const json& r) {
+    return r.value("step_ms", json()).is_object() ? r["step_ms"]["median"].get<double>() : NAN;
+  };
   if (a["status"] != "ok" || b["status"] != "ok")
-    return {point, what, a["status"].get<std::string>(), b["status"].get<std::string>(), "-", "-", "-", "-", "-", "-", "-"};
+    return {point, what, a["status"].get<std::string>(), b["status"].get<std::string>(), "-", "-", "-", "-", "-",
+            "-",   "-"};
   const double pa = peak(a).get<double>(), pb = peak(b).get<double>(), ma = med(a), mb = med(b);
   const std::vector<double> xa = steps_of(a), xb = steps_of(b);
   std::string verdict;
@@ -110,26 +115,37 @@ std::vector<std::string> row_of(const std::string& point, const std::string& wha
     verdict = p < alpha ? (mb < ma ? "faster" : "slower") : "no difference";
     differ += p < alpha;
   }
-  return {point, what, fmt_bytes(pa), fmt_bytes(pb), pa == pb ? "same" : fmt("%.3fx", pb / pa), fmt("%.1f", ma),
-          fmt("%.1f", mb), fmt("%.3fx", mb / ma), std::isnan(p) ? "-" : fmt("%.3f", p), verdict,
+  return {point,
+          what,
+          fmt_bytes(pa),
+          fmt_bytes(pb),
+          pa == pb ? "same" : fmt("%.3fx", pb / pa),
+          fmt("%.1f", ma),
+          fmt("%.1f", mb),
+          fmt("%.3fx", mb / ma),
+          std::isnan(p) ? "-" : fmt("%.3f", p),
+          verdict,
           fmt("%d", int(std::min(xa.size(), xb.size())))};
 }
 
 std::string key_of(const json& r) {
-  return r["point"].get<std::string>() + "|" + r["strategy"].get<std::string>() + "|" + std::to_string(r.value("rank", 0));
+  return r["point"].get<std::string>() + "|" + r["strategy"].get<std::string>() + "|" +
+         std::to_string(r.value("rank", 0));
 }
 
 std::vector<std::string> header(const std::string& a, const std::string& b) {
-  return {"point", "strategy", "peak " + a, "peak " + b, "peak ratio", "ms " + a, "ms " + b, "time ratio", "p", "verdict",
-          "steps"};
+  return {"point",   "strategy",   "peak " + a, "peak " + b, "peak ratio", "ms " + a,
+          "ms " + b, "time ratio", "p",         "verdict",   "steps"};
 }
 
 std::string notes(double alpha, int differ, int too_few) {
-  std::string n = "ratios are B / A (B: the second); ms = median step time; p = two-sided Mann-Whitney U test over every "
-                  "timed step (step_ms_all) that the two come from one distribution; verdict at p < " + fmt("%.2f", alpha) +
-                  " (faster / slower), else no difference; peaks are exact on a CPU (same = to the byte)";
-  if (too_few) n += "\n" + std::to_string(too_few) + " row(s) had fewer than " + std::to_string(kMinSteps) +
-                    " timed steps on a side: no verdict is possible (raise `repeats`)";
+  std::string n =
+      "ratios are B / A (B: the second); ms = median step time; p = two-sided Mann-Whitney U test over every "
+      "timed step (step_ms_all) that the two come from one distribution; verdict at p < " +
+      fmt("%.2f", alpha) + " (faster / slower), else no difference; peaks are exact on a CPU (same = to the byte)";
+  if (too_few)
+    n += "\n" + std::to_string(too_few) + " row(s) had fewer than " + std::to_string(kMinSteps) +
+         " timed steps on a side: no verdict is possible (raise `repeats`)";
   if (differ > 1)
     n += "\n" + std::to_string(differ) + " row(s) differ at the " + fmt("%.2f", alpha) +
          " level: with many rows, some differ by chance (about " + fmt("%.0f", 100 * alpha) + "% of those that do not)";
@@ -146,7 +162,8 @@ std::vector<std::string> differences(const std::vector<json>& a, const std::vect
   const json ha = head(a), hb = head(b);
   std::vector<std::string> out;
   for (const char* k : {"device_name", "hostname", "git_commit", "libtorch", "threads", "blas", "omp_wait_policy"}) {
-    const json x = ha.value("env", json::object()).value(k, json()), y = hb.value("env", json::object()).value(k, json());
+    const json x = ha.value("env", json::object()).value(k, json()),
+               y = hb.value("env", json::object()).value(k, json());
     if (x != y) out.push_back(std::string("env.") + k + ": " + x.dump() + " in A, " + y.dump() + " in B");
   }
   json ca = ha.value("config", json::object()), cb = hb.value("config", json::object());
@@ -177,8 +194,8 @@ std::string compare_runs(const std::vector<json>& a, const std::vector<json>& b,
       continue;
     }
     const std::string at_rank = r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "";
-    g.rows.push_back(row_of(r["point"].get<std::string>() + at_rank, r["strategy"].get<std::string>(), r, *it->second, alpha,
-                            differ, too_few));
+    g.rows.push_back(row_of(r["point"].get<std::string>() + at_rank, r["strategy"].get<std::string>(), r, *it->second,
+                            alpha, differ, too_few));
   }
   g.title = "A: " + name_a + "\nB: " + name_b;
   g.notes.push_back(notes(alpha, differ, too_few));
@@ -193,10 +210,12 @@ std::string compare_runs(const std::vector<json>& a, const std::vector<json>& b,
   }
   for (const auto& [point, v] : verdicts)
     if (v.size() == 1 && (*v.begin() == "faster" || *v.begin() == "slower") && g.rows.size() > 1)
-      g.notes.push_back("at " + point + " every strategy is " + *v.begin() + " (" + fmt("%.2f", range[point].first) + "-" +
-                        fmt("%.2f", range[point].second) + "x): the machine's speed changed between the runs; compare "
+      g.notes.push_back("at " + point + " every strategy is " + *v.begin() + " (" + fmt("%.2f", range[point].first) +
+                        "-" + fmt("%.2f", range[point].second) +
+                        "x): the machine's speed changed between the runs; compare "
                         "strategies within one run (--strategies), whose steps interleave");
-  if (missing) g.notes.push_back(std::to_string(missing) + " record(s) of A have no match in B (point, strategy, rank)");
+  if (missing)
+    g.notes.push_back(std::to_string(missing) + " record(s) of A have no match in B (point, strategy, rank)");
   const auto diff = differences(a, b);
   g.notes.push_back(diff.empty() ? "A and B: same machine, build and configuration (as their records say)"
                                  : "what differs between A and B (a difference here can explain one above):");
@@ -204,39 +223,30 @@ std::string compare_runs(const std::vector<json>& a, const std::vector<json>& b,
   return text(g);
 }
 
-std::string compare_strategies(const std::vector<json>& records, const std::string& x, const std::string& y, double alpha) {
+std::string compare_strategies(const std::vector<json>& records, const std::string& x, const std::string& y,
+                               double alpha) {
   Grid g;
   g.header = header("A", "B");
   int differ = 0, too_few = 0;
   std::map<std::string, std::pair<const json*, const json*>> at;
   std::vector<std::string> order;
   for (const auto& r : records) {
-    const std::string k = r["point"].get<std::string>() + (r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "");
+    const std::string k =
+        r["point"].get<std::string>() + (r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "");
     if (std::find(order.begin(), order.end(), k) == order.end()) order.push_back(k);
     if (r["strategy"] == x) at[k].first = &r;
     if (r["strategy"] == y) at[k].second = &r;
   }
   for (const auto& k : order)
-    if (at[k].first && at[k].second) g.rows.push_back(row_of(k, y + " / " + x, *at[k].first, *at[k].second, alpha, differ, too_few));
+    if (at[k].first && at[k].second)
+      g.rows.push_back(row_of(k, y + " / " + x, *at[k].first, *at[k].second, alpha, differ, too_few));
   if (g.rows.empty()) throw std::runtime_error("no point has both '" + x + "' and '" + y + "'");
   g.title = "A: " + x + "\nB: " + y + " (the same run: interleaved steps, the same machine)";
   g.notes.push_back(notes(alpha, differ, too_few));
   return text(g);
 }
 
-int compare_command(const std::vector<std::string>& args) {
-  std::vector<std::string> dirs, strategies;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--strategies") {
-      if (i + 2 >= args.size()) throw std::invalid_argument("--strategies needs two strategy labels");
-      strategies = {args[i + 1], args[i + 2]};
-      i += 2;
-    } else if (!args[i].empty() && args[i][0] == '-') {
-      throw std::invalid_argument("unknown option '" + args[i] + "'");
-    } else {
-      dirs.push_back(args[i]);
-    }
-  }
+int compare_command(const std::vector<std::string>& dirs, const std::vector<std::string>& strategies) {
   std::vector<std::string> canonical;
   for (const auto& s : strategies) canonical.push_back(canonical_label(json{{"strategy", s}}));
   if (strategies.size() == 2 && dirs.size() == 1) {

@@ -27,7 +27,7 @@ std::string compare_runs(const std::vector<json>& a, const std::vector<json>& b,
 std::string compare_strategies(const std::vector<json>& records, const std::string& x, const std::string& y,
                                double alpha = 0.05);
 
-// `memfine compare` with its arguments; returns the exit code.
-int compare_command(const std::vector<std::string>& args);
+// `memfine compare`: two folders, or one and two strategy labels (as written in any style); the exit code.
+int compare_command(const std::vector<std::string>& dirs, const std::vector<std::string>& strategies);
 
 }  // namespace memfine

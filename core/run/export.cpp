@@ -1,5 +1,5 @@
-#include "core/run/validate.h"
 #include "core/run/export.h"
+#include "core/run/validate.h"
 
 #include <cerrno>
 #include <cstring>
@@ -18,10 +18,14 @@ namespace {
 
 std::string dtype_name(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kLong: return "int64";
-    default: throw std::invalid_argument(std::string("export: unsupported dtype ") + c10::toString(t));
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kLong:
+      return "int64";
+    default:
+      throw std::invalid_argument(std::string("export: unsupported dtype ") + c10::toString(t));
   }
 }
 
@@ -32,7 +36,8 @@ struct Writer {
   void put(const std::string& name, const at::Tensor& t) {
     const at::Tensor c = t.detach().cpu().contiguous();
     bin.write(static_cast<const char*>(c.data_ptr()), std::streamsize(c.nbytes()));
-    table.push_back({{"name", name}, {"dtype", dtype_name(c.scalar_type())}, {"shape", c.sizes().vec()}, {"offset", offset}});
+    table.push_back(
+        {{"name", name}, {"dtype", dtype_name(c.scalar_type())}, {"shape", c.sizes().vec()}, {"offset", offset}});
     offset += int64_t(c.nbytes());
   }
 };
@@ -49,8 +54,8 @@ int export_experiment(const std::string& yaml, const std::string& dir, int64_t p
     return 2;
   };
   if (point < 0 || point >= int64_t(points.size()))
-    return refuse("--point " + std::to_string(point) + " is out of range (the file has " + std::to_string(points.size()) +
-                  " point(s))");
+    return refuse("--point " + std::to_string(point) + " is out of range (the file has " +
+                  std::to_string(points.size()) + " point(s))");
   const ExperimentConfig& c = points[size_t(point)].config;
   if (c.ep != 1) return refuse("parallel.ep must be 1 (the reference is one process without emulated peers)");
   if (c.workload.kind == "router") return refuse("workload.kind router is not exported (the routing must be fixed)");
@@ -66,7 +71,8 @@ int export_experiment(const std::string& yaml, const std::string& dir, int64_t p
   for (size_t l = 0; l < st->model.layers.size(); ++l) {
     const LayerWeights& lw = st->model.layers[l];
     const std::string p = "layers." + std::to_string(l) + ".";
-    const at::Tensor* ts[] = {&lw.norm1, &lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.norm2, &lw.router, &lw.shared_in, &lw.shared_out};
+    const at::Tensor* ts[] = {&lw.norm1, &lw.wq,     &lw.wk,        &lw.wv,        &lw.wo,
+                              &lw.norm2, &lw.router, &lw.shared_in, &lw.shared_out};
     for (size_t i = 0; i < 9; ++i)
       if (ts[i]->defined()) w.put(p + names[i], *ts[i]);
     for (size_t e = 0; e < lw.w_in.size(); ++e) w.put(p + "w_in." + std::to_string(e), lw.w_in[e]);
@@ -83,7 +89,8 @@ int export_experiment(const std::string& yaml, const std::string& dir, int64_t p
   }
   w.bin.close();
   if (!w.bin) return refuse("writing " + dir + "/state.bin failed: " + std::strerror(errno));
-  json out = {{"config", config_to_json(c)}, {"point", points[size_t(point)].id}, {"steps", steps}, {"tensors", w.table}};
+  json out = {
+      {"config", config_to_json(c)}, {"point", points[size_t(point)].id}, {"steps", steps}, {"tensors", w.table}};
   std::ofstream js(dir + "/state.json", std::ios::trunc);
   js << out.dump(1) << "\n";
   js.close();

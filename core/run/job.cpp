@@ -1,9 +1,6 @@
 #include "core/run/job.h"
 
-#include <signal.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -47,16 +44,19 @@ std::string ranks_problem(const std::vector<SweepPoint>& points, int world, bool
   for (const auto& p : points) {
     const ExperimentConfig& c = p.config;
     if (world > 1 && c.device != points.front().config.device)
-      return c.where("device") + ": device: every point of a multi-rank job must use one device (the process group is made once)";
+      return c.where("device") +
+             ": device: every point of a multi-rank job must use one device (the process group is made once)";
     const bool real = world > 1 || launched;
     if (real && c.ep != std::max(world, 1))
       return c.where("parallel.ep") + ": parallel.ep is " + std::to_string(c.ep) + " but the job has " +
-             std::to_string(std::max(world, 1)) + " rank(s): start one rank per expert-parallel rank (memfine launch --nproc " +
-             std::to_string(c.ep) + " " + c.source + ")" + (c.train.enabled ? "" : ", or memfine run alone to emulate them");
+             std::to_string(std::max(world, 1)) +
+             " rank(s): start one rank per expert-parallel rank (memfine launch --nproc " + std::to_string(c.ep) + " " +
+             c.source + ")" + (c.train.enabled ? "" : ", or memfine run alone to emulate them");
     if (!real && c.train.enabled && c.ep != 1)
       return c.where("parallel.ep") + ": parallel.ep is " + std::to_string(c.ep) +
              " and this is one process: train on one real rank per expert-parallel rank (memfine launch --nproc " +
-             std::to_string(c.ep) + " " + c.source + "), or set parallel.ep to 1 (train.stats_ep computes s' for more ranks)";
+             std::to_string(c.ep) + " " + c.source +
+             "), or set parallel.ep to 1 (train.stats_ep computes s' for more ranks)";
   }
   return "";
 }
@@ -105,9 +105,6 @@ std::unique_ptr<Job> start_job(Command command, const std::string& yaml, const R
   }
   Dist* dist = job->dist.get();
   job->writer = !dist || dist->rank() == 0;
-  // Fault injection for the tests (tests/test_faults.cpp): this rank stops as a hung one would.
-  if (const char* stop = std::getenv("MEMFINE_FAULT_STOP_RANK"); stop && dist && std::atoi(stop) == dist->rank())
-    ::raise(SIGSTOP);
   if (const std::string why = ranks_problem(job->points, dist ? dist->world() : 0, job_place().launched);
       !why.empty()) {
     if (job->writer) std::cerr << why << "\n";  // every rank finds it; rank 0 says it
@@ -137,8 +134,8 @@ std::unique_ptr<Job> start_job(Command command, const std::string& yaml, const R
                                                    command == Command::Run ? "results.jsonl" : "train.jsonl");
       if (!job->results->repaired_note().empty()) std::cerr << who << job->results->repaired_note() << "\n";
       job->results->update_records([](json& r) { r["strategy"] = canonical_label(r); });
-      const auto problems = resume_problems(job->results->path(), job->results->records(), job->points,
-                                            command == Command::Train);
+      const auto problems =
+          resume_problems(job->results->path(), job->results->records(), job->points, command == Command::Train);
       for (const auto& pr : problems) std::cerr << pr << "\n";
       if (problems.empty()) {
         json recorded = json::array();

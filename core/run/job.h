@@ -3,8 +3,8 @@
 // rank checked once, the results folder resolved and opened by rank 0, a resumed file's records
 // checked against the file's points, and each point's thread count resolved.
 #pragma once
-#include <memory>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -29,10 +29,10 @@ enum class Command { Run, Train };
 struct Job {
   std::string yaml;
   Command command = Command::Run;
-  std::vector<SweepPoint> points;  // threads resolved (the YAML's, or --threads; 0: all cores)
-  std::unique_ptr<Dist> dist;      // null: one process
-  bool writer = true;              // rank 0: reads and writes the records
-  std::string dir;                 // the results folder (rank 0's; every rank knows it)
+  std::vector<SweepPoint> points;        // threads resolved (the YAML's, or --threads; 0: all cores)
+  std::unique_ptr<Dist> dist;            // null: one process
+  bool writer = true;                    // rank 0: reads and writes the records
+  std::string dir;                       // the results folder (rank 0's; every rank knows it)
   std::unique_ptr<ResultsFile> results;  // rank 0's; null on the other ranks
   // What rank 0 found recorded, on every rank: (point, strategy label, step; -1 for run's records)
   // and its status.

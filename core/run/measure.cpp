@@ -35,7 +35,8 @@ void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist*
                              std::to_string(counted) + " allocated");
     if (c.budget >= 0 && k.m.static_bytes > c.budget) {
       k.m.status = "oom";
-      k.m.error = "static memory " + fmt_bytes(double(k.m.static_bytes)) + " exceeds the budget " + fmt_bytes(double(c.budget));
+      k.m.error =
+          "static memory " + fmt_bytes(double(k.m.static_bytes)) + " exceeds the budget " + fmt_bytes(double(c.budget));
       k.state.reset();
     }
     if (k.state && !first) first = k.state.get();
@@ -101,8 +102,8 @@ PointRouting point_routing(const ExperimentConfig& c, const EmulatedRank& er, co
 
 }  // namespace
 
-PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& skip,
-                          const std::function<void()>& tick, const Dist* dist) {
+PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& skip, const std::function<void()>& tick,
+                          const Dist* dist) {
   const ExperimentConfig& c = pt.config;
   std::vector<Contender> cs;
   for (const auto& spec : c.strategies) {
@@ -132,7 +133,8 @@ PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& 
     k.m.counters = k.strategy->record_counters(k.step_counters, c.warmup);
     // The prediction is for the step whose peak the record reports (a schedule routes each step
     // differently); the step before the first timed one when none was measured.
-    const int64_t worst = k.m.peaks.empty() ? 0 : int64_t(std::max_element(k.m.peaks.begin(), k.m.peaks.end()) - k.m.peaks.begin());
+    const int64_t worst =
+        k.m.peaks.empty() ? 0 : int64_t(std::max_element(k.m.peaks.begin(), k.m.peaks.end()) - k.m.peaks.begin());
     EmulatedRank at = er;
     route_step(at, c, c.warmup + worst);
     try {

@@ -2,13 +2,13 @@
 
 #include <iostream>
 
-#include "core/meter/flops.h"
+#include "core/meter/memory_meter.h"
+#include "core/model/flops.h"
 #include "core/predict/paper_model.h"
 #include "core/record/record.h"
 #include "core/record/table.h"
 #include "core/run/validate.h"
 #include "core/strategy/registry.h"
-#include "core/meter/memory_meter.h"
 #include "core/workload/ep_rank.h"
 
 namespace memfine {
@@ -88,7 +88,8 @@ int predict_experiment(const std::string& yaml, bool json_lines) {
     // The timed steps' routing, as `run` sees them: a scheduled workload routes each step anew, and a
     // strategy that plans per step (MACT) chooses per step; without a schedule every step is alike.
     std::vector<int64_t> steps_to_model;
-    if (p.config.workload.schedule == "none") steps_to_model = {p.config.warmup};
+    if (p.config.workload.schedule == "none")
+      steps_to_model = {p.config.warmup};
     else
       for (int64_t it = p.config.warmup; it < p.config.warmup + p.config.repeats; ++it) steps_to_model.push_back(it);
     const PointContext ctx = point_context(p.config);
@@ -157,7 +158,8 @@ int predict_experiment(const std::string& yaml, bool json_lines) {
     std::cout << predict_table(out);
   if (modelled_points > 0)
     std::cerr << "memfine predict: " << yaml << ": " << modelled_points << " point(s); `memfine run` would do "
-              << work_tflop << " TFLOP of model work (warmup and timed steps of every strategy, recomputation not counted)\n";
+              << work_tflop
+              << " TFLOP of model work (warmup and timed steps of every strategy, recomputation not counted)\n";
   return 0;
 }
 

@@ -44,8 +44,8 @@ int plot_command(const std::vector<std::string>& args) {
   const fs::path src = source_dir();
   const fs::path python = src / "scripts" / "python", plots = src / "scripts" / "plot.py";
   if (!fs::exists(python) || !fs::exists(plots)) {
-    std::cerr << "memfine plot: the plotting scripts are not at " << plots.string()
-              << " (this binary was built from " << src.string() << "; run the checkout's scripts/plot.py)\n";
+    std::cerr << "memfine plot: the plotting scripts are not at " << plots.string() << " (this binary was built from "
+              << src.string() << "; run the checkout's scripts/plot.py)\n";
     return 2;
   }
   std::vector<std::string> argv_s = {python.string(), plots.string()};

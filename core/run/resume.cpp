@@ -54,8 +54,8 @@ void diff(const json& a, const json& b, const std::string& path, std::vector<std
     return;
   }
   if (a != b)
-    out.push_back(path + ": " + (a.is_null() ? "absent" : a.dump()) + " " + an + ", " + (b.is_null() ? "absent" : b.dump()) +
-                  " " + bn);
+    out.push_back(path + ": " + (a.is_null() ? "absent" : a.dump()) + " " + an + ", " +
+                  (b.is_null() ? "absent" : b.dump()) + " " + bn);
 }
 
 }  // namespace
@@ -138,21 +138,21 @@ std::vector<std::string> resume_problems(const std::string& path, const std::vec
       problems.push_back(at + "step " + std::to_string(step) + " of " + who + " is recorded twice (also line " +
                          std::to_string(run.line_of[step]) + ")");
     else if (run.ended_at)
-      problems.push_back(at + "step " + std::to_string(step) + " of " + who + " follows the record that ended the run (line " +
-                         std::to_string(run.ended_at) + ")");
+      problems.push_back(at + "step " + std::to_string(step) + " of " + who +
+                         " follows the record that ended the run (line " + std::to_string(run.ended_at) + ")");
     else if (step != run.next)
-      problems.push_back(at + who + (run.next == 0 ? " starts at step " + std::to_string(step) + ", not 0"
-                                                   : " goes from step " + std::to_string(run.next - 1) + " to step " +
-                                                         std::to_string(step)) +
-                         ": steps are missing");
+      problems.push_back(
+          at + who +
+          (run.next == 0 ? " starts at step " + std::to_string(step) + ", not 0"
+                         : " goes from step " + std::to_string(run.next - 1) + " to step " + std::to_string(step)) +
+          ": steps are missing");
     else if (step == 0 && !r.contains("config"))
       problems.push_back(at + "step 0 of " + who + " lacks the run's head (config, environment)");
     run.line_of.emplace(step, line);
     run.next = std::max(run.next, step + 1);  // one message per gap
     if (r.value("status", std::string()) != "ok" && !run.ended_at) run.ended_at = line;
   }
-  if (!problems.empty())
-    problems.push_back(path + ": nothing was measured and the file was left as it is");
+  if (!problems.empty()) problems.push_back(path + ": nothing was measured and the file was left as it is");
   return problems;
 }
 

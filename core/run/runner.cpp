@@ -34,12 +34,13 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       if (job->has(p.id, s.label())) skip.push_back(s.label());
     std::vector<json> recs;
     try {
-      const PointResult measured = measure_point(p, skip, [&] { progress.tick(p.id); }, dist);
+      const PointResult measured = measure_point(
+          p, skip, [&] { progress.tick(p.id); }, dist);
       const PointContext ctx = point_context(p.config);
       const json& env = ctx.env;
-      const double ceiling = matmul_ceiling_flops(
-          p.config.device, env["device_name"].get<std::string>() + "|" + std::to_string(env["threads"].get<int64_t>()) +
-                               " threads|" + env["blas"].get<std::string>());
+      const double ceiling = matmul_ceiling_flops(p.config.device, env["device_name"].get<std::string>() + "|" +
+                                                                       std::to_string(env["threads"].get<int64_t>()) +
+                                                                       " threads|" + env["blas"].get<std::string>());
       recs = measured_records(p, ctx, measured.routing, measured.strategies, ceiling);
       if (dist) {
         recs = gather_records(*dist, p.id, recs);
@@ -79,7 +80,8 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       failed = true;
     }
     if (r.value("verified", json()) == false) {
-      std::cerr << "memfine run: verify: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
+      std::cerr << "memfine run: verify: " << r["strategy"].get<std::string>() << " at "
+                << r["point"].get<std::string>()
                 << (r.value("world_size", 1) > 1 ? " rank " + std::to_string(r.value("rank", 0)) : std::string())
                 << " differs from the reference by " << r["grad_max_rel_err"].get<double>() << " (tolerance "
                 << r["verify_tolerance"].get<double>() << " for " << r["config"]["dtype"].get<std::string>() << ")\n";

@@ -36,8 +36,10 @@ StepOutcome GuardedStep::run(int64_t step, int64_t static_bytes, const std::func
     if (dist_ && !(planned && plans_agree_)) throw;
     const std::string msg = e.what();
     o.status = is_out_of_memory(e) ? "oom" : "error";
-    if (o.status == "error") o.error = at + msg.substr(0, msg.find('\n'));
-    else if (planned) o.error = at + planned->reason;  // the strategy's own terms
+    if (o.status == "error")
+      o.error = at + msg.substr(0, msg.find('\n'));
+    else if (planned)
+      o.error = at + planned->reason;  // the strategy's own terms
     else if (const auto* oom = dynamic_cast<const OutOfMemory*>(&e))
       o.error = at + "activations exceed " + budget_terms(c_.budget, static_bytes) + ": at " +
                 fmt_bytes(double(oom->in_use - start)) + ", " + fmt_bytes(double(oom->requested)) + " more was asked";

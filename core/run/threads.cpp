@@ -15,7 +15,8 @@ int64_t apply_threads(int64_t threads) {
   // not reach: without this, `threads: 1` still multiplies on every core, and ranks sharing a
   // machine oversubscribe it.
   using SetBlasThreads = void (*)(int);
-  if (auto set_blas = reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set_blas(int(n));
+  if (auto set_blas = reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set_blas(int(n));
   return at::get_num_threads();
 }
 

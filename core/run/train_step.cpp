@@ -9,7 +9,8 @@ namespace memfine {
 namespace {
 // A rank's input and target (`what` 1 and 2), the same whichever process draws them.
 at::Tensor rank_data(const ExperimentConfig& c, int64_t rank, uint64_t what) {
-  if (c.model.vocab > 0) return at::zeros({c.model.tokens()}, at::TensorOptions(at::kLong).device(options_of(c).device()));
+  if (c.model.vocab > 0)
+    return at::zeros({c.model.tokens()}, at::TensorOptions(at::kLong).device(options_of(c).device()));
   at::Generator gen = at::detail::createCPUGenerator(mix_seed(mix_seed(c.seed, 7000 + uint64_t(rank)), what));
   return at::randn({c.model.tokens(), c.model.hidden}, gen, at::TensorOptions().dtype(at::kDouble)).to(options_of(c));
 }
@@ -61,7 +62,7 @@ std::unique_ptr<TrainState> make_global_reference(const ExperimentConfig& c, boo
   g.rank = 0;
   g.model.micro_batch = c.model.micro_batch * c.ep;
   st->cfg = g;
-  st->model = make_model(g, 0);  // all experts; weights are drawn per global expert
+  st->model = make_model(g, 0);                // all experts; weights are drawn per global expert
   EmulatedRank er = make_emulated_rank(c, 0);  // for its tables; routing replaced below
   for (int64_t l = 0; l < c.model.layers; ++l) {
     RankRouting& r = er.layers[size_t(l)];

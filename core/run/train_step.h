@@ -8,10 +8,10 @@
 
 #include "core/config/config.h"
 #include "core/dist/dist.h"
-#include "core/workload/ep_rank.h"
 #include "core/model/model.h"
 #include "core/model/optimizer.h"
 #include "core/strategy/strategy.h"
+#include "core/workload/ep_rank.h"
 
 namespace memfine {
 
@@ -46,7 +46,8 @@ std::unique_ptr<TrainState> make_global_reference(const ExperimentConfig& c, boo
 std::unique_ptr<TrainState> copy_train_state(const TrainState& src);
 
 // For real ranks: make this rank's state (its tokens, its experts).
-std::unique_ptr<TrainState> make_rank_state(const ExperimentConfig& c, const Dist& dist, bool input_requires_grad = false);
+std::unique_ptr<TrainState> make_rank_state(const ExperimentConfig& c, const Dist& dist,
+                                            bool input_requires_grad = false);
 
 // Forward and loss only (the graph is kept for a later backward).
 at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step);

@@ -1,5 +1,5 @@
-#include "core/config/reader.h"
 #include "core/run/validate.h"
+#include "core/config/reader.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -37,7 +37,6 @@ bool says_warnings() {
 constexpr double kMaxExpertLayers = double(1 << 22);
 constexpr double kMaxRoutedExpertLayers = double(1 << 26);
 constexpr double kMaxSweepWork = double(1 << 28);
-
 
 // Resolves each strategy against its declaration (typed values, the canonical label) in place, and
 // checks it against the point: values when the strategy is made, the rest by its check_point.
@@ -87,8 +86,8 @@ void check_cost_model(const ExperimentConfig& c, Problems& p, bool runnable_here
     std::cerr << c.where("cost_model") << ": cost_model: warning: '" << c.cost_model
               << "' does not name the machine it was fitted on (refit with scripts/fit-cost-model)\n";
   else if (runnable_here && c.device == "cpu" && fitted_on != cpu_name())  // the file is valid; this machine is not its
-    add(p, c, "cost_model", "fitted on another machine (" + fitted_on + "; this is " + cpu_name() +
-                               "): refit with scripts/fit-cost-model");
+    add(p, c, "cost_model",
+        "fitted on another machine (" + fitted_on + "; this is " + cpu_name() + "): refit with scripts/fit-cost-model");
 }
 
 }  // namespace
@@ -115,7 +114,8 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     if (std::find(kinds.begin(), kinds.end(), c.workload.kind) == kinds.end()) {
       std::string list;
       for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
-      add(p, c, "workload.kind", "'" + c.workload.kind + "' is not one of " + list + did_you_mean(c.workload.kind, kinds));
+      add(p, c, "workload.kind",
+          "'" + c.workload.kind + "' is not one of " + list + did_you_mean(c.workload.kind, kinds));
     }
     check_strategies(c, p, parsed, warned);
     if (!parsed || !errors.empty()) continue;
@@ -124,12 +124,13 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     // Sizes are each bounded (experiments/README.md), their products are not: refuse what int64
     // byte counts cannot hold before computing any.
     const ModelConfig& m = c.model;
-    const double params = double(m.layers) * ((double(m.experts / c.ep) + double(m.shared_experts)) * 3.0 * double(m.hidden) *
-                                                  double(m.ffn_hidden) +
-                                              4.0 * double(m.hidden) * double(m.heads) * double(m.head_dim) +
-                                              double(m.hidden) * double(m.experts));
+    const double params =
+        double(m.layers) *
+        ((double(m.experts / c.ep) + double(m.shared_experts)) * 3.0 * double(m.hidden) * double(m.ffn_hidden) +
+         4.0 * double(m.hidden) * double(m.heads) * double(m.head_dim) + double(m.hidden) * double(m.experts));
     if (params * 8 * 4 > 4.0e18) {
-      add(p, c, "model", "about " + std::to_string(int64_t(params / 1e9)) + " billion parameters on one rank: too large to size");
+      add(p, c, "model",
+          "about " + std::to_string(int64_t(params / 1e9)) + " billion parameters on one rank: too large to size");
       continue;
     }
     // What sizing the routing costs (memfine predict, and run's routing per step): in proportion
@@ -137,22 +138,25 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     const double expert_layers = double(m.layers) * double(m.experts);
     const double routed_steps = c.workload.schedule == "none" ? 1.0 : double(c.warmup + c.repeats);
     if (expert_layers > kMaxExpertLayers) {
-      add(p, c, "model", "layers x experts is " + std::to_string(int64_t(expert_layers)) + ", more than " +
-                            std::to_string(int64_t(kMaxExpertLayers)) + " expert-layers to route and size");
+      add(p, c, "model",
+          "layers x experts is " + std::to_string(int64_t(expert_layers)) + ", more than " +
+              std::to_string(int64_t(kMaxExpertLayers)) + " expert-layers to route and size");
       continue;
     }
     if (expert_layers * routed_steps > kMaxRoutedExpertLayers) {
-      add(p, c, "repeats", "a schedule routes every step: (warmup + repeats) x layers x experts is " +
-                              std::to_string(int64_t(expert_layers * routed_steps)) + ", more than " +
-                              std::to_string(int64_t(kMaxRoutedExpertLayers)));
+      add(p, c, "repeats",
+          "a schedule routes every step: (warmup + repeats) x layers x experts is " +
+              std::to_string(int64_t(expert_layers * routed_steps)) + ", more than " +
+              std::to_string(int64_t(kMaxRoutedExpertLayers)));
       continue;
     }
     sweep_work += expert_layers * routed_steps * double(c.strategies.size());
     const int64_t floor = static_bytes_lower_bound(c);
     if (c.budget >= 0 && c.budget < floor)
-      add(p, c, "memory.budget", "the budget (" + std::to_string(c.budget) +
-                                    " bytes) is below the static memory of parameters, gradients, optimizer state and inputs (" +
-                                    std::to_string(floor) + " bytes)");
+      add(p, c, "memory.budget",
+          "the budget (" + std::to_string(c.budget) +
+              " bytes) is below the static memory of parameters, gradients, optimizer state and inputs (" +
+              std::to_string(floor) + " bytes)");
     try {
       validate_workload(c.workload, c.model, c.ep, c.train.enabled);
     } catch (const std::exception& e) {
@@ -161,12 +165,14 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     // Read once per file: a corpus that cannot hold one sequence fails here, not at the first step
     // that samples it.
     if (c.train.enabled && runnable_here && corpora.insert({c.train.corpus, c.model.seq}).second)
-      if (const std::string why = corpus_problem(c.train.corpus, c.model.seq); !why.empty()) add(p, c, "train.corpus", why);
+      if (const std::string why = corpus_problem(c.train.corpus, c.model.seq); !why.empty())
+        add(p, c, "train.corpus", why);
   }
   if (sweep_work > kMaxSweepWork && errors.empty() && !points.empty())
     p.add_at(points.front().config.where("sweep"), "sweep",
-          "the sweep's points x strategies x layers x experts (x routed steps) is " + std::to_string(int64_t(sweep_work)) +
-              ", more than " + std::to_string(int64_t(kMaxSweepWork)) + " to size: split the experiment");
+             "the sweep's points x strategies x layers x experts (x routed steps) is " +
+                 std::to_string(int64_t(sweep_work)) + ", more than " + std::to_string(int64_t(kMaxSweepWork)) +
+                 " to size: split the experiment");
   return points;
 }
 

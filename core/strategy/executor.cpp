@@ -31,7 +31,8 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   return {h + y, c.peer_loss + r.aux_loss};
 }
 
-Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing, const LayerWeights& w) {
+Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
+                    const LayerWeights& w) {
   return moe_range(x_norm, probs, w, routing, 0, x_norm.size(0));
 }
 

@@ -25,7 +25,8 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
 LayerOutput layer_recomputed(const at::Tensor& x, const LayerInput& in, Strategy& s, const MoeFn& moe);
 
 // The MoE in one pass over all tokens, activations stored.
-Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing, const LayerWeights& w);
+Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
+                    const LayerWeights& w);
 // The MoE recomputed as one block in backward (Megatron's --recompute-modules moe).
 Combined moe_as_one_block(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                           const LayerWeights& w);

@@ -1,5 +1,5 @@
-#include "core/config/reader.h"
 #include "core/strategy/params.h"
+#include "core/config/reader.h"
 
 #include <cmath>
 #include <sstream>
@@ -108,7 +108,8 @@ Param named(Param p) {
   return p;
 }
 
-StrategySpec resolve_params(const StrategySpec& spec, const std::vector<Param>& params, std::vector<ParamProblem>& problems) {
+StrategySpec resolve_params(const StrategySpec& spec, const std::vector<Param>& params,
+                            std::vector<ParamProblem>& problems) {
   StrategySpec out = spec;
   out.values = json::object();
   out.shown = json::object();

@@ -2,8 +2,8 @@
 // drives parsing (typed, with the unknown-key check and did-you-mean), the canonical label that
 // keys results, `memfine strategies` and the parameter reference in experiments/README.md.
 #pragma once
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <string>
@@ -45,6 +45,7 @@ struct ParamProblem {
 // Resolves `spec` against `params`: typed values, defaults filled in, the label's parameters.
 // Problems (an unknown key, with did-you-mean; a value of the wrong type or out of range) are
 // appended; the spec is resolved only when there were none.
-StrategySpec resolve_params(const StrategySpec& spec, const std::vector<Param>& params, std::vector<ParamProblem>& problems);
+StrategySpec resolve_params(const StrategySpec& spec, const std::vector<Param>& params,
+                            std::vector<ParamProblem>& problems);
 
 }  // namespace memfine

@@ -31,8 +31,10 @@ struct TakeGrad : torch::autograd::Function<TakeGrad> {
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     auto* slot = reinterpret_cast<TensorList*>(ctx->saved_data["slot"].toInt());
     at::Tensor& dst = (*slot)[size_t(ctx->saved_data["i"].toInt())];
-    if (!dst.defined()) dst = std::move(grad[0]);
-    else if (grad[0].defined()) dst = dst + grad[0];
+    if (!dst.defined())
+      dst = std::move(grad[0]);
+    else if (grad[0].defined())
+      dst = dst + grad[0];
     return {at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -22,7 +22,8 @@ StrategyInfo shaped(std::string name, std::string description, std::vector<Param
   return info;
 }
 
-StrategyInfo coded(std::string name, std::string description, std::vector<Param> params, MakeFn make, CheckFn check_point) {
+StrategyInfo coded(std::string name, std::string description, std::vector<Param> params, MakeFn make,
+                   CheckFn check_point) {
   StrategyInfo info;
   info.name = std::move(name), info.description = std::move(description), info.params = std::move(params);
   info.make = std::move(make), info.check_point = std::move(check_point);

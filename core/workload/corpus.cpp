@@ -50,8 +50,10 @@ Corpus read_corpus(const std::string& dir) {
       ++entry, text.clear();
     };
     while (std::getline(in, line)) {
-      if (line == "%") flush();
-      else text += line + "\n";
+      if (line == "%")
+        flush();
+      else
+        text += line + "\n";
     }
     flush();
   }
@@ -71,8 +73,9 @@ std::string corpus_problem(const std::string& dir, int64_t seq) {
   for (const auto* split : {&c.train, &c.validation})
     if (split->numel() < seq + 2)
       return "corpus " + dir + ": its " + (split == &c.train ? "training" : "held-out") + " split has " +
-             std::to_string(split->numel()) + " byte tokens, too few for one sequence of model.seq + 1 = " +
-             std::to_string(seq + 1) + " (every " + std::to_string(kHoldOutEvery) + "th entry is held out)";
+             std::to_string(split->numel()) +
+             " byte tokens, too few for one sequence of model.seq + 1 = " + std::to_string(seq + 1) + " (every " +
+             std::to_string(kHoldOutEvery) + "th entry is held out)";
   return "";
 }
 

@@ -16,7 +16,8 @@ template <class R, class F>
 void each_tensor(R& r, F f) {
   for (auto* t : {&r.peer_inputs, &r.peer_grads, &r.remote_outputs}) f(*t);
   for (auto& l : r.layers)
-    for (auto* t : {&l.own_experts, &l.own_key, &l.peer_pos, &l.peer_rank, &l.peer_expert, &l.peer_key, &l.peer_score}) f(*t);
+    for (auto* t : {&l.own_experts, &l.own_key, &l.peer_pos, &l.peer_rank, &l.peer_expert, &l.peer_key, &l.peer_score})
+      f(*t);
 }
 }  // namespace
 
@@ -38,7 +39,8 @@ EmulatedRank EmulatedRank::clone() const {
 }
 
 at::Tensor global_routing(const ExperimentConfig& c, int64_t layer, int64_t step) {
-  const uint64_t seed = mix_seed(c.seed, 5000 + uint64_t(layer) + (c.workload.schedule == "none" ? 0 : 100003 * uint64_t(step)));
+  const uint64_t seed =
+      mix_seed(c.seed, 5000 + uint64_t(layer) + (c.workload.schedule == "none" ? 0 : 100003 * uint64_t(step)));
   const auto counts = expert_counts(c.workload, c.model, c.ep, layer, c.seed, step);
   return assign_experts(counts, c.ep * c.model.tokens(), c.model.topk, seed);
 }
@@ -74,7 +76,8 @@ RankRouting rank_routing(const at::Tensor& ids, const ExperimentConfig& c, int64
         if (src == rank) continue;
         pos.push_back(t), rk.push_back(src), ex.push_back(e), key.push_back(key_of(src, t, j));
         // A deterministic stand-in for the sender's router probability (drop policy "probs").
-        score.push_back(double(mix_seed(salt ^ 0x5bd1e995, uint64_t((src * T + t) * k + j)) >> 11) / 9007199254740992.0);
+        score.push_back(double(mix_seed(salt ^ 0x5bd1e995, uint64_t((src * T + t) * k + j)) >> 11) /
+                        9007199254740992.0);
       }
     }
   }
@@ -164,7 +167,8 @@ EmulatedRank make_counts_rank(const ExperimentConfig& c, int64_t rank, int64_t s
 void route_step(EmulatedRank& er, const ExperimentConfig& c, int64_t step) {
   if (c.workload.schedule == "none" || c.workload.kind == "router") return;
   if (er.counts_only()) return route_counts(er, c, step);
-  for (int64_t l = 0; l < c.model.layers; ++l) er.layers[size_t(l)] = rank_routing(global_routing(c, l, step), c, er.rank, l);
+  for (int64_t l = 0; l < c.model.layers; ++l)
+    er.layers[size_t(l)] = rank_routing(global_routing(c, l, step), c, er.rank, l);
 }
 
 EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t step, bool tables) {
@@ -185,12 +189,14 @@ EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t
       r.remote_rows = r.tokens_received * (c.ep - 1) / c.ep;
       // Not known before the router runs: planned as if balanced.
       for (int64_t e = 0; e < r.local_experts; ++e)
-        r.expert_rows.push_back((e + 1) * r.tokens_received / r.local_experts - e * r.tokens_received / r.local_experts);
+        r.expert_rows.push_back((e + 1) * r.tokens_received / r.local_experts -
+                                e * r.tokens_received / r.local_experts);
       er.layers.push_back(r);
     }
   } else {
     er.rank = rank < 0 ? hottest_rank(c) : rank;
-    for (int64_t l = 0; l < c.model.layers; ++l) er.layers.push_back(rank_routing(global_routing(c, l, step), c, er.rank, l));
+    for (int64_t l = 0; l < c.model.layers; ++l)
+      er.layers.push_back(rank_routing(global_routing(c, l, step), c, er.rank, l));
   }
   if (!tables) {
     er.table_bytes = 3 * EmulatedRank::kTableRows * c.model.hidden * int64_t(c10::elementSize(dtype_of(c.dtype)));
@@ -199,7 +205,8 @@ EmulatedRank make_emulated_rank(const ExperimentConfig& c, int64_t rank, int64_t
   const auto opt = tensor_options(c.device, c.dtype);
   auto table = [&](uint64_t what, double scale) {
     at::Generator gen = at::detail::createCPUGenerator(mix_seed(c.seed, what));
-    return (at::randn({EmulatedRank::kTableRows, c.model.hidden}, gen, at::TensorOptions().dtype(at::kDouble)) * scale).to(opt);
+    return (at::randn({EmulatedRank::kTableRows, c.model.hidden}, gen, at::TensorOptions().dtype(at::kDouble)) * scale)
+        .to(opt);
   };
   er.peer_inputs = table(31, 1.0);
   er.peer_grads = table(32, 1.0);

@@ -14,19 +14,19 @@ namespace memfine {
 
 struct RankRouting {
   int64_t rank = 0, ep = 1, first_expert = 0, local_experts = 0;
-  at::Tensor own_experts;  // [tokens, topk] global expert ids (undefined: the router decides)
-  at::Tensor own_key;      // [tokens, topk] row of `remote_outputs` for assignments to remote experts
-  at::Tensor peer_pos;     // [P] token position at the sending peer (the chunking axis)
-  at::Tensor peer_rank;    // [P] sending peer
-  at::Tensor peer_expert;  // [P] local expert index
-  at::Tensor peer_key;     // [P] row of `peer_inputs` / `peer_grads`
-  at::Tensor peer_score;   // [P] the sender's router probability of the assignment (seeded)
-  int64_t tokens_received = 0;  // s' = own rows to local experts + peer rows
+  at::Tensor own_experts;            // [tokens, topk] global expert ids (undefined: the router decides)
+  at::Tensor own_key;                // [tokens, topk] row of `remote_outputs` for assignments to remote experts
+  at::Tensor peer_pos;               // [P] token position at the sending peer (the chunking axis)
+  at::Tensor peer_rank;              // [P] sending peer
+  at::Tensor peer_expert;            // [P] local expert index
+  at::Tensor peer_key;               // [P] row of `peer_inputs` / `peer_grads`
+  at::Tensor peer_score;             // [P] the sender's router probability of the assignment (seeded)
+  int64_t tokens_received = 0;       // s' = own rows to local experts + peer rows
   std::vector<int64_t> expert_rows;  // per local expert: the rows it receives (s' is their sum)
   // Router-decided routing (own_experts undefined): own assignments sent to other ranks' experts.
   // Before a step, expert_rows and this are a balanced estimate; MACT replaces them by the counts.
   int64_t remote_rows = 0;
-  double overload_factor = 1;   // s' / balanced s' (tokens * topk: each rank sends that many rows)
+  double overload_factor = 1;  // s' / balanced s' (tokens * topk: each rank sends that many rows)
   // Counts only (make_counts_rank): the layer's assignments per expert over every rank's tokens;
   // each rank sends an expert 1/ep of them, a token range its share. Empty otherwise.
   std::vector<int64_t> expert_counts;
@@ -34,9 +34,9 @@ struct RankRouting {
 
 struct EmulatedRank {
   std::vector<RankRouting> layers;
-  at::Tensor peer_inputs;     // [kTableRows, hidden]
-  at::Tensor peer_grads;      // [kTableRows, hidden]
-  at::Tensor remote_outputs;  // [kTableRows, hidden]
+  at::Tensor peer_inputs;                     // [kTableRows, hidden]
+  at::Tensor peer_grads;                      // [kTableRows, hidden]
+  at::Tensor remote_outputs;                  // [kTableRows, hidden]
   static constexpr int64_t kTableRows = 509;  // prime, so keys spread over it
   int64_t rank = 0;
   // The routing is a real rank's, whose rows move through the all-to-all (core/moe/alltoall.cpp):

@@ -100,7 +100,8 @@ namespace {
 std::string printable(const std::string& line) {
   std::string out;
   for (unsigned char ch : line) {
-    if (ch >= 0x20 && ch != 0x7f) out += char(ch);
+    if (ch >= 0x20 && ch != 0x7f)
+      out += char(ch);
     else {
       char b[8];
       std::snprintf(b, sizeof b, "\\x%02x", ch);
@@ -157,8 +158,8 @@ ParsedTrace parse_trace(const std::string& path) {
     l.tokens += n;
     // A layer's assignments past 2^50 overflow what routing tables count in: refused, not wrapped.
     if (l.tokens > (int64_t(1) << 50))
-      throw std::invalid_argument(at + "the tokens of step " + std::to_string(step) + ", layer " + std::to_string(layer) +
-                                  " add up past 2^50");
+      throw std::invalid_argument(at + "the tokens of step " + std::to_string(step) + ", layer " +
+                                  std::to_string(layer) + " add up past 2^50");
   }
   for (const auto& [step, layers] : t.by_step)
     for (const auto& [layer, l] : layers)
@@ -179,9 +180,11 @@ const ParsedTrace& trace_of(const std::string& path) {
   if (!S_ISREG(st.st_mode)) throw std::invalid_argument("trace file '" + path + "' is not a regular file");
   if (st.st_size > (int64_t(1) << 28)) throw std::invalid_argument("trace file '" + path + "' is larger than 256 MiB");
   static std::map<std::string, std::pair<std::pair<int64_t, int64_t>, ParsedTrace>> cache;
-  const std::pair<int64_t, int64_t> version{int64_t(st.st_size), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  const std::pair<int64_t, int64_t> version{int64_t(st.st_size),
+                                            int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
   auto it = cache.find(path);
-  if (it == cache.end() || it->second.first != version) it = cache.insert_or_assign(path, std::make_pair(version, parse_trace(path))).first;
+  if (it == cache.end() || it->second.first != version)
+    it = cache.insert_or_assign(path, std::make_pair(version, parse_trace(path))).first;
   return it->second.second;
 }
 
@@ -211,7 +214,8 @@ std::string trace_csv(const std::vector<StepRouting>& steps) {
   for (const auto& [step, layers] : steps)
     for (size_t l = 0; l < layers.size(); ++l)
       for (size_t e = 0; e < layers[l].size(); ++e)
-        csv += std::to_string(step) + "," + std::to_string(l) + "," + std::to_string(e) + "," + std::to_string(layers[l][e]) + "\n";
+        csv += std::to_string(step) + "," + std::to_string(l) + "," + std::to_string(e) + "," +
+               std::to_string(layers[l][e]) + "\n";
   return csv;
 }
 
@@ -219,8 +223,9 @@ int64_t trace_steps(const std::string& path) { return int64_t(trace_of(path).by_
 
 void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep, bool training) {
   if (w.kind == "router" && ep != 1 && !training)
-    throw std::invalid_argument("kind 'router' (the router's own top-k decides) needs parallel.ep = 1: "
-                                "an emulated rank's peers need a workload to route their tokens");
+    throw std::invalid_argument(
+        "kind 'router' (the router's own top-k decides) needs parallel.ep = 1: "
+        "an emulated rank's peers need a workload to route their tokens");
   if (w.kind == "hot" && w.hot_experts > m.experts)
     throw std::invalid_argument("hot_experts (" + std::to_string(w.hot_experts) + ") exceeds experts (" +
                                 std::to_string(m.experts) + ")");

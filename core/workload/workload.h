@@ -1,6 +1,7 @@
-// Routing workloads (kind "router" lets the router's own top-k decide, single rank only): how imbalanced the token-to-expert assignment is. The router still runs and
-// gets gradients; the workload only decides which experts each token goes to (as Megatron-Core's
-// benchmark routing overrides do), so imbalance is a controlled input, not a training accident.
+// Routing workloads (kind "router" lets the router's own top-k decide, single rank only): how imbalanced the
+// token-to-expert assignment is. The router still runs and gets gradients; the workload only decides which experts each
+// token goes to (as Megatron-Core's benchmark routing overrides do), so imbalance is a controlled input, not a training
+// accident.
 #pragma once
 #include <ATen/ATen.h>
 

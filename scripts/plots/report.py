@@ -496,12 +496,18 @@ def train_ranks_lines(results_dir):
         ok = [r for r in by[mact] if r["status"] == "ok"]
         cells = [c for r in ok for c in r["chunks"]]
         top = max(o for r in ok for o in overloads(r, ranks))
-        ratio = [r["peak_activation_bytes"] / max(r["predicted_layer_peak_bytes"]) for r in ok]
+        # Without a budget MACT plans nothing, so its records carry no predicted peaks to compare with.
+        ratio = [r["peak_activation_bytes"] / max(r["predicted_layer_peak_bytes"])
+                 for r in ok if r.get("predicted_layer_peak_bytes")]
         lines += ["", f"- The hottest rank received up to {top:.1f}x its balanced share. MACT ran "
                       f"{', '.join(f'{c} chunk(s) in {100 * cells.count(c) / len(cells):.0f}%' for c in sorted(set(cells)))} "
-                      "of the layer-steps, each planned once that layer's router had run, from every rank's counts.",
-                  f"- The fullest rank's measured peak is {min(ratio):.2f}-{max(ratio):.2f}x the model's largest layer peak "
-                  "for the plan MACT chose, over every step.", ""]
+                      "of the layer-steps, each planned once that layer's router had run, from every rank's counts."]
+        if ratio:
+            lines.append(f"- The fullest rank's measured peak is {min(ratio):.2f}-{max(ratio):.2f}x the model's largest "
+                         "layer peak for the plan MACT chose, over every step.")
+        else:
+            lines.append("- MACT had no budget to plan against here, so no predicted peak is compared.")
+        lines.append("")
     return lines
 
 

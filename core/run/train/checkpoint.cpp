@@ -59,8 +59,9 @@ const json& field(const std::string& path, const json& head, const char* key, js
 void save_file(const std::string& path, const TrainState& st, const std::string& point, const std::string& strategy,
                const std::string& digest, int64_t step) {
   const std::vector<at::Tensor> ts = state_tensors(st);
-  json head = {{"format", kFormat}, {"point", point}, {"strategy", strategy}, {"config", digest}, {"step", step},
-               {"adam_steps", st.adam->steps_taken()}, {"tensors", json::array()}};
+  json head = {{"format", kFormat},       {"point", point}, {"strategy", strategy},
+               {"config", digest},        {"step", step},   {"adam_steps", st.adam->steps_taken()},
+               {"tensors", json::array()}};
   std::string data;
   for (const auto& t : ts) {
     const at::Tensor c = t.detach().contiguous().cpu();
@@ -78,7 +79,8 @@ struct File {
   std::string data;
 };
 
-File read_file(const std::string& path, const std::string& point, const std::string& strategy, const std::string& digest) {
+File read_file(const std::string& path, const std::string& point, const std::string& strategy,
+               const std::string& digest) {
   struct stat sb {};
   if (::stat(path.c_str(), &sb) != 0) throw Refused(path, std::string("cannot read: ") + std::strerror(errno));
   if (!S_ISREG(sb.st_mode)) throw Refused(path, "not a regular file");
@@ -95,25 +97,27 @@ File read_file(const std::string& path, const std::string& point, const std::str
   }
   if (!head.is_object()) throw Refused(path, "not a memfine checkpoint (its head is not a JSON object)");
   const std::string format = head.value("format", json()).is_string() ? head["format"].get<std::string>() : "";
-  if (format != kFormat)
-    throw Refused(path, "format '" + format + "', not '" + kFormat + "' (what this build writes)");
+  if (format != kFormat) throw Refused(path, "format '" + format + "', not '" + kFormat + "' (what this build writes)");
   const std::string sum = field(path, head, "checksum", json::value_t::string, "a string").get<std::string>();
   const std::string its_point = field(path, head, "point", json::value_t::string, "a string").get<std::string>();
   const std::string its_strategy = field(path, head, "strategy", json::value_t::string, "a string").get<std::string>();
   const json step = head.contains("step") ? head["step"] : json();
   const json adam = head.contains("adam_steps") ? head["adam_steps"] : json();
   if (!step.is_number_integer() || step.get<int64_t>() < 0) throw Refused(path, "its 'step' is not an integer >= 0");
-  if (!adam.is_number_integer() || adam.get<int64_t>() < 0) throw Refused(path, "its 'adam_steps' is not an integer >= 0");
+  if (!adam.is_number_integer() || adam.get<int64_t>() < 0)
+    throw Refused(path, "its 'adam_steps' is not an integer >= 0");
   File f;
   f.tensors = field(path, head, "tensors", json::value_t::array, "a list");
   f.data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   json unsummed = head;
   unsummed.erase("checksum");
-  if (checksum(unsummed, f.data) != sum) throw Refused(path, "its checksum does not match its bytes: the file is damaged");
+  if (checksum(unsummed, f.data) != sum)
+    throw Refused(path, "its checksum does not match its bytes: the file is damaged");
   // Whole: now it must be this run's.
   if (its_point != point || its_strategy != strategy)
     throw Refused(path, "a checkpoint of another run (point '" + its_point + "', strategy '" + its_strategy + "')");
-  if (head.value("config", std::string()) != digest) throw Refused(path, "a checkpoint of this run under another configuration");
+  if (head.value("config", std::string()) != digest)
+    throw Refused(path, "a checkpoint of this run under another configuration");
   f.step = step.get<int64_t>(), f.adam_steps = adam.get<int64_t>();
   return f;
 }
@@ -131,7 +135,8 @@ void apply(const std::string& path, const File& f, TrainState& st) {
     bytes += ts[i].nbytes();
   }
   if (bytes != f.data.size())
-    throw Refused(path, "its data has " + std::to_string(f.data.size()) + " bytes, its tensors " + std::to_string(bytes));
+    throw Refused(path,
+                  "its data has " + std::to_string(f.data.size()) + " bytes, its tensors " + std::to_string(bytes));
   at::NoGradGuard no_grad;
   size_t off = 0;
   for (const auto& t : ts) {
@@ -146,8 +151,12 @@ void apply(const std::string& path, const File& f, TrainState& st) {
 
 }  // namespace
 
-Checkpoints::Checkpoints(std::string base, const Dist* dist, std::string point, std::string strategy, std::string digest)
-    : base_(std::move(base)), point_(std::move(point)), strategy_(std::move(strategy)), digest_(std::move(digest)),
+Checkpoints::Checkpoints(std::string base, const Dist* dist, std::string point, std::string strategy,
+                         std::string digest)
+    : base_(std::move(base)),
+      point_(std::move(point)),
+      strategy_(std::move(strategy)),
+      digest_(std::move(digest)),
       dist_(dist) {}
 
 std::string Checkpoints::path(int64_t step) const {
@@ -192,8 +201,10 @@ int64_t Checkpoints::load(TrainState& st, int64_t last) const {
   // Real ranks: the newest step at or before `last` that every rank has.
   int64_t mine = -1;
   for (int64_t s : steps()) {
-    if (s > last) remove(s);
-    else mine = s;
+    if (s > last)
+      remove(s);
+    else
+      mine = s;
   }
   int64_t agreed = -dist_->allreduce_max(at::tensor({-mine}, at::kLong)).item<int64_t>();
   const bool have = agreed >= 0 && fs::exists(path(agreed));
@@ -201,7 +212,8 @@ int64_t Checkpoints::load(TrainState& st, int64_t last) const {
   if (agreed < 0) return -1;
   const File f = read_file(path(agreed), point_, strategy_, digest_);
   if (f.step != agreed)
-    throw Refused(path(agreed), "its head says step " + std::to_string(f.step) + ", its name " + std::to_string(agreed));
+    throw Refused(path(agreed),
+                  "its head says step " + std::to_string(f.step) + ", its name " + std::to_string(agreed));
   apply(path(agreed), f, st);
   return f.step;
 }

@@ -19,7 +19,9 @@ void set_tokens(TrainState& st, const at::Tensor& seqs) {
 }
 
 uint64_t step_seed(const TrainConfig& t, int64_t step) { return mix_seed(t.data_seed, uint64_t(step) + 1); }
-uint64_t eval_seed(const TrainConfig& t, int64_t batch) { return mix_seed(mix_seed(t.data_seed, 0xe7a1), uint64_t(batch)); }
+uint64_t eval_seed(const TrainConfig& t, int64_t batch) {
+  return mix_seed(mix_seed(t.data_seed, 0xe7a1), uint64_t(batch));
+}
 
 // This rank's sequences: real ranks share one global batch of micro_batch * world sequences, rank
 // r taking the r-th micro_batch of them, so N ranks see what one process with micro_batch * N would.

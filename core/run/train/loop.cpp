@@ -9,9 +9,9 @@
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
-#include "core/record/record.h"
 #include "core/record/results.h"
 #include "core/record/table.h"
+#include "core/record/train_record.h"
 #include "core/run/progress.h"
 #include "core/run/step.h"
 #include "core/run/threads.h"
@@ -19,8 +19,8 @@
 #include "core/run/train/data.h"
 #include "core/run/train/schedule.h"
 #include "core/run/train_step.h"
-#include "core/strategy/registry.h"
 #include "core/run/verify.h"
+#include "core/strategy/registry.h"
 #include "core/util/hash.h"
 #include "core/workload/corpus.h"
 #include "core/workload/workload.h"
@@ -55,7 +55,9 @@ std::string config_digest(const ExperimentConfig& c) {
 
 // s' of a layer as `ep` ranks would see it: the rows of the hottest rank (experts split evenly in
 // order). The overload factor is s' over the mean, s' * ep / sum(counts): readers derive it.
-int64_t hottest_rank_rows(const at::Tensor& counts, int64_t ep) { return counts.view({ep, -1}).sum(1).max().item<int64_t>(); }
+int64_t hottest_rank_rows(const at::Tensor& counts, int64_t ep) {
+  return counts.view({ep, -1}).sum(1).max().item<int64_t>();
+}
 
 struct RunContext {
   const Job& job;
@@ -92,42 +94,30 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
   auto strategy = make_strategy(spec);
   auto plain = make_strategy(StrategySpec{strategy_of_role(Role::Reference)});
   const int64_t static_bytes = st->static_bytes();
-  // A run's head (its strategy's name and role, static bytes, the config and the environment) is in
-  // its first step's record; every step's names its run and step and holds what changes.
-  json head = new_record(c, rc.ctx, point, spec, "ok");
-  head["static_bytes"] = static_bytes;  // real ranks: rank 0's (the ranks hold alike)
-  head["stats_ep"] = t.stats_ep;
-  if (dist) head["ranks"] = dist->world();
+  TrainedRun run{static_bytes, t.stats_ep, dist ? dist->world() : 0};
   if (c.verify && n == 0) {  // one process (start_job refuses verify on real ranks)
     set_step_tokens(*st, rc.corpus, 0);
-    if (const auto err = verify_on_state(*st, spec)) {
-      head["grad_max_rel_err"] = *err;
-      head["verify_tolerance"] = verify_tolerance(c.dtype);
-      head["verified"] = *err <= verify_tolerance(c.dtype);
-    }
+    if (const auto err = verify_on_state(*st, spec))
+      run.grad_err = *err, run.verify_tolerance = verify_tolerance(c.dtype);
   }
-  const json lean = {{"experiment", head["experiment"]}, {"point", head["point"]}, {"strategy", head["strategy"]},
-                     {"seed", head["seed"]}, {"status", "ok"}};
   const Checkpoints ckpt((fs::path(rc.job.dir) / "checkpoints" / (safe_name(point) + "__" + safe_name(label))).string(),
                          dist, point, label, config_digest(c));
   const int64_t from = ckpt.load(*st, n - 1) + 1;
   for (int64_t s = 0; s < from; ++s) rc.progress.tick("");  // in the checkpoint
-  const char* kill_after = std::getenv("MEMFINE_FAULT_KILL_AFTER_STEPS");  // tests/test_train.cpp
-  int64_t written = 0;
-  auto append = [&](const json& rec) {
-    if (rc.job.results) rc.job.results->append(rec);
+  auto append = [&](const TrainedStep& done) {
+    if (rc.job.results) rc.job.results->append(trained_step_record(c, rc.ctx, point, spec, run, done));
   };
   // A run that cannot go on: its step's record says why, the rest of its steps are ticked off.
-  auto end_run = [&](json& rec, const std::string& status, const std::string& why) {
-    rec["status"] = status;
-    rec["error"] = why;
-    append(rec);
-    for (int64_t s = rec["step"].get<int64_t>(); s < t.steps; ++s) rc.progress.tick(label + ": " + status);
+  auto end_run = [&](TrainedStep& done, const std::string& status, const std::string& why) {
+    done.status = status;
+    done.error = why;
+    append(done);
+    for (int64_t s = done.step; s < t.steps; ++s) rc.progress.tick(label + ": " + status);
   };
   for (int64_t step = from; step < t.steps; ++step) {
     const bool again = step < n;  // recorded: run again to rebuild the state, not written again
-    json rec = step == 0 ? head : lean;
-    rec["step"] = step;
+    TrainedStep rec;
+    rec.step = step;
     const double lr = learning_rate(t, step);
     st->adam->set_lr(lr);
     set_step_tokens(*st, rc.corpus, step);
@@ -140,10 +130,11 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
       if (!rank0_says(dist, same))
         throw std::runtime_error(
             "step " + std::to_string(step) + " run again to continue the records gave loss " + std::to_string(o.loss) +
-            " where its record says " + (it != recorded_loss.end() ? std::to_string(it->second) : std::string("nothing")) +
+            " where its record says " +
+            (it != recorded_loss.end() ? std::to_string(it->second) : std::string("nothing")) +
             ": the records were written by another build or machine; continue them there, or --out another folder");
     } else if (!o.ok()) {
-      if (o.status == "oom" && dist && o.fullest_peak > 0) rec["peak_activation_bytes"] = o.fullest_peak;
+      if (o.status == "oom" && dist && o.fullest_peak > 0) rec.peak = o.fullest_peak;
       end_run(rec, o.status, o.error);
       return o.status == "oom";
     }
@@ -155,39 +146,36 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
       continue;
     }
     if (!std::isfinite(o.loss)) {
-      end_run(rec, "error", "step " + std::to_string(step) + ": the loss is not finite (" + std::to_string(o.loss) +
-                                "): training diverged; a lower train.lr may keep it finite");
+      end_run(rec, "error",
+              "step " + std::to_string(step) + ": the loss is not finite (" + std::to_string(o.loss) +
+                  "): training diverged; a lower train.lr may keep it finite");
       return false;
     }
-    rec["loss"] = o.loss;
-    rec["lr"] = lr;
-    rec["step_ms"] = o.slowest_ms;
-    rec["peak_activation_bytes"] = o.fullest_peak;
-    json experts = json::array(), received = json::array();
+    rec.loss = o.loss;
+    rec.lr = lr;
+    rec.ms = o.slowest_ms;
+    rec.peak = o.fullest_peak;
     for (const auto& layer : counts) {
       const at::Tensor cnt = layer.cpu();
-      experts.push_back(std::vector<int64_t>(cnt.data_ptr<int64_t>(), cnt.data_ptr<int64_t>() + cnt.numel()));
-      received.push_back(hottest_rank_rows(cnt, t.stats_ep));
+      rec.expert_tokens.push_back(std::vector<int64_t>(cnt.data_ptr<int64_t>(), cnt.data_ptr<int64_t>() + cnt.numel()));
+      rec.tokens_received_per_layer.push_back(hottest_rank_rows(cnt, t.stats_ep));
     }
-    rec["expert_tokens"] = experts;
-    rec["tokens_received_per_layer"] = received;
-    json counters = strategy->step_counters();
+    rec.counters = strategy->step_counters();
     if (dist) {
-      const auto all = gather_records(*dist, "train/" + point + "/" + label + "/" + std::to_string(step), {counters});
-      counters = dist->rank() == 0 ? strategy->merge_rank_counters(all) : json::object();
+      const auto all =
+          gather_records(*dist, "train/" + point + "/" + label + "/" + std::to_string(step), {rec.counters});
+      rec.counters = dist->rank() == 0 ? strategy->merge_rank_counters(all) : json::object();
     }
-    for (const auto& [key, value] : counters.items()) rec[key] = value;  // as `run` writes them
     const bool eval = (step + 1) % t.eval_every == 0 || step + 1 == t.steps;
-    if (eval) rec["eval_loss"] = evaluate(*st, *plain, rc.corpus);
+    if (eval) rec.eval_loss = evaluate(*st, *plain, rc.corpus);
     append(rec);
     // The last step needs none: a run whose every step is recorded is skipped on resume.
     if ((step + 1) % t.checkpoint_every == 0 && step + 1 < t.steps) ckpt.save(*st, step);
     char what[160];
     std::snprintf(what, sizeof what, "%s step %lld loss %.3f%s  %.0f tok/s", label.c_str(), (long long)step, o.loss,
-                  eval ? (" eval " + std::to_string(rec["eval_loss"].get<double>()).substr(0, 5)).c_str() : "",
+                  eval ? (" eval " + std::to_string(*rec.eval_loss).substr(0, 5)).c_str() : "",
                   double(c.model.tokens() * (dist ? dist->world() : 1)) / o.slowest_ms * 1e3);
     rc.progress.tick(what);
-    if (kill_after && ++written == std::atoll(kill_after)) ::raise(SIGKILL);
   }
   ckpt.remove_all();
   return true;
@@ -224,7 +212,8 @@ int train_experiment(const std::string& yaml, const RunOptions& opt) {
     std::cerr << "memfine train: corpus " << corpus.dir << ": " << corpus.train.numel() << " training and "
               << corpus.validation.numel() << " held-out byte tokens (" << corpus.entries_train << " and "
               << corpus.entries_validation << " entries, " << corpus.files.size() << " files)"
-              << (dist ? "; " + std::to_string(dist->world()) + " real ranks (" + dist->backend() + ")" : std::string()) << "\n";
+              << (dist ? "; " + std::to_string(dist->world()) + " real ranks (" + dist->backend() + ")" : std::string())
+              << "\n";
   int64_t total = 0;
   for (const auto& p : job->points) total += int64_t(p.config.strategies.size()) * p.config.train.steps;
   Progress progress(total, opt.progress && job->writer);
@@ -265,11 +254,14 @@ int train_experiment(const std::string& yaml, const RunOptions& opt) {
     const json& r = records[i];
     if (r["status"] == "error")
       std::cerr << "memfine train: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
-                << " failed: " << r["error"].get<std::string>() << "\n", failed = true;
+                << " failed: " << r["error"].get<std::string>() << "\n",
+          failed = true;
     if (r.value("verified", json()) == false)
-      std::cerr << "memfine train: verify: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
-                << " differs from the reference by " << r["grad_max_rel_err"].get<double>() << " (tolerance "
-                << r["verify_tolerance"].get<double>() << ")\n", failed = true;
+      std::cerr << "memfine train: verify: " << r["strategy"].get<std::string>() << " at "
+                << r["point"].get<std::string>() << " differs from the reference by "
+                << r["grad_max_rel_err"].get<double>() << " (tolerance " << r["verify_tolerance"].get<double>()
+                << ")\n",
+          failed = true;
   }
   return failed ? 1 : 0;
 }

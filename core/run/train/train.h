@@ -15,7 +15,6 @@
 
 namespace memfine {
 
-
 // Returns the exit code: 0 ok (out of memory is a result), 1 a run failed or a strategy failed
 // `verify`, 2 bad input. The options are `memfine run`'s (--out, --resume, --threads,
 // --no-progress) and --trace-out.

@@ -3,8 +3,9 @@
 #include <algorithm>
 
 #include "core/dist/dist.h"
-#include "core/meter/memory_meter.h"
 #include "core/predict/paper_model.h"
+#include "core/util/format.h"
+#include "core/util/out_of_memory.h"
 
 namespace memfine {
 
@@ -16,7 +17,8 @@ StrategyShape Mact::chunked(int64_t chunks) const {
   return s;
 }
 
-Prediction Mact::predict(const ExperimentConfig& c, const EmulatedRank& rank, const std::vector<int64_t>& chosen) const {
+Prediction Mact::predict(const ExperimentConfig& c, const EmulatedRank& rank,
+                         const std::vector<int64_t>& chosen) const {
   Prediction p = std::all_of(chosen.begin(), chosen.end(), [](int64_t v) { return v == 0; })
                      ? predict_step(c, rank, o_.stored)
                      : predict_step(c, rank, chunked(1), chosen);
@@ -52,7 +54,8 @@ std::pair<int64_t, int64_t> Mact::plan_layer(const LayerInput& in, const MoeRout
   const ExperimentConfig& c = *in.config;
   const int64_t chunks = plan(c, seen).chunks[l];
   // What the model expects of this layer's backward with that count, beside the meter's peak.
-  const int64_t peak = predict_step(c, seen, chunked(chunks), std::vector<int64_t>(size_t(c.model.layers), chunks)).layer_peak[l];
+  const int64_t peak =
+      predict_step(c, seen, chunked(chunks), std::vector<int64_t>(size_t(c.model.layers), chunks)).layer_peak[l];
   return {chunks, peak};
 }
 
@@ -82,11 +85,12 @@ Plan Mact::plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
       const int64_t need = rank.layers[size_t(l)].tokens_received;  // notify: rows to receive
       const int64_t b = chunks_for(double(need), pm.s_recv_max(), o_.bins);
       if (b < 0)
-        throw PlannedOutOfMemory("MACT (paper model): layer " + std::to_string(l) +
-                                 " needs " + fmt_bytes(pm.activation(double(need), double(o_.bins.back()))) +
-                                 " of activations even with " + std::to_string(o_.bins.back()) + " chunks; the budget " +
-                                 fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(c.budget - all_stored.static_bytes)) +
-                                 " after static " + fmt_bytes(double(all_stored.static_bytes)));
+        throw PlannedOutOfMemory("MACT (paper model): layer " + std::to_string(l) + " needs " +
+                                 fmt_bytes(pm.activation(double(need), double(o_.bins.back()))) +
+                                 " of activations even with " + std::to_string(o_.bins.back()) +
+                                 " chunks; the budget " + fmt_bytes(double(c.budget)) + " leaves " +
+                                 fmt_bytes(double(c.budget - all_stored.static_bytes)) + " after static " +
+                                 fmt_bytes(double(all_stored.static_bytes)));
       plan.chunks[size_t(l)] = b;
     }
     return plan;
@@ -97,11 +101,11 @@ Plan Mact::plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
     while (i < o_.bins.size() && per_bin[i].layer_peak[size_t(l)] > room) ++i;
     if (i == o_.bins.size()) {
       const int64_t need = per_bin.back().layer_peak[size_t(l)];
-      throw PlannedOutOfMemory("MACT: layer " + std::to_string(l) + " needs " +
-                               fmt_bytes(double(need)) + " of activations even with " + std::to_string(o_.bins.back()) +
-                               " chunks; the budget " + fmt_bytes(double(c.budget)) + " leaves " + fmt_bytes(double(room)) +
-                               " after static " + fmt_bytes(double(all_stored.static_bytes)) + " and " +
-                               std::to_string(int(o_.headroom * 100)) + "% headroom (short by " + fmt_bytes(double(need - room)) + ")");
+      throw PlannedOutOfMemory(
+          "MACT: layer " + std::to_string(l) + " needs " + fmt_bytes(double(need)) + " of activations even with " +
+          std::to_string(o_.bins.back()) + " chunks; the budget " + fmt_bytes(double(c.budget)) + " leaves " +
+          fmt_bytes(double(room)) + " after static " + fmt_bytes(double(all_stored.static_bytes)) + " and " +
+          std::to_string(int(o_.headroom * 100)) + "% headroom (short by " + fmt_bytes(double(need - room)) + ")");
     }
     plan.chunks[size_t(l)] = o_.bins[i];
   }
@@ -158,9 +162,8 @@ Plan Mact::plan_for_time(const ExperimentConfig& c, const EmulatedRank& rank, co
         n.chunks.push_back(options[i]);
         next.push_back(std::move(n));
       }
-    std::sort(next.begin(), next.end(), [](const Partial& a, const Partial& b) {
-      return a.kept < b.kept || (a.kept == b.kept && a.ms < b.ms);
-    });
+    std::sort(next.begin(), next.end(),
+              [](const Partial& a, const Partial& b) { return a.kept < b.kept || (a.kept == b.kept && a.ms < b.ms); });
     front.clear();
     for (auto& n : next)
       if (front.empty() || n.ms < front.back().ms) front.push_back(std::move(n));
@@ -197,9 +200,9 @@ int64_t Mact::activation_room(const ExperimentConfig& c, const Prediction& store
 // layer's peak per bin is read off these.
 std::vector<Prediction> Mact::every_bin(const ExperimentConfig& c, const EmulatedRank& rank) const {
   std::vector<Prediction> out;
-  for (int64_t b : o_.bins) out.push_back(predict_step(c, rank, chunked(b), std::vector<int64_t>(size_t(c.model.layers), b)));
+  for (int64_t b : o_.bins)
+    out.push_back(predict_step(c, rank, chunked(b), std::vector<int64_t>(size_t(c.model.layers), b)));
   return out;
 }
-
 
 }  // namespace memfine

@@ -20,9 +20,9 @@ struct MactOptions {
   std::vector<int64_t> bins = {1, 2, 4, 8};
   std::string model = "implementation";  // or "paper" (Eq. 8-9)
   bool store_when_fits = false;
-  double headroom = 0.05;  // share of the activation room kept free for the model's error
+  double headroom = 0.05;            // share of the activation room kept free for the model's error
   std::string objective = "memory";  // or "time"
-  StrategyShape stored;  // a layer stored whole (how its experts keep their activations)
+  StrategyShape stored;              // a layer stored whole (how its experts keep their activations)
 };
 
 // A step's choice: chunks per layer (0: stored without recomputation) and, under objective: time,

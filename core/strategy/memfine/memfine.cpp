@@ -82,15 +82,20 @@ StrategyShape shape_of(const StrategySpec& spec) {
 class MemFine : public Strategy {
  public:
   explicit MemFine(const StrategySpec& spec)
-      : Strategy(spec, shape_of(spec), spec.value("chunks").is_number_integer() ? "" : "chosen per step: its plan's prediction"),
+      : Strategy(spec, shape_of(spec),
+                 spec.value("chunks").is_number_integer() ? "" : "chosen per step: its plan's prediction"),
         mact_(mact_options(spec)) {
-    if (tuned(spec_)) chunks_ = 0;
-    else if (per_layer(spec_)) chunks_ = 0, fixed_ = spec_.value("chunks").get<std::vector<int64_t>>();
-    else chunks_ = spec_.value("chunks").get<int64_t>();
+    if (tuned(spec_))
+      chunks_ = 0;
+    else if (per_layer(spec_))
+      chunks_ = 0, fixed_ = spec_.value("chunks").get<std::vector<int64_t>>();
+    else
+      chunks_ = spec_.value("chunks").get<int64_t>();
     const auto& bins = mact_.options().bins;
     if (shape_.keep_act && shape_.experts != ExpertStorage::BufferFree)
       throw std::invalid_argument("keep_act applies to experts: buffer_free");
-    if (bins.empty() || !std::is_sorted(bins.begin(), bins.end()) || std::adjacent_find(bins.begin(), bins.end()) != bins.end())
+    if (bins.empty() || !std::is_sorted(bins.begin(), bins.end()) ||
+        std::adjacent_find(bins.begin(), bins.end()) != bins.end())
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
     // Shown parameters are those that differ from their defaults: MACT's, given with a fixed count.
     for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
@@ -169,9 +174,12 @@ class MemFine : public Strategy {
     // is conservative for them (the projection itself uses their widths).
     const auto& bins = mact_.options().bins;
     PaperChunks pc;
-    if (chunks_ > 0) pc.chunks = pc.used = chunks_;
-    else if (!fixed_.empty()) pc.chunks = pc.used = std::max<int64_t>(1, *std::max_element(fixed_.begin(), fixed_.end()));
-    else pc.chunks = chunks_for(received, s_recv_max, bins), pc.used = pc.chunks > 0 ? pc.chunks : bins.back();
+    if (chunks_ > 0)
+      pc.chunks = pc.used = chunks_;
+    else if (!fixed_.empty())
+      pc.chunks = pc.used = std::max<int64_t>(1, *std::max_element(fixed_.begin(), fixed_.end()));
+    else
+      pc.chunks = chunks_for(received, s_recv_max, bins), pc.used = pc.chunks > 0 ? pc.chunks : bins.back();
     if (shape_.experts == ExpertStorage::BufferFree) pc.row_h = 1, pc.row_g = shape_.keep_act ? 3 : 2;
     return pc;
   }
@@ -189,11 +197,12 @@ class MemFine : public Strategy {
 
 MEMFINE_REGISTER_STRATEGY(coded(
     "memfine",
-    "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer recomputed",
+    "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer "
+    "recomputed",
     {chunks_param(),
      int_list_param("bins", "auto: the chunk counts MACT may choose, increasing", {1, 2, 4, 8}, 1, int64_t(1) << 24),
-     choice_param("model", "auto: 'implementation' (this code's byte-level model) or 'paper' (Eq. 8-9)", "implementation",
-                  {"implementation", "paper"}),
+     choice_param("model", "auto: 'implementation' (this code's byte-level model) or 'paper' (Eq. 8-9)",
+                  "implementation", {"implementation", "paper"}),
      bool_param("store_when_fits", "auto: store without recomputation when the model says that fits", false),
      number_param("headroom", "auto: share of the budget's activation room kept free for the model's error", 0.05, 0,
                   0.99),
@@ -225,13 +234,15 @@ MEMFINE_REGISTER_STRATEGY(coded(
           throw std::invalid_argument("bins: " + std::to_string(bins.back()) + " chunks exceeds the tokens per rank (" +
                                       std::to_string(c.model.tokens()) + ")");
         if (s.value("objective") == "time" && c.cost_model.empty())
-          throw std::invalid_argument("objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
-                                      "writes results/<device>/cost_model.json)");
+          throw std::invalid_argument(
+              "objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
+              "writes results/<device>/cost_model.json)");
         // MACT plans against the budget: without one, everything fits and it runs its smallest bin
         // (store_when_fits: stores everything) in every layer and step.
         if (c.budget < 0 && s.value("objective") == "memory" && !c.paper.enabled)
           return std::string("chunks: auto without memory.budget: MACT then runs ") +
-                 (s.value("store_when_fits").get<bool>() ? "every layer stored" : std::to_string(bins.front()) + " chunk(s)") +
+                 (s.value("store_when_fits").get<bool>() ? "every layer stored"
+                                                         : std::to_string(bins.front()) + " chunk(s)") +
                  " everywhere; set memory.budget for it to plan";
         return std::string();
       }

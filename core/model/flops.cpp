@@ -1,4 +1,4 @@
-#include "core/meter/flops.h"
+#include "core/model/flops.h"
 
 namespace memfine {
 
@@ -7,7 +7,7 @@ StepFlops step_flops(const ModelConfig& m, int64_t received_rows) {
   StepFlops f;
   if (m.attention == "gqa") {
     const double q = double(m.heads * m.head_dim), kv = double(m.kv_heads * m.head_dim);
-    const double proj = 2.0 * T * h * (2.0 * q + 2.0 * kv);                    // q, k, v, o
+    const double proj = 2.0 * T * h * (2.0 * q + 2.0 * kv);                               // q, k, v, o
     const double core = 4.0 * double(m.micro_batch) * double(m.seq) * double(m.seq) * q;  // QK^T and PV, full square
     f.attention = 3.0 * L * (proj + core);
   }
