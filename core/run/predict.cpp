@@ -5,7 +5,7 @@
 #include "core/meter/memory_meter.h"
 #include "core/model/flops.h"
 #include "core/predict/paper_model.h"
-#include "core/record/record.h"
+#include "core/record/prediction_record.h"
 #include "core/record/table.h"
 #include "core/run/validate.h"
 #include "core/strategy/registry.h"
@@ -44,26 +44,10 @@ int predict_experiment(const std::string& yaml, bool json_lines) {
       const PaperScale scale = paper_scale(p.config);
       const PointContext ctx = point_context(p.config);
       for (const auto& s : p.config.strategies) {
-        json r = new_record(p.config, ctx, p.id, s, "predicted");
-        r["model"] = "paper";
         const std::optional<PaperChunks> chunks = make_strategy(s)->paper_chunks(scale.received, scale.s_recv_max);
-        if (!chunks) {
-          r["status"] = "unpredicted";
-          r["unpredicted_why"] = "the paper's model does not cover '" + s.name + "'";
-        } else {
-          const PaperProjection pr = project_paper(p.config, *chunks);
-          r["parameters"] = pr.parameters;
-          r["static_gb"] = pr.static_bytes / 1e9;
-          r["activation_gb"] = pr.activation_bytes / 1e9;
-          r["total_gb"] = (pr.static_bytes + pr.activation_bytes) / 1e9;
-          r["tokens_received"] = pr.received;
-          r["s_recv_max"] = pr.s_recv_max;
-          r["chunks"] = pr.chunks;
-          r["fits"] = pr.fits;
-          r["device_gb"] = double(p.config.paper.device_memory) / 1e9;
-          r["assumptions"] = pr.assumptions;
-        }
-        out.push_back(std::move(r));
+        out.push_back(paper_prediction_record(
+            p.config, ctx, p.id, s,
+            chunks ? std::optional<PaperProjection>(project_paper(p.config, *chunks)) : std::nullopt));
       }
       continue;
     }
@@ -94,63 +78,37 @@ int predict_experiment(const std::string& yaml, bool json_lines) {
       for (int64_t it = p.config.warmup; it < p.config.warmup + p.config.repeats; ++it) steps_to_model.push_back(it);
     const PointContext ctx = point_context(p.config);
     // Each step is routed once and every strategy predicted on it.
-    struct Predicted {
-      json record;
+    struct Predicting {
       std::unique_ptr<Strategy> strategy;
-      Prediction worst;
-      json chunks = json::array();
-      bool chunked = false, done = false;
+      ImplementationPrediction prediction;
     };
-    std::vector<Predicted> ps;
+    std::vector<Predicting> ps;
     for (const auto& s : p.config.strategies) {
-      Predicted x;
-      x.record = new_record(p.config, ctx, p.id, s, "predicted");
-      json& r = x.record;
-      r["model"] = "implementation";
-      r["rank"] = er.rank, r["tokens_received"] = recv_max, r["step_tflop"] = step_tflop;
-      r["routing"] = tokens ? "tokens" : "counts";
-      r["predicted_static_bytes"] = nullptr, r["predicted_activation_bytes"] = nullptr, r["fits"] = nullptr;
-      x.strategy = make_strategy(s);
+      Predicting x{make_strategy(s), {}};
+      x.prediction.rank = er.rank, x.prediction.tokens_received = recv_max, x.prediction.step_tflop = step_tflop;
+      x.prediction.routed_tokens = tokens, x.prediction.steps = steps_to_model;
       ps.push_back(std::move(x));
     }
     for (int64_t it : steps_to_model) {
       EmulatedRank at = er;
       route_step(at, on_host, it);
       for (auto& x : ps) {
-        if (x.done) continue;
+        ImplementationPrediction& ip = x.prediction;
+        if (!ip.unpredicted_why.empty() || !ip.fits_why.empty()) continue;
         try {
           const Prediction pr = x.strategy->predict(on_host, at);
-          if (x.worst.phase.empty() || pr.activation_bytes > x.worst.activation_bytes) x.worst = pr;
-          x.chunked |= !pr.chunks.empty();
-          x.chunks.push_back(pr.chunks);
+          if (!ip.worst || pr.activation_bytes > ip.worst->activation_bytes) ip.worst = pr;
+          ip.chunks.push_back(pr.chunks);
         } catch (const NotModelled& e) {
-          x.record["status"] = "unpredicted";
-          x.record["unpredicted_why"] = e.what();
-          x.done = true;
+          ip.unpredicted_why = e.what();
         } catch (const std::exception& e) {
           if (!is_out_of_memory(e)) throw;
-          // A strategy that plans per step found nothing that fits the budget.
-          x.record["fits"] = false;
-          x.record["fits_why"] = e.what();
-          x.done = true;
+          ip.fits_why = e.what();  // a strategy that plans per step found nothing that fits the budget
         }
       }
     }
-    for (auto& x : ps) {
-      json& r = x.record;
-      if (!x.done) {
-        r["predicted_static_bytes"] = x.worst.static_bytes;
-        r["predicted_activation_bytes"] = x.worst.activation_bytes;
-        r["peak_phase"] = x.worst.phase;
-        if (x.chunked) {  // per layer; per step and layer under a schedule, as run records them
-          r["chunks"] = steps_to_model.size() == 1 ? x.chunks[0] : x.chunks;
-          if (steps_to_model.size() > 1) r["chunk_steps"] = steps_to_model;
-        }
-        r["fits"] = p.config.budget < 0 ? json(nullptr)
-                                        : json(x.worst.static_bytes + x.worst.activation_bytes <= p.config.budget);
-      }
-      out.push_back(std::move(r));
-    }
+    for (size_t i = 0; i < ps.size(); ++i)
+      out.push_back(implementation_prediction_record(p.config, ctx, p.id, p.config.strategies[i], ps[i].prediction));
   }
   if (json_lines)
     for (const auto& r : out) std::cout << r.dump() << "\n";
