@@ -62,17 +62,24 @@ std::string cpu_name() {
   return name;
 }
 
-json environment(const ExperimentConfig& c) {
-  json env;
+std::string git_commit() {
   // The checkout does not change during a run: ask git once per process, not once per point.
+  // Dirty means changed code or experiments: the outputs (results/, paper_figures/) change while
+  // the suite measures and plots, and a remeasure rewrites them, which says nothing of the code.
   static const std::string commit = [] {
     std::string c = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" rev-parse --short=12 HEAD 2>/dev/null");
     if (c.empty()) c = MEMFINE_GIT_COMMIT;
-    const std::string dirty =
-        run_command("git -C \"" MEMFINE_SOURCE_DIR "\" status --porcelain --untracked-files=no 2>/dev/null");
+    const std::string dirty = run_command("git -C \"" MEMFINE_SOURCE_DIR
+                                          "\" status --porcelain --untracked-files=no -- . "
+                                          "':(exclude)results' ':(exclude)paper_figures' 2>/dev/null");
     return c + (dirty.empty() ? "" : "-dirty");
   }();
-  env["git_commit"] = commit;
+  return commit;
+}
+
+json environment(const ExperimentConfig& c) {
+  json env;
+  env["git_commit"] = git_commit();
   env["libtorch"] = TORCH_VERSION;
   env["device"] = c.device;
   env["device_name"] = cpu_name();

@@ -14,6 +14,10 @@ nlohmann::json environment(const ExperimentConfig& c);
 // This machine's CPU model ("AMD EPYC 7B13"), as /proc/cpuinfo names it.
 std::string cpu_name();
 
+// The commit the code was built and run from (12 hex digits), "-dirty" when code or experiments
+// differ from it (changes under results/ and paper_figures/ do not count).
+std::string git_commit();
+
 // `memfine --version`: git describe of the source tree (the build's commit outside it) and LibTorch's.
 std::string version_text();
 

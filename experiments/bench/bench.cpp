@@ -208,7 +208,8 @@ int main(int argc, char** argv) {
   register_dispatch_combine(moe_config);
   benchmark::AddCustomContext("moe_config", moe_config.empty() ? "(built in)" : moe_config);
   benchmark::AddCustomContext("libtorch", TORCH_VERSION);
-  benchmark::AddCustomContext("cpu_model", memfine::cpu_name());  // a cost model fitted here names its machine
+  benchmark::AddCustomContext("git_commit", memfine::git_commit());  // what measured it
+  benchmark::AddCustomContext("cpu_model", memfine::cpu_name());     // a cost model fitted here names its machine
   // The runs' allocator: the meter's counting allocator keeps freed blocks in the heap (no page
   // faults on every large allocation), so kernels are timed as the runs time them.
   memfine::MemoryMeter::get("cpu");
