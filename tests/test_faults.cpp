@@ -57,7 +57,11 @@ Launched launch_in_background(const std::string& yaml, const std::string& dir, c
     l.launcher = pid_t(std::stol(pid_text));
     l.ranks.clear();
     std::ifstream children("/proc/" + std::to_string(l.launcher) + "/task/" + std::to_string(l.launcher) + "/children");
-    for (pid_t p; children >> p;) l.ranks.push_back(p);
+    // A rank counts once it runs `memfine run`: stopped between posix_spawn's clone and its exec,
+    // a child would hold the launcher inside posix_spawn, which no launcher can guard against.
+    for (pid_t p; children >> p;)
+      if (slurp("/proc/" + std::to_string(p) + "/cmdline").find(std::string("\0run\0", 5)) != std::string::npos)
+        l.ranks.push_back(p);
   }
   return l;
 }
