@@ -46,12 +46,6 @@ std::string blas_name() {
 
 std::string source_dir() { return MEMFINE_SOURCE_DIR; }
 
-std::string version_text() {
-  std::string v = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" describe --always --tags --dirty 2>/dev/null");
-  if (v.empty()) v = MEMFINE_GIT_COMMIT " (built from; the source tree is gone)";
-  return "memfine " + v + ", LibTorch " + TORCH_VERSION;
-}
-
 std::string cpu_name() {
   static const std::string name = [] {  // read once per process
     std::ifstream in("/proc/cpuinfo");
@@ -62,19 +56,35 @@ std::string cpu_name() {
   return name;
 }
 
-std::string git_commit() {
+namespace {
+struct SourceCommit {
+  std::string id;        // 12 hex digits, "-dirty" when code or experiments differ from it
+  bool checkout = true;  // false: the source tree is gone, the id is the one the build saw
+};
+
+const SourceCommit& source_commit() {
   // The checkout does not change during a run: ask git once per process, not once per point.
   // Dirty means changed code or experiments: the outputs (results/, paper_figures/) change while
   // the suite measures and plots, and a remeasure rewrites them, which says nothing of the code.
-  static const std::string commit = [] {
-    std::string c = run_command("git -C \"" MEMFINE_SOURCE_DIR "\" rev-parse --short=12 HEAD 2>/dev/null");
-    if (c.empty()) c = MEMFINE_GIT_COMMIT;
+  static const SourceCommit commit = [] {
+    SourceCommit c{run_command("git -C \"" MEMFINE_SOURCE_DIR "\" rev-parse --short=12 HEAD 2>/dev/null")};
+    if (c.id.empty()) return SourceCommit{MEMFINE_GIT_COMMIT, false};
     const std::string dirty = run_command("git -C \"" MEMFINE_SOURCE_DIR
                                           "\" status --porcelain --untracked-files=no -- . "
                                           "':(exclude)results' ':(exclude)paper_figures' 2>/dev/null");
-    return c + (dirty.empty() ? "" : "-dirty");
+    if (!dirty.empty()) c.id += "-dirty";
+    return c;
   }();
   return commit;
+}
+}  // namespace
+
+std::string git_commit() { return source_commit().id; }
+
+std::string version_text() {
+  const SourceCommit& c = source_commit();
+  return "memfine " + c.id + (c.checkout ? "" : " (built from; the source tree is gone)") + ", LibTorch " +
+         TORCH_VERSION;
 }
 
 json environment(const ExperimentConfig& c) {

@@ -18,7 +18,7 @@ std::string cpu_name();
 // differ from it (changes under results/ and paper_figures/ do not count).
 std::string git_commit();
 
-// `memfine --version`: git describe of the source tree (the build's commit outside it) and LibTorch's.
+// `memfine --version`: git_commit() (the build's commit outside the checkout) and LibTorch's.
 std::string version_text();
 
 // The source tree this binary was built from (its scripts: memfine plot).
