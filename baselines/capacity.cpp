@@ -36,8 +36,8 @@ class Capacity : public Strategy {
     policy_ = spec_.value("drop_policy").get<std::string>();
     pad_ = shape_.pad_to_capacity;
   }
-  void begin_step(int64_t) override { assignments_ = dropped_ = local_rows_ = local_kept_ = 0; }
-  json step_counters() const override {
+  void begin_own_step(int64_t) override { assignments_ = dropped_ = local_rows_ = local_kept_ = 0; }
+  json own_step_counters() const override {
     // kept_row_fraction: of the rows this rank's experts would compute dropless, the share they do
     // (the records' model FLOPs); on the hottest rank it is below 1 - dropped_fraction.
     return {{"assignments", assignments_},

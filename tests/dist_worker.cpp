@@ -28,13 +28,15 @@ int main(int argc, char** argv) {
   if (has("float32")) c.dtype = "float32";
   StrategySpec spec;
   spec.name = argv[1];
-  // "-": defaults; "4" or "auto": memfine's chunks; "key=value,key=value": any parameters.
+  // "-": defaults; "4" or "auto": memfine's chunks; "key=value,key=value" (or with ';'): any parameters.
   const std::string params = argv[2];
   if (params.find('=') == std::string::npos) {
     if (params != "-") spec.written["chunks"] = YAML::Load(params);
   } else {
+    // ';' separates where a value is a list with commas in it.
+    const char sep = params.find(';') == std::string::npos ? ',' : ';';
     std::stringstream list(params);
-    for (std::string kv; std::getline(list, kv, ',');)
+    for (std::string kv; std::getline(list, kv, sep);)
       spec.written[kv.substr(0, kv.find('='))] = YAML::Load(kv.substr(kv.find('=') + 1));
   }
   auto st = make_rank_state(c, *dist, true);

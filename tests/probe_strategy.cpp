@@ -16,7 +16,7 @@ std::atomic<int64_t> g_expert_rows{0};  // over every instance: an expert hook i
 class ExpertProbe : public Strategy {
  public:
   explicit ExpertProbe(const StrategySpec& spec) : Strategy(spec, StrategyShape{}) {}  // stores what no_recompute does
-  void begin_step(int64_t) override { g_expert_rows = 0; }
+  void begin_own_step(int64_t) override { g_expert_rows = 0; }
   ExpertPath expert() const override {
     return ExpertPath([](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
       g_expert_rows += rows.size(0);
@@ -24,7 +24,7 @@ class ExpertProbe : public Strategy {
       return at::matmul(at::silu(gate_up[0]) * gate_up[1], w_out);
     });
   }
-  json step_counters() const override { return {{"expert_rows", g_expert_rows.load()}}; }
+  json own_step_counters() const override { return {{"expert_rows", g_expert_rows.load()}}; }
 };
 
 MEMFINE_REGISTER_STRATEGY(coded("expert_probe",

@@ -101,6 +101,10 @@ TEST(Config, StrategyLabelIsOneWhateverTheYamlStyle) {
   EXPECT_EQ(label_of("{name: memfine, chunks: auto, store_when_fits: true}"),
             "memfine(chunks=auto,store_when_fits=true)");
   EXPECT_EQ(label_of("name: memfine\nchunks:\n  - 0\n  - 2\n"), "memfine(chunks=[0,2])");
+  // Numbers as Python's repr writes them: no exponent between 1e-4 and 1e16.
+  EXPECT_EQ(label_of("{name: offload, h2d_gbps: 400, d2h_gbps: 1e5, modules: [core_attn]}"),
+            "offload(d2h_gbps=100000.0,h2d_gbps=400.0,modules=[core_attn])");
+  EXPECT_EQ(label_of("{name: capacity, capacity_factor: 1e-6}"), "capacity(capacity_factor=1e-06,drop_policy=probs)");
   // Records written before labels were canonical read as today's.
   EXPECT_EQ(canonical_label(json{{"strategy", "memfine(bins=[1, 2, 4, 8],chunks=auto)"}}), "memfine(chunks=auto)");
   EXPECT_EQ(canonical_label(json{{"strategy", "capacity(capacity_factor=1.0)"}}),

@@ -131,6 +131,13 @@ TEST_P(RealRanks, MoeBlaze) {
   expect_same_as_one_process(GetParam(), "moeblaze", "-", "aten", "float32");
   expect_same_as_one_process(GetParam(), "memfine", "chunks=2,experts=buffer_free", "aten", "float32");
 }
+// Offloading on real ranks: each rank's own groups, alone and composed.
+TEST_P(RealRanks, Offload) {
+  expect_same_as_one_process(GetParam(), "offload",
+                             "modules=[attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm,expert_fc1,moe_act,expert_fc2];"
+                             "prefetch=0");
+  expect_same_as_one_process(GetParam(), "offload", "experts=moe_act,chunks=2");
+}
 // A strategy defined only in the tests (tests/probe_strategy.cpp), with its own expert.
 TEST_P(RealRanks, StrategyDefinedInATestFile) { expect_same_as_one_process(GetParam(), "expert_probe", "-"); }
 TEST_P(RealRanks, MemFineChunks) {

@@ -37,6 +37,11 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
   specs.push_back(spec("moeblaze", {{"block_rows", "16"}}));
   specs.push_back(spec("capacity", {{"capacity_factor", "1.25"}, {"pad", "true"}}));
   specs.push_back(spec("capacity", {{"capacity_factor", "0.5"}}));
+  // Offloading: every module, prefetched or not, composed with moe_act and with chunks.
+  const char* all = "[attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, expert_fc2]";
+  specs.push_back(spec("offload", {{"modules", all}, {"prefetch", "0"}}));
+  specs.push_back(spec("offload", {{"modules", all}, {"experts", "moe_act"}, {"margin", "1"}}));
+  specs.push_back(spec("offload", {{"modules", all}, {"chunks", "4"}}));
   double worst = 0;
   for (const char* kind : {"balanced", "zipf"}) {
     for (const char* attention : {"gqa", "none"}) {

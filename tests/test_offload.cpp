@@ -1,58 +1,97 @@
-// Activation offloading's capture (core/strategy/offload): what autograd saves inside a scope
-// leaves the metered memory and comes back for backward, gradients unchanged.
+// Activation offloading (core/strategy/offload.h, baselines/offload.cpp): what it moves, what the
+// device meter sees, what the model predicts and how the copy times are modelled. Its gradients
+// are checked with every strategy's (test_strategies.cpp, test_dist.cpp), its peak with every
+// strategy's (test_memory_model.cpp).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
-
-#include <optional>
 
 #include "core/meter/memory_meter.h"
-#include "core/strategy/offload.h"
+#include "core/run/train_step.h"
+#include "core/strategy/registry.h"
+#include "testing.h"
 
 namespace memfine {
 namespace {
 
-struct Outcome {
-  int64_t held = 0;  // metered bytes autograd holds between forward and backward
-  at::Tensor g0, g1, g3;
-  HostPool pool;
-};
+using test_util::spec;
 
-// A SwiGLU on an activation: x = in w0, y = silu(x w1) * (x w3).
-Outcome swiglu(bool offload) {
-  torch::manual_seed(3);
-  const auto in = torch::randn({256, 128}, torch::kDouble);
-  const auto w0 = torch::randn({128, 128}, torch::kDouble).requires_grad_();
-  const auto w1 = torch::randn({128, 512}, torch::kDouble).requires_grad_();
-  const auto w3 = torch::randn({128, 512}, torch::kDouble).requires_grad_();
-  MemoryMeter& meter = MemoryMeter::get("cpu");
-  Outcome o;
-  at::Tensor loss;
-  const int64_t before = meter.current_bytes();
-  {
-    std::optional<OffloadScope> scope;
-    if (offload) scope.emplace(o.pool);
-    const auto x = torch::mm(in, w0);
-    loss = (torch::silu(torch::mm(x, w1)) * torch::mm(x, w3)).sum();
-  }
-  o.held = meter.current_bytes() - before;
-  loss.backward();
-  o.g0 = w0.grad(), o.g1 = w1.grad(), o.g3 = w3.grad();
-  return o;
+const char* kAll = "[attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, expert_fc2]";
+
+ExperimentConfig config() {
+  ExperimentConfig c = test_util::tiny_config("float32", "zipf", 4);
+  c.model.layers = 4, c.model.hidden = 64, c.model.ffn_hidden = 96, c.model.seq = 64;
+  return c;
 }
 
-TEST(Offload, SavedActivationsLeaveTheMeteredMemoryAndComeBack) {
-  const Outcome plain = swiglu(false), off = swiglu(true);
-  EXPECT_TRUE(torch::equal(plain.g0, off.g0));
-  EXPECT_TRUE(torch::equal(plain.g1, off.g1));
-  EXPECT_TRUE(torch::equal(plain.g3, off.g3));
-  // x [256,128] and the three [256,512] activations (x w1, its silu, x w3) are autograd's alone:
-  // offloaded, the meter no longer holds them.
-  const int64_t activations = (256 * 128 + 3 * 256 * 512) * 8;
-  EXPECT_GE(plain.held - off.held, activations);
-  EXPECT_GE(off.pool.peak, activations);
-  EXPECT_EQ(off.pool.current, 0) << "backward released every host copy";
-  EXPECT_EQ(off.pool.to_device, off.pool.to_host);
-  EXPECT_EQ(plain.pool.tensors, 0);
+// One step's counters.
+json step_counters(const ExperimentConfig& c, const StrategySpec& sp) {
+  auto st = make_train_state(c);
+  auto s = make_strategy(sp);
+  train_step(*st, *s, 0);
+  return s->step_counters();
+}
+
+// The device meter's peak falls by what the model says offloading takes off it, and the host
+// holds what the model says, to the byte.
+TEST(Offload, TheDevicePeakFallsAsTheModelSaysAndTheHostHoldsIt) {
+  const ExperimentConfig c = config();
+  const EmulatedRank rank = make_emulated_rank(c, -1);
+  const StrategySpec plain = spec("no_recompute");
+  const int64_t measured_plain = test_util::step_peak(c, plain);
+  const int64_t predicted_plain = make_strategy(plain)->predict(c, rank).activation_bytes;
+  for (const auto& sp : {spec("offload", {{"modules", kAll}, {"prefetch", "0"}}), spec("offload"),
+                         spec("offload", {{"modules", kAll}, {"margin", "1"}, {"prefetch", "2"}}),
+                         spec("offload", {{"modules", "[core_attn, moe_act]"}, {"min_bytes", "20000"}})}) {
+    const Prediction p = make_strategy(sp)->predict(c, rank);
+    const int64_t measured = test_util::step_peak(c, sp);
+    const int64_t measured_fall = measured_plain - measured, predicted_fall = predicted_plain - p.activation_bytes;
+    EXPECT_GT(measured_fall, 0) << sp.label();
+    // Within the model's 5% (of the peak), as the model holds every strategy.
+    EXPECT_LT(std::abs(double(measured_fall - predicted_fall)), 0.05 * double(measured))
+        << sp.label() << ": fell " << measured_fall << ", predicted " << predicted_fall << " (" << p.phase << ")";
+    const json k = step_counters(c, sp);
+    EXPECT_EQ(k["offload_host_peak_bytes"].get<int64_t>(), p.host_bytes) << sp.label();
+    // Everything that left came back.
+    EXPECT_EQ(k["offload_to_device_bytes"], k["offload_to_host_bytes"]) << sp.label();
+  }
+  // All modules, nothing prefetched: the peak falls by most of what is offloaded.
+  const json all = step_counters(c, spec("offload", {{"modules", kAll}, {"prefetch", "0"}}));
+  EXPECT_GT(all["offload_bytes_by_module"].size(), 6u);
+}
+
+// A margin of every layer offloads nothing; offloading nothing costs nothing.
+TEST(Offload, AMarginOfEveryLayerMovesNothing) {
+  ExperimentConfig c = config();
+  const StrategySpec sp = spec("offload", {{"margin", "4"}});
+  EXPECT_EQ(test_util::step_peak(c, sp), test_util::step_peak(c, spec("no_recompute")));
+  EXPECT_EQ(step_counters(c, sp)["offload_to_host_bytes"], 0);
+}
+
+// The copies' times come from the bandwidth: each direction's busy time is its bytes over its
+// bandwidth; a fast link hides every copy behind compute, a slow one exposes nearly all of it.
+TEST(Offload, CopyTimesAreModelledFromTheBandwidth) {
+  const ExperimentConfig c = config();
+  const json fast = step_counters(c, spec("offload", {{"h2d_gbps", "100000"}, {"d2h_gbps", "100000"}}));
+  const json slow = step_counters(c, spec("offload", {{"h2d_gbps", "0.001"}, {"d2h_gbps", "0.002"}}));
+  const double bytes = fast["offload_to_host_bytes"].get<double>();
+  ASSERT_GT(bytes, 0);
+  EXPECT_DOUBLE_EQ(slow["offload_d2h_ms_modelled"].get<double>(), bytes / 0.002e6);
+  EXPECT_DOUBLE_EQ(slow["offload_h2d_ms_modelled"].get<double>(), bytes / 0.001e6);
+  EXPECT_LT(fast["copy_ms_modelled"].get<double>(), 0.01);
+  // Slow: compute waits for nearly all of both directions (less what overlaps the step's compute,
+  // far shorter than the copies here).
+  const double busy = slow["offload_d2h_ms_modelled"].get<double>() + slow["offload_h2d_ms_modelled"].get<double>();
+  EXPECT_GT(slow["copy_ms_modelled"].get<double>(), 0.5 * busy);
+  EXPECT_LE(slow["copy_ms_modelled"].get<double>(), busy + 1e-9);
+  EXPECT_GE(slow["offload_emulation_ms"].get<double>(), 0);
+}
+
+// Wrong modules are refused where they are read, naming the choices.
+TEST(Offload, UnknownModulesAreRefused) {
+  std::vector<ParamProblem> problems;
+  resolve_strategy(spec("offload", {{"modules", "[core_atn]"}}), problems);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].key, "modules");
+  EXPECT_NE(problems[0].message.find("core_attn"), std::string::npos) << problems[0].message;
 }
 
 }  // namespace

@@ -31,6 +31,11 @@ std::vector<StrategySpec> dropless_variants() {
   // Blocks smaller than an expert's rows, own and peer rows sharing a block.
   v.push_back(spec("moeblaze", {{"block_rows", "5"}}));
   v.push_back(spec("moeblaze", {{"block_rows", "3"}, {"keep_act", "true"}}));
+  // Offloading every module, nothing prefetched; composed with moe_act and with chunks.
+  const char* all = "[attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, expert_fc2]";
+  v.push_back(spec("offload", {{"modules", all}, {"prefetch", "0"}, {"min_bytes", "64"}}));
+  v.push_back(spec("offload", {{"modules", all}, {"experts", "moe_act"}}));
+  v.push_back(spec("offload", {{"modules", all}, {"chunks", "3"}, {"margin", "1"}}));
   return v;
 }
 

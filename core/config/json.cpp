@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/config/sections.h"
@@ -71,12 +72,14 @@ std::string label_value(const json& v) {
   }
   if (v.is_number_float()) {
     // The shortest form that reads back to the same double, with ".0" on whole numbers: 1.0,
-    // 1.25, 0.05 (Python's repr), so 1, 1.0 and 1.00 label alike once typed.
+    // 1.25, 0.05, 400.0 (Python's repr: an exponent only below 1e-4 or from 1e16), so 1, 1.0 and
+    // 1.00 label alike once typed.
     const double d = v.get<double>();
+    const bool plain = std::fabs(d) >= 1e-4 && std::fabs(d) < 1e16;
     char buf[40];
     for (int prec = 1; prec <= 17; ++prec) {
       std::snprintf(buf, sizeof buf, "%.*g", prec, d);
-      if (std::strtod(buf, nullptr) == d) break;
+      if (std::strtod(buf, nullptr) == d && !(plain && std::strchr(buf, 'e'))) break;
     }
     std::string s = buf;
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/util/hash.h"
+#include "core/util/modules.h"
 #include "core/util/tensors.h"
 
 namespace memfine {
@@ -129,23 +130,42 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) {
 
 at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m) {
   const int64_t b = m.micro_batch, s = m.seq, H = m.heads, KV = m.kv_heads, d = m.head_dim;
-  at::Tensor q = at::matmul(x, w.wq).view({b, s, H, d}).transpose(1, 2);
-  auto kv = [&](const at::Tensor& wt) {
-    // Grouped-query: each kv head serves H / KV query heads.
-    return at::matmul(x, wt).view({b, s, KV, 1, d}).expand({b, s, KV, H / KV, d}).reshape({b, s, H, d}).transpose(1, 2);
-  };
-  at::Tensor k = kv(w.wk), v = kv(w.wv);
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d));
-  at::Tensor causal = at::ones({s, s}, x.options().dtype(at::kBool)).triu(1);
-  scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
-  at::Tensor ctx = at::matmul(at::softmax(scores, -1), v);
+  at::Tensor q, k, v, ctx;
+  {
+    ModuleScope qkv(Module::QkvLinear);
+    q = at::matmul(x, w.wq).view({b, s, H, d}).transpose(1, 2);
+    auto kv = [&](const at::Tensor& wt) {
+      // Grouped-query: each kv head serves H / KV query heads.
+      return at::matmul(x, wt).view({b, s, KV, 1, d}).expand({b, s, KV, H / KV, d}).reshape({b, s, H, d}).transpose(1, 2);
+    };
+    k = kv(w.wk), v = kv(w.wv);
+  }
+  {
+    ModuleScope core(Module::CoreAttn);
+    at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d));
+    at::Tensor causal = at::ones({s, s}, x.options().dtype(at::kBool)).triu(1);
+    scores = scores.masked_fill(causal, -std::numeric_limits<double>::infinity());
+    ctx = at::matmul(at::softmax(scores, -1), v);
+  }
+  ModuleScope proj(Module::AttnProj);
   return at::matmul(ctx.transpose(1, 2).reshape({b * s, H * d}), w.wo);
 }
 
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out) {
-  at::Tensor gate_up = at::matmul(x, w_in);
-  auto halves = gate_up.chunk(2, -1);
-  return at::matmul(at::silu(halves[0]) * halves[1], w_out);
+  // Inside a routed expert its parts are marked (offloading picks them by name); the shared expert
+  // runs the same code and stays the shared expert.
+  at::Tensor gate_up, act;
+  {
+    ExpertPartScope fc1(Module::ExpertFc1);
+    gate_up = at::matmul(x, w_in);
+  }
+  {
+    ExpertPartScope moe_act(Module::MoeAct);
+    auto halves = gate_up.chunk(2, -1);
+    act = at::silu(halves[0]) * halves[1];
+  }
+  ExpertPartScope fc2(Module::ExpertFc2);
+  return at::matmul(act, w_out);
 }
 
 Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk,

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "core/util/modules.h"
+
 namespace memfine {
 namespace {
 
@@ -60,7 +62,13 @@ ExpertPath expert_path(ExpertStorage s, bool keep_act, int64_t block_rows) {
   ExpertPath p;
   if (s == ExpertStorage::ActRecomputed)
     p.fn = [](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
-      return ActThenDown::apply(at::matmul(rows, w_in), w_out);
+      at::Tensor z;
+      {
+        ExpertPartScope fc1(Module::ExpertFc1);
+        z = at::matmul(rows, w_in);
+      }
+      ExpertPartScope act(Module::MoeAct);  // it keeps z: the activation's input
+      return ActThenDown::apply(z, w_out);
     };
   p.buffer_free = s == ExpertStorage::BufferFree;
   p.keep_act = p.buffer_free && keep_act;

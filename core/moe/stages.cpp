@@ -7,6 +7,7 @@
 #include "core/moe/buffer_free.h"
 #include "core/moe/fused.h"
 #include "core/moe/rows.h"
+#include "core/util/modules.h"
 
 namespace memfine {
 
@@ -155,6 +156,7 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, Dispatched d) {
 }
 
 at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
+  ModuleScope experts(Module::Experts);
   return mr.expert.fn ? mr.expert.fn(rows, w_in, w_out) : swiglu(rows, w_in, w_out);
 }
 

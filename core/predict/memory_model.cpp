@@ -337,6 +337,63 @@ Outside outside_moe(const Sizes& z, bool input_needs_grad) {
   return o;
 }
 
+// Activation offloading (core/strategy/offload.h): the storages autograd saves inside each chosen
+// module of a layer, as this code saves them; each leaves the device when it is saved (at least
+// `min_bytes`) and counts once, however many views of it are saved. `prev` is the part that the
+// layer's input is: the layer below's output, which this model counts as that layer's.
+struct OffloadedBytes {
+  double own = 0, prev = 0;
+  double total() const { return own + prev; }
+};
+OffloadedBytes offloaded_bytes(const Sizes& z, const StrategyShape& sl, const MoeRows& m, bool input_needs_grad,
+                               const Outside& o) {
+  const OffloadSpec& spec = sl.offload;
+  OffloadedBytes b;
+  if (sl.recompute_layer) return b;  // its forward keeps nothing but its input
+  auto add = [&](double bytes, double* to) {
+    if (bytes > 0 && bytes >= double(spec.min_bytes)) *to += bytes;
+  };
+  const double act = z.E * z.T * z.h, r = z.E * z.T, hd = z.E * z.T * z.heads_dim;
+  const bool squares = kNormKeptWithGrad > 2;
+  // An RMSNorm keeps its input, the squares (LibTorch 1.13), x * rsqrt(..) and the rsqrt when its
+  // input needs a gradient; x * rsqrt(..) alone when it does not (its output is the next module's).
+  auto norm = [&](bool needs_grad, double* input_to) {
+    add(act, &b.own);  // x * rsqrt(..)
+    if (!needs_grad) return;
+    add(act, input_to);
+    if (squares) add(act, &b.own);
+    add(r, &b.own);
+  };
+  if (z.attention) {
+    if (spec.has(Module::AttnNorm)) norm(input_needs_grad, &b.prev);
+    if (spec.has(Module::QkvLinear)) add(act, &b.own);  // the norm's output, read by q, k and v
+    if (spec.has(Module::CoreAttn)) {
+      for (int i = 0; i < 3; ++i) add(hd, &b.own);  // q, k and v as contiguous copies
+      add(z.E * z.b * z.H * z.s * z.s, &b.own);     // the softmax output
+      add(z.s * z.s, &b.own);                       // the causal mask
+    }
+    if (spec.has(Module::AttnProj)) add(hd, &b.own);  // the context as a contiguous copy
+  }
+  if (spec.has(Module::MlpNorm)) norm(z.attention || input_needs_grad, z.attention ? &b.own : &b.prev);
+  // The routed experts, where a pass keeps them (a chunked MoE is recomputed: nothing kept).
+  if (sl.moe == MoeMode::Stored && !sl.recompute_layer && !z.buffer_free) {
+    const bool fc1 = spec.has(Module::ExpertFc1), act_ = spec.has(Module::MoeAct), fc2 = spec.has(Module::ExpertFc2);
+    if (z.a2a && fc1) add(z.E * rows_received(m) * z.h, &b.own);  // every expert's input: one buffer
+    for (size_t e = 0; e < m.own.size(); ++e) {
+      const double rows = double(m.own[e] + m.peer[e] + m.pad[e]);
+      if (rows == 0) continue;
+      if (fc1 && !z.a2a) add(z.E * rows * z.h, &b.own);
+      if (act_) {
+        add(z.E * rows * 2 * z.g, &b.own);                     // z = [a | b]
+        if (!z.act_recomputed) add(z.E * rows * z.g, &b.own);  // SiLU(a)
+      }
+      if (fc2 && !z.act_recomputed) add(z.E * rows * z.g, &b.own);  // SiLU(a) * b
+    }
+  }
+  (void)o;
+  return b;
+}
+
 }  // namespace
 
 Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategyShape& s,
@@ -391,11 +448,32 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     out[size_t(l)] = outside_moe(z, l > 0);  // the first layer's input is data, without gradient
     if (sl.recompute_layer)
       resident[size_t(l)] = act;  // its output, saved as the next layer's input
-    else if (sl.moe == MoeMode::RecomputedBlock)
+    else if (sl.moe != MoeMode::Stored)  // recomputed as a block or chunk by chunk: the probabilities
       resident[size_t(l)] = out[size_t(l)].total() + z.E * z.T * z.k;
     else
       resident[size_t(l)] = out[size_t(l)].total() + moe_stored(z, whole[size_t(l)]);
   }
+  // Offloading: each layer's group is off the device from its forward until backward reaches the
+  // layer `prefetch` above it (the loss's backward comes before any).
+  std::vector<OffloadedBytes> group(static_cast<size_t>(L) + 1);
+  for (int64_t l = 0; l < L; ++l) {
+    const StrategyShape& sl = shape[size_t(l)];
+    if (!sl.offload.offloads(l, L)) continue;
+    const OffloadedBytes ob = offloaded_bytes(z, sl, whole[size_t(l)], l > 0, out[size_t(l)]);
+    group[size_t(l)] = ob;
+    resident[size_t(l)] -= ob.own;
+    if (l > 0) resident[size_t(l - 1)] -= ob.prev;
+    p.host_bytes += int64_t(ob.total());
+  }
+  // While layer l's backward runs, the groups of the `prefetch` layers below are back, and its own
+  // input (the layer below's output); besides, for what this model counts in the layer's own
+  // (`kept`), its own group and the output the layer above offloaded.
+  auto back_below = [&](int64_t l) {
+    double b = group[size_t(l)].prev;
+    for (int64_t g = std::max<int64_t>(0, l - s.offload.prefetch); g < l; ++g) b += group[size_t(g)].total();
+    return b;
+  };
+  auto back_own = [&](int64_t l) { return group[size_t(l)].own + group[size_t(l) + 1].prev; };
   for (double r : resident) p.layer_kept.push_back(int64_t(r));
   double below = 0;
   for (int64_t l = 0; l < L; ++l) below += resident[size_t(l)];
@@ -404,13 +482,15 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     current = l;
     const StrategyShape& sl = shape[size_t(l)];  // this layer's
     below -= resident[size_t(l)];
+    const double fetched_below = back_below(l);
+    below += fetched_below;
     const Outside& o = out[size_t(l)];
     const std::string at = "backward of layer " + std::to_string(l);
     const double grad = act;  // gradient of the layer's output
     // Under recomputation, everything outside the MoE is kept again during the layer's backward;
     // the shared expert (recorded after the routed ones) has run its backward before the MoE's.
     // A recomputed layer's output is let go before its backward runs (only its graph is needed).
-    const double kept = (sl.recompute_layer ? o.total() - o.output : resident[size_t(l)]) - o.shared;
+    const double kept = (sl.recompute_layer ? o.total() - o.output : resident[size_t(l)] + back_own(l)) - o.shared;
     // Once the shared expert's backward has run, its input gradient waits for the MoE's to be
     // added to it (its weight gradients are in .grad already).
     const double shared_grads = o.shared == 0 ? 0 : act;
@@ -465,6 +545,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     // attention block's stored tensors still alive.
     if (z.attention)
       consider(below + o.norm1 + o.attention + act + 2 * z.E * z.b * z.H * z.s * z.s + z.s * z.s, at + ", attention");
+    below -= fetched_below;
   }
   // Adam's step, once the activations are gone: one parameter-sized temporary (the denominator)
   // for the largest parameter. The peak when little else is kept.

@@ -43,6 +43,7 @@ std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx
     r["peak_activation_bytes"] =
         measured ? json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))) : json(nullptr);
     r["predicted_activation_bytes"] = k.predicted_activation_bytes;
+    if (!k.predicted_host_bytes.is_null()) r["predicted_offload_host_peak_bytes"] = k.predicted_host_bytes;
     if (!k.unpredicted_why.empty()) r["unpredicted_why"] = k.unpredicted_why;
     r["budget_bytes"] = c.budget < 0 ? json(nullptr) : json(c.budget);
     if (measured) {

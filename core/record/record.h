@@ -23,6 +23,7 @@ struct Measured {
   double loss = 0;
   json counters = json::object();   // the strategy's own (Strategy::record_counters)
   json predicted_activation_bytes;  // the implementation model's, or null
+  json predicted_host_bytes;        // its host peak where the strategy offloads, or null
   std::string unpredicted_why;      // why there is no prediction
   double grad_err = -1;             // verify: largest relative gradient error; -1: not checked
   double verify_tolerance = 0;      // what verify accepts for the dtype

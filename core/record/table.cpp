@@ -151,6 +151,9 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
   if (!baseline.empty()) g.title = "ratios against " + baseline + " (the baseline) at the same point";
   g.header = {"point",  "strategy", "status",  "s'",       "chunks",   "dropped",
               "static", "act peak", "step ms", "act/base", "time/base"};
+  bool offload_any = false;  // offloading's columns where a strategy offloads
+  for (const auto& r : records) offload_any |= r.contains("offload_host_peak_bytes");
+  if (offload_any) g.header.push_back("host peak"), g.header.push_back("copy ms (modelled)");
   if (verified_any) g.header.push_back("verified");
   g.left = 3;
   bool any_elsewhere = false, any_earlier = false;
@@ -200,9 +203,19 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
         std::isnan(ms) ? "-" : fmt("%.1f", ms),
         act_ratio,
         time_ratio};
+    if (offload_any) {
+      const json host = r.value("offload_host_peak_bytes", json()), copy = r.value("copy_ms_modelled", json());
+      row.push_back(host.is_number() ? fmt_bytes(num(host)) : "-");
+      row.push_back(copy.is_number() ? fmt("%.2f", copy.get<double>()) : "-");
+    }
     if (verified_any) row.push_back(verified_text(r));
     g.rows.push_back(row);
   }
+  if (offload_any)
+    g.notes.push_back(
+        "host peak = offloaded activations held in host memory at once; copy ms (modelled) = the time compute would "
+        "wait for the host copies, modelled from the strategy's h2d_gbps / d2h_gbps, never measured; step ms is "
+        "measured and on a CPU includes the emulation's own copying (offload_emulation_ms in the records)");
   if (any_elsewhere)
     g.notes.push_back(
         "* the baseline ran out of memory at this point: against its peak and time measured at the nearest "

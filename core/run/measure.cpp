@@ -142,7 +142,9 @@ PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& 
     EmulatedRank at = er;
     route_step(at, c, c.warmup + worst);
     try {
-      k.m.predicted_activation_bytes = k.strategy->predict(c, at).activation_bytes;
+      const Prediction pr = k.strategy->predict(c, at);
+      k.m.predicted_activation_bytes = pr.activation_bytes;
+      if (pr.host_bytes > 0) k.m.predicted_host_bytes = pr.host_bytes;
     } catch (const std::exception& e) {  // not modelled, or nothing it may choose fits
       k.m.predicted_activation_bytes = nullptr;
       k.m.unpredicted_why = e.what();

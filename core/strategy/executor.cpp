@@ -1,8 +1,11 @@
 #include "core/strategy/executor.h"
 
+#include <optional>
+
 #include "core/moe/expert_storage.h"
 #include "core/strategy/memfine/chunked_moe.h"
 #include "core/strategy/recompute.h"
+#include "core/util/modules.h"
 
 namespace memfine {
 
@@ -10,8 +13,20 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   const ModelConfig& m = in.model->cfg;
   const LayerWeights& w = *in.weights;
   const RankRouting& rr = in.rank->layers[size_t(in.layer)];
-  at::Tensor h = m.attention == "gqa" ? x + attention(rms_norm(x, w.norm1), w, m) : x;
-  at::Tensor xn = rms_norm(h, w.norm2);
+  at::Tensor h = x;
+  if (m.attention == "gqa") {
+    at::Tensor xn1;
+    {
+      ModuleScope norm(Module::AttnNorm);
+      xn1 = rms_norm(x, w.norm1);
+    }
+    h = x + attention(xn1, w, m);
+  }
+  at::Tensor xn;
+  {
+    ModuleScope norm(Module::MlpNorm);
+    xn = rms_norm(h, w.norm2);
+  }
   const TrainConfig& t = in.config->train;
   Routed r = route(xn, w, rr.own_experts, m.topk, t.enabled ? t.aux_loss : 0);
   if (in.expert_counts && !recomputing_for_backward())
@@ -27,7 +42,10 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   s.cap_routing(routing, r.probs.detach());
   Combined c = moe(xn, r.probs, routing, w);
   at::Tensor y = c.y;
-  if (w.shared_in.defined()) y = y + swiglu(xn, w.shared_in, w.shared_out);
+  if (w.shared_in.defined()) {
+    ModuleScope shared(Module::SharedExpert);
+    y = y + swiglu(xn, w.shared_in, w.shared_out);
+  }
   return {h + y, c.peer_loss + r.aux_loss};
 }
 
@@ -68,7 +86,17 @@ LayerOutput run_shape(const at::Tensor& x, const LayerInput& in, Strategy& s, co
       return chunked_moe(xn, probs, r, w, chunks);
     };
   }
-  return shape.recompute_layer ? layer_recomputed(x, in, s, moe) : layer_forward(x, in, s, moe);
+  Offloader* off = s.offloader();
+  if (!off) return shape.recompute_layer ? layer_recomputed(x, in, s, moe) : layer_forward(x, in, s, moe);
+  // Every layer's backward is marked: where the groups below come back, offloaded or not.
+  LayerOutput out;
+  {
+    std::optional<Offloader::LayerScope> scope;
+    if (shape.offload.offloads(in.layer, in.model->cfg.layers)) scope.emplace(*off, in.layer);
+    out = shape.recompute_layer ? layer_recomputed(x, in, s, moe) : layer_forward(x, in, s, moe);
+  }
+  out.hidden = off->mark_backward(out.hidden, in.layer);
+  return out;
 }
 
 LayerOutput Strategy::run_layer(const at::Tensor& x, const LayerInput& in) { return run_shape(x, in, *this, shape_); }

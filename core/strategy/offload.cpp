@@ -1,66 +1,195 @@
 #include "core/strategy/offload.h"
 
-#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <new>
 
+#include "core/strategy/recompute.h"
+
 namespace memfine {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// One saved storage's host copy (shared by every view of it saved), then its device copy.
+struct Entry {
+  std::weak_ptr<Offloader::Impl> owner;
+  int64_t bytes = 0;
+  at::Device device_type = at::kCPU;  // where it came from
+  at::Tensor host, device;
+  // Keeps the key's address (the storage's) from being reused while the entry lives.
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  ~Entry();
+};
+
+// A layer's offloaded storages.
+struct OffloadGroup {
+  std::map<const void*, std::weak_ptr<Entry>> entries;
+  std::vector<std::shared_ptr<Entry>> fetch_list;  // weak in effect: cleared on fetch
+  int64_t bytes = 0;
+  std::vector<std::pair<double, int64_t>> packs;  // (ms since the step began, bytes): the D2H copies
+  double fetched_ms = -1, first_unpack_ms = -1;
+  bool fetched = false;
+};
+
+struct Offloader::Impl {
+  explicit Impl(const OffloadSpec& s) : spec(s) {}
+  OffloadSpec spec;
+  std::vector<OffloadGroup> groups;
+  std::vector<double> backward_ms;  // when each layer's backward began
+  Clock::time_point start;
+  double hook_ms = 0;  // the emulation's own copying, taken out of every event's time
+  int64_t host_current = 0, host_peak = 0, to_host = 0, to_device = 0, tensors = 0;
+  std::map<Module, int64_t> by_module;
+
+  double now_ms() const {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count() - hook_ms;
+  }
+  void host_add(int64_t b) {
+    host_current += b;
+    host_peak = std::max(host_peak, host_current);
+  }
+  // Brings an entry's copy back to the device (the metered allocator) and frees the host one.
+  void fetch(Entry& e) {
+    if (e.device.defined() || !e.host.defined()) return;
+    e.device = e.device_type.is_cpu() ? e.host.clone() : e.host.to(e.device_type);
+    e.host = at::Tensor();
+    to_device += e.bytes;
+  }
+  void fetch_group(int64_t g, double at_ms) {
+    if (g < 0 || g >= int64_t(groups.size())) return;
+    OffloadGroup& grp = groups[size_t(g)];
+    if (grp.fetched) return;
+    grp.fetched = true, grp.fetched_ms = at_ms;
+    for (auto& e : grp.fetch_list) fetch(*e);
+    grp.fetch_list.clear();
+  }
+};
+
+Entry::~Entry() {
+  if (auto o = owner.lock(); o && host.defined()) o->host_current -= bytes;
+}
+
 namespace {
 
-thread_local HostPool* active_pool = nullptr;
-thread_local int64_t active_min = 0;
-
-// A host copy of one saved tensor, allocated outside ATen's (metered) CPU allocator.
-class Offloaded : public torch::autograd::SavedVariableHooks {
+// Host buffers by size, reused from step to step (as a pinned pool would be on a device): the
+// emulation's own cost is then a copy, not a page fault per byte.
+class HostBuffers {
  public:
-  Offloaded(HostPool* pool, int64_t min_bytes) : pool_(pool), min_(min_bytes) {}
-  void call_pack_hook(const at::Tensor& t) override {
-    const int64_t bytes = int64_t(t.numel()) * int64_t(t.element_size());
-    // Activations only: a leaf (a weight, the batch) stays where it is, as do small tensors.
-    if (!t.defined() || t.is_leaf() || bytes < min_ || t.device().type() != at::kCPU) {
-      kept_ = t;
-      return;
-    }
-    void* p = std::malloc(size_t(bytes));
-    if (!p) throw std::bad_alloc();
-    const at::Tensor src = t.contiguous();
-    std::memcpy(p, src.data_ptr(), size_t(bytes));
-    HostPool* pool = pool_;
-    host_ = at::from_blob(
-        p, t.sizes(),
-        [pool, bytes](void* q) {
-          std::free(q);
-          pool->current -= bytes;
-        },
-        t.options());
-    bytes_ = bytes;
-    pool_->current += bytes, pool_->to_host += bytes, ++pool_->tensors;
-    if (pool_->current > pool_->peak) pool_->peak = pool_->current;
+  static HostBuffers& get() {
+    static HostBuffers* b = new HostBuffers();  // never destroyed: deleters may run at exit
+    return *b;
   }
-  at::Tensor call_unpack_hook() override {
-    if (!host_.defined()) return kept_;
-    pool_->to_device += bytes_;
-    return host_.clone();  // back on the device (the metered allocator)
+  at::Tensor take(int64_t bytes) {
+    void* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& list = free_[bytes];
+      if (!list.empty()) p = list.back(), list.pop_back();
+    }
+    if (!p) p = std::malloc(size_t(bytes));
+    if (!p) throw std::bad_alloc();
+    return at::from_blob(
+        p, {bytes}, [this, bytes](void* q) { give(q, bytes); }, at::TensorOptions().dtype(at::kByte));
   }
 
  private:
-  HostPool* pool_;
-  int64_t min_;
-  int64_t bytes_ = 0;
-  at::Tensor host_, kept_;
+  void give(void* p, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[bytes].push_back(p);
+  }
+  std::mutex mu_;
+  std::map<int64_t, std::vector<void*>> free_;
 };
 
-// The default engine, handing out Offloaded hooks inside a scope.
+thread_local std::shared_ptr<Offloader::Impl> active;
+thread_local int64_t active_group = -1;
+
+class Timed {
+ public:
+  explicit Timed(Offloader::Impl* o) : o_(o), t0_(Clock::now()) {}
+  ~Timed() { o_->hook_ms += std::chrono::duration<double, std::milli>(Clock::now() - t0_).count(); }
+
+ private:
+  Offloader::Impl* o_;
+  Clock::time_point t0_;
+};
+
+// The hooks of one saved tensor.
+class Offloaded : public torch::autograd::SavedVariableHooks {
+ public:
+  Offloaded(std::shared_ptr<Offloader::Impl> o, int64_t group) : o_(std::move(o)), group_(group) {}
+  void call_pack_hook(const at::Tensor& t) override {
+    // Not the parameters (leaves that need a gradient), nor small tensors.
+    if (!t.defined() || (t.is_leaf() && t.requires_grad()) || !t.has_storage() || int64_t(t.storage().nbytes()) < o_->spec.min_bytes ||
+        t.storage().nbytes() == 0) {
+      kept_ = t.detach();  // as the tensor is: holding it with its graph would keep its node alive
+      return;
+    }
+    const double ms = o_->now_ms();
+    Timed timed(o_.get());
+    sizes_ = t.sizes().vec(), strides_ = t.strides().vec(), offset_ = t.storage_offset(), options_ = t.options();
+    // A storage is copied once, whatever views of it are saved (z's halves, q, k and v's input):
+    // the device lets it go once every one of them is offloaded.
+    OffloadGroup& g = o_->groups[size_t(group_)];
+    const void* key = t.storage().unsafeGetStorageImpl();
+    if (auto it = g.entries.find(key); it != g.entries.end()) entry_ = it->second.lock();
+    if (entry_) return;
+    const int64_t bytes = int64_t(t.storage().nbytes());
+    entry_ = std::make_shared<Entry>();
+    entry_->owner = o_, entry_->bytes = bytes, entry_->device_type = t.device();
+    if (t.is_cpu()) {
+      // The host copy is allocated outside ATen's allocator (the meter counts the device's).
+      entry_->host = HostBuffers::get().take(bytes);
+      std::memcpy(entry_->host.data_ptr(), t.storage().data(), size_t(bytes));
+    } else {
+      // A device: pinned host memory (the caching host allocator reuses it from step to step),
+      // copied synchronously.
+      const at::Tensor whole = at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device()))
+                                   .set_(t.storage(), 0, {bytes}, {1});
+      entry_->host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+      entry_->host.copy_(whole);
+    }
+    entry_->storage = c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl());
+    g.entries[key] = entry_;
+    g.fetch_list.push_back(entry_);
+    g.bytes += bytes, g.packs.emplace_back(ms, bytes);
+    o_->host_add(bytes), o_->to_host += bytes, ++o_->tensors, o_->by_module[current_module()] += bytes;
+  }
+  at::Tensor call_unpack_hook() override {
+    if (!entry_) return kept_;
+    OffloadGroup& g = o_->groups[size_t(group_)];
+    if (g.first_unpack_ms < 0) g.first_unpack_ms = o_->now_ms();
+    if (!entry_->device.defined()) {  // not prefetched: brought back now
+      Timed timed(o_.get());
+      o_->fetch(*entry_);
+    }
+    return at::empty({0}, options_).set_(entry_->device.storage(), offset_, sizes_, strides_);
+  }
+
+ private:
+  std::shared_ptr<Offloader::Impl> o_;
+  int64_t group_;
+  std::shared_ptr<Entry> entry_;
+  std::vector<int64_t> sizes_, strides_;
+  int64_t offset_ = 0;
+  at::TensorOptions options_;
+  at::Tensor kept_;
+};
+
+// The default engine, handing out Offloaded hooks inside a layer's chosen modules (never while a
+// region is recomputed for backward: what it saves is used at once).
 struct OffloadingEngine : torch::autograd::Engine {
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
-    if (!active_pool) return nullptr;
-    return std::make_unique<Offloaded>(active_pool, active_min);
+    if (!active || !active->spec.has(current_module()) || recomputing_for_backward()) return nullptr;
+    return std::make_unique<Offloaded>(active, active_group);
   }
   static torch::autograd::Engine& get() {
     static OffloadingEngine engine;
@@ -73,13 +202,95 @@ void install_engine() {
   std::call_once(once, [] { torch::autograd::set_default_engine_stub(&OffloadingEngine::get); });
 }
 
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity; its backward marks where a layer's backward begins and brings groups back.
+struct BackwardMark : torch::autograd::Function<BackwardMark> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, std::shared_ptr<Offloader::Impl> o,
+                            int64_t layer) {
+    ctx->saved_data["o"] = keep(std::move(o));
+    ctx->saved_data["layer"] = layer;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    Offloader::Impl* o = kept<std::shared_ptr<Offloader::Impl>>(ctx->saved_data["o"]).get();
+    const int64_t l = ctx->saved_data["layer"].toInt();
+    const double ms = o->now_ms();
+    if (size_t(l) < o->backward_ms.size()) o->backward_ms[size_t(l)] = ms;
+    {
+      Timed timed(o);
+      for (int64_t g = l; g >= l - o->spec.prefetch; --g) o->fetch_group(g, ms);
+    }
+    return {grad[0], at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
-OffloadScope::OffloadScope(HostPool& pool, int64_t min_bytes) : previous_pool_(active_pool), previous_min_(active_min) {
+void Offloader::begin_step(int64_t layers) {
   install_engine();
-  active_pool = &pool, active_min = min_bytes;
+  impl_ = std::make_shared<Impl>(spec_);
+  impl_->groups.resize(size_t(layers));
+  impl_->backward_ms.assign(size_t(layers), -1);
+  impl_->start = Clock::now();
 }
 
-OffloadScope::~OffloadScope() { active_pool = previous_pool_, active_min = previous_min_; }
+Offloader::LayerScope::LayerScope(Offloader& o, int64_t layer) : previous_(active), previous_group_(active_group) {
+  if (!o.impl_) o.begin_step(layer + 1);
+  if (size_t(layer) >= o.impl_->groups.size())
+    o.impl_->groups.resize(size_t(layer) + 1), o.impl_->backward_ms.resize(size_t(layer) + 1, -1);
+  active = o.impl_, active_group = layer;
+}
+
+Offloader::LayerScope::~LayerScope() {
+  active = previous_, active_group = previous_group_;
+}
+
+at::Tensor Offloader::mark_backward(const at::Tensor& hidden, int64_t layer) {
+  if (!impl_ || !hidden.requires_grad()) return hidden;
+  return BackwardMark::apply(hidden, impl_, layer);
+}
+
+json Offloader::counters() const {
+  json j = json::object();
+  if (!impl_) return j;
+  const Impl& o = *impl_;
+  j["offload_to_host_bytes"] = o.to_host, j["offload_to_device_bytes"] = o.to_device;
+  j["offload_host_peak_bytes"] = o.host_peak, j["offload_tensors"] = o.tensors;
+  json mods = json::object();
+  for (const auto& [m, b] : o.by_module) mods[module_name(m)] = b;
+  j["offload_bytes_by_module"] = mods;
+  j["offload_emulation_ms"] = o.hook_ms;  // measured: inside step_ms, absent on a device
+  // The copies on their own streams: D2H of each saved tensor from when it is saved, one at a
+  // time; the forward's end (the last layer's backward mark) waits for the last. In backward,
+  // a group's H2D starts when the layer `prefetch` above it begins its backward (or when it is
+  // first needed, if sooner), and the first use waits for it; every wait delays what follows.
+  const double d2h = o.spec.d2h_gbps * 1e6, h2d = o.spec.h2d_gbps * 1e6;  // bytes per ms
+  double free_at = 0, d2h_ms = 0, h2d_ms = 0;
+  for (const auto& g : o.groups)
+    for (const auto& [t, b] : g.packs) free_at = std::max(free_at, t) + double(b) / d2h, d2h_ms += double(b) / d2h;
+  double fwd_end = -1;
+  for (double b : o.backward_ms) fwd_end = std::max(fwd_end, b);
+  if (fwd_end < 0) fwd_end = free_at;
+  double shift = std::max(0.0, free_at - fwd_end);
+  const double exposed_d2h = shift;
+  double stream = 0;
+  const int64_t L = int64_t(o.groups.size());
+  for (int64_t g = L - 1; g >= 0; --g) {
+    const OffloadGroup& grp = o.groups[size_t(g)];
+    if (grp.bytes == 0 || grp.first_unpack_ms < 0) continue;
+    const double issue = grp.fetched_ms >= 0 ? grp.fetched_ms : grp.first_unpack_ms;
+    const double copy = double(grp.bytes) / h2d;
+    const double done = std::max(issue + shift, stream) + copy;
+    h2d_ms += copy, stream = done;
+    shift += std::max(0.0, done - (grp.first_unpack_ms + shift));
+  }
+  j["offload_d2h_ms_modelled"] = d2h_ms, j["offload_h2d_ms_modelled"] = h2d_ms;
+  j["copy_ms_modelled"] = shift;  // exposed: compute waited this long
+  j["copy_d2h_exposed_ms_modelled"] = exposed_d2h;
+  j["host_bandwidth_gbps"] = {{"h2d", o.spec.h2d_gbps}, {"d2h", o.spec.d2h_gbps}};
+  return j;
+}
 
 }  // namespace memfine

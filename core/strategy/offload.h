@@ -1,35 +1,62 @@
-// Activation offloading's capture: inside an OffloadScope, every tensor autograd saves (at least
-// `min_bytes`) leaves device memory for a host pool when it is saved and comes back when backward
-// unpacks it. No module is rewritten: LibTorch's own saved-variable hooks do it, through an
-// autograd engine that hands them out (the engine is how the Python frontend installs its hooks;
-// LibTorch's SavedTensorDefaultHooks take Python objects only, in 1.13 and 2.x).
-//   On a CPU, host and device are one memory: the pool's tensors are allocated outside the counting
-// allocator, so the device meter no longer sees them and the pool keeps its own count (the host
-// meter); the copies' times are modelled by the caller from what the pool moved.
+// Activation offloading (Megatron-Core's fine-grained activation offloading): inside a layer's
+// chosen modules (OffloadSpec, core/moe/shape.h), every tensor autograd saves leaves device memory
+// for a host pool when it is saved; backward brings a layer's whole group back when it reaches
+// the layer `prefetch` layers above it, and the copies go when autograd lets them go. No module is
+// rewritten: LibTorch's saved-variable hooks do it, through an autograd engine that hands them out
+// (how the Python frontend installs its hooks; LibTorch's SavedTensorDefaultHooks take Python
+// objects only, in 1.13 and 2.x). A tensor saved twice (q, k and v's projections save one input)
+// is copied once.
+//   On a CPU, host and device are one memory: the pool's copies are allocated outside the
+// counting allocator, so the device meter no longer sees them and the pool keeps its own count
+// (the host meter). The copies' times are modelled from the configured bandwidths, against the
+// measured compute between the events that issue and need them (the time the emulation itself
+// spends copying is measured and taken out): every such time is named *_modelled.
 #pragma once
+#include <ATen/ATen.h>
+
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/moe/shape.h"
 
 namespace memfine {
 
-// What one scope's offloading moved and held, in bytes.
-struct HostPool {
-  int64_t current = 0, peak = 0;           // held on the host
-  int64_t to_host = 0, to_device = 0;      // moved each way
-  int64_t tensors = 0;                     // tensors offloaded
-};
-
-// Offloads what autograd saves on this thread while it lives; the tensors come back whenever
-// backward needs them (the scope may be gone by then; the pool must outlive backward).
-class OffloadScope {
+// One step's offloading, for one strategy.
+class Offloader {
  public:
-  OffloadScope(HostPool& pool, int64_t min_bytes = 0);
-  ~OffloadScope();
-  OffloadScope(const OffloadScope&) = delete;
-  OffloadScope& operator=(const OffloadScope&) = delete;
+  struct Impl;  // the step's groups and counts (offload.cpp)
+  explicit Offloader(OffloadSpec spec) : spec_(spec) {}
+  const OffloadSpec& spec() const { return spec_; }
+
+  // Forgets the last step's groups and counts.
+  void begin_step(int64_t layers);
+  // What this step moved, held and would have waited for (bytes, counts, milliseconds).
+  nlohmann::json counters() const;
+
+  // Captures what layer `layer`'s forward saves in the chosen modules while it lives.
+  class LayerScope {
+   public:
+    LayerScope(Offloader& o, int64_t layer);
+    ~LayerScope();
+    LayerScope(const LayerScope&) = delete;
+    LayerScope& operator=(const LayerScope&) = delete;
+
+   private:
+    std::shared_ptr<Impl> previous_;
+    int64_t previous_group_;
+  };
+  // `hidden` unchanged; when its gradient arrives (layer `layer`'s backward begins) the groups of
+  // this layer and the `prefetch` below it come back.
+  at::Tensor mark_backward(const at::Tensor& hidden, int64_t layer);
+
 
  private:
-  HostPool* previous_pool_;
-  int64_t previous_min_;
+  OffloadSpec spec_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace memfine

@@ -21,6 +21,7 @@
 #include "core/moe/stages.h"
 #include "core/predict/memory_model.h"
 #include "core/predict/paper_model.h"
+#include "core/strategy/offload.h"
 #include "core/workload/ep_rank.h"
 
 namespace memfine {
@@ -51,7 +52,9 @@ class Strategy {
   // `shape`: how it runs and what it keeps; `unmodelled_why`: set when the memory model does not
   // cover it (records and tables say why).
   Strategy(StrategySpec spec, StrategyShape shape, std::string unmodelled_why = "")
-      : spec_(std::move(spec)), shape_(shape), why_(std::move(unmodelled_why)) {}
+      : spec_(std::move(spec)), shape_(shape), why_(std::move(unmodelled_why)) {
+    if (shape_.offload.any()) offloader_ = std::make_shared<Offloader>(shape_.offload);
+  }
   virtual ~Strategy() = default;
   std::string label() const { return spec_.label(); }
   const StrategySpec& spec() const { return spec_; }
@@ -68,10 +71,19 @@ class Strategy {
   // Capacity capping edits the routing here; the default keeps every assignment.
   virtual void cap_routing(MoeRouting& routing, const at::Tensor& probs) {}
 
-  // Its own statistics (Google Benchmark's user counters), the record writes them as it finds
-  // them: reset before each step, read after it.
-  virtual void begin_step(int64_t step) {}
-  virtual json step_counters() const { return json::object(); }
+  // Its statistics (Google Benchmark's user counters), the record writes them as it finds them:
+  // reset before each step, read after it. Its own, and its offloading's where it offloads.
+  void begin_step(int64_t step) {
+    if (offloader_) offloader_->begin_step(0);
+    begin_own_step(step);
+  }
+  json step_counters() const {
+    json j = own_step_counters();
+    if (offloader_) j.update(offloader_->counters());
+    return j;
+  }
+  // What offloads the layers' saved activations (shape().offload); null where none do.
+  Offloader* offloader() const { return offloader_.get(); }
   // Real ranks' training step: one record's fields from every rank's step_counters (rank order).
   // Default: theirs when the ranks agree, else each rank's under "per_rank".
   virtual json merge_rank_counters(const std::vector<json>& ranks) const;
@@ -92,6 +104,10 @@ class Strategy {
   StrategySpec spec_;
   StrategyShape shape_;
   std::string why_;
+  std::shared_ptr<Offloader> offloader_;
+
+  virtual void begin_own_step(int64_t step) {}
+  virtual json own_step_counters() const { return json::object(); }
 };
 
 struct NotModelled : std::invalid_argument {

@@ -5,6 +5,7 @@ import os
 import sys
 
 from . import records as R
+from .offload import offload
 from .paper import figure2, figure4, figure5, table4_measured, table4_modeled
 from .quality import quality, train_ranks
 from .report import report
@@ -33,6 +34,8 @@ def jobs(results, predictions):
                                                   "Every baseline on one MoE layer at MoEBlaze-like shapes"), at("baselines")),
         ("baselines_h2048", lambda src, out: strategies(src, out, "baselines_h2048", "Every baseline at MoEBlaze's larger shape"),
          at("baselines_h2048")),
+        ("offload", offload, at("offload")),
+        ("gpu_offload", offload, at("gpu_offload")),
         ("gpu_memfine", lambda src, out: strategies(src, out, "gpu_memfine", "Every strategy at GPU scale (bf16)"),
          at("gpu_memfine")),
         ("gpu_baselines", lambda src, out: strategies(src, out, "gpu_baselines", "Every baseline at MoEBlaze's benchmark scale"),

@@ -7,6 +7,7 @@ import os
 import statistics
 
 from . import records as R
+from .offload import lines as offload_lines
 from .paper import claims, paper_methods
 from .quality import capped, drop_share, overloads, quality_stats, train_ranks_stats
 from .sweeps import budget_mib, fixed_chunks
@@ -532,6 +533,8 @@ def report(results_dir, predictions, out_dir):
         lines.append(f"- {c}: the paper {t}, ours {o} ({v}). " + why_not(why, ctx))
     lines += paper_facts(ctx) + [""]
     lines += chunk_cost_lines(results_dir) + budget_lines(results_dir) + field_lines(results_dir)
+    if _path(results_dir, "offload"):
+        lines += offload_lines(_path(results_dir, "offload"))
     lines += pytorch_reference_lines(results_dir) + quality_lines(results_dir) + train_ranks_lines(results_dir)
     lines += ["## Sources",
               f"- measured: `{os.path.relpath(_path(results_dir, 'paper_figure5'))}` (experiments/paper_figure5.yaml)",

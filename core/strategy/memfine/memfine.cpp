@@ -103,7 +103,7 @@ class MemFine : public Strategy {
         throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
 
-  void begin_step(int64_t step) override {
+  void begin_own_step(int64_t step) override {
     step_chunks_.clear();
     learned_peaks_.clear();
     step_ = step;
@@ -143,7 +143,7 @@ class MemFine : public Strategy {
   }
 
   // Fixed: the chunk count of each layer; MACT: per layer and timed step, with the steps' indices.
-  json step_counters() const override {
+  json own_step_counters() const override {
     json j = {{"chunks", step_chunks_}, {"step", step_}};
     if (plan_.predicted_ms >= 0) j["predicted_step_ms"] = plan_.predicted_ms;
     if (!learned_peaks_.empty()) j["predicted_layer_peak_bytes"] = learned_peaks_;

@@ -1,0 +1,55 @@
+// Baseline: activation offloading (Megatron-Core's fine-grained activation offloading,
+// --fine-grained-activation-offloading --offload-modules ...): the tensors autograd saves inside
+// the chosen modules leave the device after their forward and come back, a layer's group at a
+// time and `prefetch` layers ahead, for their backward (core/strategy/offload.h). Nothing is
+// recomputed unless asked: `experts: moe_act` recomputes the expert activation (Megatron's advice:
+// recompute what is cheap, offload what is not), and `chunks` > 1 runs the MoE in MemFine's token
+// chunks, recomputed chunk by chunk, while the rest of the layer is stored and offloaded.
+#include "core/moe/expert_storage.h"
+#include "core/strategy/offload_params.h"
+#include "core/strategy/registry.h"
+
+namespace memfine {
+namespace {
+
+std::vector<Param> params() {
+  std::vector<Param> p = offload_params({"core_attn", "expert_fc1"});
+  p.push_back(choice_param("experts",
+                           "how each expert keeps its activations: 'stored' or 'moe_act' (SiLU(a)*b recomputed in "
+                           "backward, as moe_act_recompute)",
+                           "stored", {"stored", "moe_act"}));
+  p.push_back(int_param("chunks",
+                        "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
+                        "FCDA), the rest of the layer stored",
+                        1, 1, int64_t(1) << 30));
+  return p;
+}
+
+StrategyInfo info() {
+  StrategyInfo i = shaped(
+      "offload",
+      "activation offloading: what autograd saves in the chosen modules moves to host memory after their forward "
+      "and back for their backward (Megatron's fine-grained offloading); on a CPU the copies' times are modelled",
+      params(), [](const StrategySpec& spec) {
+        StrategyShape s;
+        s.offload = offload_spec(spec);
+        s.experts = parse_expert_storage(spec.value("experts").get<std::string>());
+        s.chunks = spec.value("chunks").get<int64_t>();
+        if (s.chunks > 1) s.moe = MoeMode::Chunked;
+        return s;
+      });
+  i.check_point = [](const StrategySpec& spec, const ExperimentConfig& c) {
+    if (spec.value("chunks").get<int64_t>() > c.model.tokens())
+      throw std::invalid_argument("chunks: " + std::to_string(spec.value("chunks").get<int64_t>()) +
+                                  " exceeds the tokens per rank (" + std::to_string(c.model.tokens()) + ")");
+    if (spec.value("margin").get<int64_t>() >= c.model.layers)
+      return std::string("margin keeps every layer's activations on the device: nothing is offloaded");
+    return std::string();
+  };
+  return i;
+}
+
+MEMFINE_REGISTER_STRATEGY(info());
+
+}  // namespace
+}  // namespace memfine

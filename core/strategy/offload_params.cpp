@@ -1,0 +1,44 @@
+#include "core/strategy/offload_params.h"
+
+#include <stdexcept>
+
+namespace memfine {
+
+using json = nlohmann::json;
+
+std::vector<Param> offload_params(std::vector<std::string> default_modules) {
+  std::string names;
+  for (const auto& [m, n] : offloadable_modules()) names += (names.empty() ? "" : ", ") + n;
+  auto read = [](const YAML::Node& n) -> json {
+    json out = json::array();
+    if (!n.IsSequence()) throw std::invalid_argument("expected a list of module names, e.g. [core_attn, expert_fc1]");
+    for (const auto& item : n) {
+      if (!item.IsScalar()) throw std::invalid_argument("expected a list of module names");
+      module_named(item.Scalar());  // throws naming the choices
+      out.push_back(item.Scalar());
+    }
+    return out;
+  };
+  return {named(Param{"modules",
+                      "the modules whose saved activations leave the device (Megatron's names): " + names,
+                      "a list of module names", read, json(default_modules)}),
+          int_param("min_bytes", "saved tensors (their storage) smaller than this stay on the device", 0, 0,
+                    int64_t(1) << 40),
+          int_param("margin", "the last N layers keep theirs (their backward comes first)", 0, 0, 1 << 20),
+          int_param("prefetch", "backward brings a layer's tensors back this many layers ahead", 1, 0, 1 << 20),
+          number_param("h2d_gbps", "host-to-device bandwidth (GB/s) the copy times are modelled with", 35, 1e-3, 1e5),
+          number_param("d2h_gbps", "device-to-host bandwidth (GB/s) the copy times are modelled with", 53, 1e-3, 1e5)};
+}
+
+OffloadSpec offload_spec(const StrategySpec& spec) {
+  OffloadSpec o;
+  for (const auto& n : spec.value("modules")) o.add(module_named(n.get<std::string>()));
+  o.min_bytes = spec.value("min_bytes").get<int64_t>();
+  o.margin = spec.value("margin").get<int64_t>();
+  o.prefetch = spec.value("prefetch").get<int64_t>();
+  o.h2d_gbps = spec.value("h2d_gbps").get<double>();
+  o.d2h_gbps = spec.value("d2h_gbps").get<double>();
+  return o;
+}
+
+}  // namespace memfine

@@ -1,0 +1,17 @@
+// Activation offloading's parameters, declared once for every strategy that offloads (the
+// `offload` baseline; any strategy may add them to its own): which modules, the smallest tensor,
+// the margin, the prefetch depth and the host bandwidths its copy times are modelled with.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/moe/shape.h"
+#include "core/strategy/params.h"
+
+namespace memfine {
+
+std::vector<Param> offload_params(std::vector<std::string> default_modules);
+// The spec's offloading, from the parameters above.
+OffloadSpec offload_spec(const StrategySpec& spec);
+
+}  // namespace memfine
