@@ -42,6 +42,7 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
   specs.push_back(spec("offload", {{"modules", all}, {"prefetch", "0"}}));
   specs.push_back(spec("offload", {{"modules", all}, {"experts", "moe_act"}, {"margin", "1"}}));
   specs.push_back(spec("offload", {{"modules", all}, {"chunks", "4"}}));
+  specs.push_back(spec("memfine", {{"chunks", "[0, 4]"}, {"modules", all}, {"prefetch", "0"}}));
   double worst = 0;
   for (const char* kind : {"balanced", "zipf"}) {
     for (const char* attention : {"gqa", "none"}) {

@@ -36,6 +36,7 @@ std::vector<StrategySpec> dropless_variants() {
   v.push_back(spec("offload", {{"modules", all}, {"prefetch", "0"}, {"min_bytes", "64"}}));
   v.push_back(spec("offload", {{"modules", all}, {"experts", "moe_act"}}));
   v.push_back(spec("offload", {{"modules", all}, {"chunks", "3"}, {"margin", "1"}}));
+  v.push_back(spec("memfine", {{"chunks", "[0, 3]"}, {"modules", all}}));
   return v;
 }
 

@@ -6,7 +6,7 @@ namespace memfine {
 
 using json = nlohmann::json;
 
-std::vector<Param> offload_params(std::vector<std::string> default_modules) {
+std::vector<Param> offload_params(std::vector<std::string> default_modules, bool named_modules) {
   std::string names;
   for (const auto& [m, n] : offloadable_modules()) names += (names.empty() ? "" : ", ") + n;
   auto read = [](const YAML::Node& n) -> json {
@@ -19,9 +19,9 @@ std::vector<Param> offload_params(std::vector<std::string> default_modules) {
     }
     return out;
   };
-  return {named(Param{"modules",
-                      "the modules whose saved activations leave the device (Megatron's names): " + names,
-                      "a list of module names", read, json(default_modules)}),
+  Param modules{"modules", "the modules whose saved activations leave the device (Megatron's names): " + names,
+                "a list of module names", read, json(default_modules)};
+  return {named_modules ? named(modules) : modules,
           int_param("min_bytes", "saved tensors (their storage) smaller than this stay on the device", 0, 0,
                     int64_t(1) << 40),
           int_param("margin", "the last N layers keep theirs (their backward comes first)", 0, 0, 1 << 20),

@@ -10,7 +10,9 @@
 
 namespace memfine {
 
-std::vector<Param> offload_params(std::vector<std::string> default_modules);
+// `named`: the modules always in the label (the offload baseline); otherwise only when some are
+// chosen (a strategy that offloads nothing by default keeps its labels).
+std::vector<Param> offload_params(std::vector<std::string> default_modules, bool named_modules = true);
 // The spec's offloading, from the parameters above.
 OffloadSpec offload_spec(const StrategySpec& spec);
 

@@ -9,6 +9,7 @@
 #include "core/strategy/executor.h"
 #include "core/strategy/memfine/chunked_moe.h"
 #include "core/strategy/memfine/mact.h"
+#include "core/strategy/offload_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
@@ -58,6 +59,9 @@ StrategyShape stored_shape(const StrategySpec& spec) {
   StrategyShape s;
   s.experts = parse_expert_storage(spec.value("experts").get<std::string>());
   s.keep_act = spec.value("keep_act").get<bool>();
+  // A layer stored whole (a plan's 0) offloads what its modules save; a recomputed one keeps
+  // nothing there to offload.
+  s.offload = offload_spec(spec);
   return s;
 }
 
@@ -97,6 +101,13 @@ class MemFine : public Strategy {
     if (bins.empty() || !std::is_sorted(bins.begin(), bins.end()) ||
         std::adjacent_find(bins.begin(), bins.end()) != bins.end())
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
+    // Offloading acts in layers stored whole only: a plan must be able to store one.
+    const bool can_store = !fixed_.empty() || (tuned(spec_) && (mact_.options().store_when_fits ||
+                                                                mact_.options().objective == "time"));
+    if (shape_.offload.any() && !can_store)
+      throw std::invalid_argument(
+          "modules: offloading acts in layers stored whole; give chunks: auto with store_when_fits: true or "
+          "objective: time, or a per-layer plan with 0s");
     // Shown parameters are those that differ from their defaults: MACT's, given with a fixed count.
     for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
       if ((chunks_ > 0 || !fixed_.empty()) && spec_.shown.contains(k))
@@ -195,26 +206,38 @@ class MemFine : public Strategy {
   int64_t step_ = 0;
 };
 
+std::vector<Param> params() {
+  std::vector<Param> p = {
+      chunks_param(),
+      int_list_param("bins", "auto: the chunk counts MACT may choose, increasing", {1, 2, 4, 8}, 1, int64_t(1) << 24),
+      choice_param("model", "auto: 'implementation' (this code's byte-level model) or 'paper' (Eq. 8-9)",
+                   "implementation", {"implementation", "paper"}),
+      bool_param("store_when_fits", "auto: store without recomputation when the model says that fits", false),
+      number_param("headroom", "auto: share of the budget's activation room kept free for the model's error", 0.05, 0,
+                   0.99),
+      choice_param("experts",
+                   "how each expert keeps its activations inside a chunk: 'stored', 'moe_act' (Megatron's selective "
+                   "recompute of SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the moeblaze strategy)",
+                   "stored", {"stored", "moe_act", "buffer_free"}),
+      bool_param("keep_act", "experts: buffer_free: also keep SiLU(a)*b", false),
+      choice_param("objective",
+                   "auto: 'memory' (smallest bin that fits, the paper's MACT) or 'time' (the plan of least predicted "
+                   "time, by the experiment's cost_model, that fits: per layer stored or a bin)",
+                   "memory", {"memory", "time"})};
+  // Offloading in the layers a plan stores whole (chunks 0, store_when_fits, objective: time):
+  // MACT then stores, offloaded, a layer it would otherwise recompute in chunks.
+  for (Param& o : offload_params({}, false)) {
+    o.help = "layers stored whole: " + o.help;
+    p.push_back(o);
+  }
+  return p;
+}
+
 MEMFINE_REGISTER_STRATEGY(coded(
     "memfine",
     "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer "
     "recomputed",
-    {chunks_param(),
-     int_list_param("bins", "auto: the chunk counts MACT may choose, increasing", {1, 2, 4, 8}, 1, int64_t(1) << 24),
-     choice_param("model", "auto: 'implementation' (this code's byte-level model) or 'paper' (Eq. 8-9)",
-                  "implementation", {"implementation", "paper"}),
-     bool_param("store_when_fits", "auto: store without recomputation when the model says that fits", false),
-     number_param("headroom", "auto: share of the budget's activation room kept free for the model's error", 0.05, 0,
-                  0.99),
-     choice_param("experts",
-                  "how each expert keeps its activations inside a chunk: 'stored', 'moe_act' (Megatron's selective "
-                  "recompute of SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the moeblaze strategy)",
-                  "stored", {"stored", "moe_act", "buffer_free"}),
-     bool_param("keep_act", "experts: buffer_free: also keep SiLU(a)*b", false),
-     choice_param("objective",
-                  "auto: 'memory' (smallest bin that fits, the paper's MACT) or 'time' (the plan of least predicted "
-                  "time, by the experiment's cost_model, that fits: per layer stored or a bin)",
-                  "memory", {"memory", "time"})},
+    params(),
     [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
     [](const StrategySpec& s, const ExperimentConfig& c) {
       if (per_layer(s)) {
