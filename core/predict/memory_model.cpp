@@ -489,8 +489,9 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     const double grad = act;  // gradient of the layer's output
     // Under recomputation, everything outside the MoE is kept again during the layer's backward;
     // the shared expert (recorded after the routed ones) has run its backward before the MoE's.
-    // A recomputed layer's output is let go before its backward runs (only its graph is needed).
-    const double kept = (sl.recompute_layer ? o.total() - o.output : resident[size_t(l)] + back_own(l)) - o.shared;
+    // A recomputed layer's output is let go before its backward runs (only its graph is needed);
+    // a stored layer's, once the layer above (or the loss) has run its backward, which read it.
+    const double kept = (sl.recompute_layer ? o.total() - o.output : resident[size_t(l)] + back_own(l) - o.output) - o.shared;
     // Once the shared expert's backward has run, its input gradient waits for the MoE's to be
     // added to it (its weight gradients are in .grad already).
     const double shared_grads = o.shared == 0 ? 0 : act;
