@@ -91,8 +91,8 @@ TEST(Offload, MactStoresOffloadedWhereStoringAloneDoesNotFit) {
   ExperimentConfig c = config();
   const EmulatedRank rank = make_emulated_rank(c, -1);
   StrategyShape stored, offloaded;
-  for (const char* m : {"attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
-                        "expert_fc2"})
+  for (const char* m :
+       {"attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act", "expert_fc2"})
     offloaded.offload.add(module_named(m));
   offloaded.offload.prefetch = 0;
   const Prediction p0 = predict_step(c, rank, stored), p1 = predict_step(c, rank, offloaded);
@@ -101,14 +101,15 @@ TEST(Offload, MactStoresOffloadedWhereStoringAloneDoesNotFit) {
   c.budget = p0.static_bytes + int64_t(double(p0.activation_bytes + p1.activation_bytes) / 2 / 0.95);
   auto plan = [&](const StrategySpec& sp) { return make_strategy(sp)->predict(c, rank).chunks; };
   const auto alone = plan(spec("memfine", {{"chunks", "auto"}, {"store_when_fits", "true"}}));
-  const auto with = plan(spec("memfine", {{"chunks", "auto"}, {"store_when_fits", "true"}, {"modules", kAll},
-                                          {"prefetch", "0"}}));
+  const auto with =
+      plan(spec("memfine", {{"chunks", "auto"}, {"store_when_fits", "true"}, {"modules", kAll}, {"prefetch", "0"}}));
   EXPECT_NE(alone, std::vector<int64_t>(size_t(c.model.layers), 0)) << "storing alone should not fit";
   EXPECT_EQ(with, std::vector<int64_t>(size_t(c.model.layers), 0)) << "stored, offloaded";
   // And it runs within the budget it planned for.
-  EXPECT_LE(test_util::step_peak(c, spec("memfine", {{"chunks", "auto"}, {"store_when_fits", "true"},
-                                                      {"modules", kAll}, {"prefetch", "0"}})),
-            c.budget - p0.static_bytes);
+  EXPECT_LE(
+      test_util::step_peak(
+          c, spec("memfine", {{"chunks", "auto"}, {"store_when_fits", "true"}, {"modules", kAll}, {"prefetch", "0"}})),
+      c.budget - p0.static_bytes);
   // Offloading where nothing is stored is refused, saying why.
   EXPECT_THROW(make_strategy(spec("memfine", {{"chunks", "4"}, {"modules", "[core_attn]"}})), std::invalid_argument);
 }

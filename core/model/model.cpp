@@ -136,7 +136,11 @@ at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConf
     q = at::matmul(x, w.wq).view({b, s, H, d}).transpose(1, 2);
     auto kv = [&](const at::Tensor& wt) {
       // Grouped-query: each kv head serves H / KV query heads.
-      return at::matmul(x, wt).view({b, s, KV, 1, d}).expand({b, s, KV, H / KV, d}).reshape({b, s, H, d}).transpose(1, 2);
+      return at::matmul(x, wt)
+          .view({b, s, KV, 1, d})
+          .expand({b, s, KV, H / KV, d})
+          .reshape({b, s, H, d})
+          .transpose(1, 2);
     };
     k = kv(w.wk), v = kv(w.wv);
   }
@@ -156,15 +160,15 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor&
   // runs the same code and stays the shared expert.
   at::Tensor gate_up, act;
   {
-    ExpertPartScope fc1(Module::ExpertFc1);
+    ModuleScope fc1(Module::ExpertFc1);
     gate_up = at::matmul(x, w_in);
   }
   {
-    ExpertPartScope moe_act(Module::MoeAct);
+    ModuleScope moe_act(Module::MoeAct);
     auto halves = gate_up.chunk(2, -1);
     act = at::silu(halves[0]) * halves[1];
   }
-  ExpertPartScope fc2(Module::ExpertFc2);
+  ModuleScope fc2(Module::ExpertFc2);
   return at::matmul(act, w_out);
 }
 

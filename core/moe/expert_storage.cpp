@@ -64,10 +64,10 @@ ExpertPath expert_path(ExpertStorage s, bool keep_act, int64_t block_rows) {
     p.fn = [](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
       at::Tensor z;
       {
-        ExpertPartScope fc1(Module::ExpertFc1);
+        ModuleScope fc1(Module::ExpertFc1);
         z = at::matmul(rows, w_in);
       }
-      ExpertPartScope act(Module::MoeAct);  // it keeps z: the activation's input
+      ModuleScope act(Module::MoeAct);  // it keeps z: the activation's input
       return ActThenDown::apply(z, w_out);
     };
   p.buffer_free = s == ExpertStorage::BufferFree;

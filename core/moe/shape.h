@@ -12,10 +12,10 @@ namespace memfine {
 // Activation offloading (core/strategy/offload.h): what autograd saves inside the chosen modules
 // leaves the device after their forward and comes back for their backward.
 struct OffloadSpec {
-  uint32_t modules = 0;        // a bit per Module
-  int64_t min_bytes = 0;       // smaller saved tensors stay (Megatron's min_offloaded_tensor_size)
-  int64_t margin = 0;          // the last `margin` layers keep theirs (their backward comes first)
-  int64_t prefetch = 1;        // backward brings a layer's group back this many layers ahead
+  uint32_t modules = 0;                 // a bit per Module
+  int64_t min_bytes = 0;                // smaller saved tensors stay (Megatron's min_offloaded_tensor_size)
+  int64_t margin = 0;                   // the last `margin` layers keep theirs (their backward comes first)
+  int64_t prefetch = 1;                 // backward brings a layer's group back this many layers ahead
   double h2d_gbps = 35, d2h_gbps = 53;  // host bandwidth each way, for the modelled copy times
   bool any() const { return modules != 0; }
   bool has(Module m) const { return modules & (1u << unsigned(m)); }

@@ -345,8 +345,7 @@ struct OffloadedBytes {
   double own = 0, prev = 0;
   double total() const { return own + prev; }
 };
-OffloadedBytes offloaded_bytes(const Sizes& z, const StrategyShape& sl, const MoeRows& m, bool input_needs_grad,
-                               const Outside& o) {
+OffloadedBytes offloaded_bytes(const Sizes& z, const StrategyShape& sl, const MoeRows& m, bool input_needs_grad) {
   const OffloadSpec& spec = sl.offload;
   OffloadedBytes b;
   if (sl.recompute_layer) return b;  // its forward keeps nothing but its input
@@ -376,7 +375,7 @@ OffloadedBytes offloaded_bytes(const Sizes& z, const StrategyShape& sl, const Mo
   }
   if (spec.has(Module::MlpNorm)) norm(z.attention || input_needs_grad, z.attention ? &b.own : &b.prev);
   // The routed experts, where a pass keeps them (a chunked MoE is recomputed: nothing kept).
-  if (sl.moe == MoeMode::Stored && !sl.recompute_layer && !z.buffer_free) {
+  if (sl.moe == MoeMode::Stored && !z.buffer_free) {
     const bool fc1 = spec.has(Module::ExpertFc1), act_ = spec.has(Module::MoeAct), fc2 = spec.has(Module::ExpertFc2);
     if (z.a2a && fc1) add(z.E * rows_received(m) * z.h, &b.own);  // every expert's input: one buffer
     for (size_t e = 0; e < m.own.size(); ++e) {
@@ -390,7 +389,6 @@ OffloadedBytes offloaded_bytes(const Sizes& z, const StrategyShape& sl, const Mo
       if (fc2 && !z.act_recomputed) add(z.E * rows * z.g, &b.own);  // SiLU(a) * b
     }
   }
-  (void)o;
   return b;
 }
 
@@ -447,7 +445,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     const StrategyShape& sl = shape[size_t(l)];
     out[size_t(l)] = outside_moe(z, l > 0);  // the first layer's input is data, without gradient
     if (sl.recompute_layer)
-      resident[size_t(l)] = act;  // its output, saved as the next layer's input
+      resident[size_t(l)] = act;         // its output, saved as the next layer's input
     else if (sl.moe != MoeMode::Stored)  // recomputed as a block or chunk by chunk: the probabilities
       resident[size_t(l)] = out[size_t(l)].total() + z.E * z.T * z.k;
     else
@@ -459,7 +457,7 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
   for (int64_t l = 0; l < L; ++l) {
     const StrategyShape& sl = shape[size_t(l)];
     if (!sl.offload.offloads(l, L)) continue;
-    const OffloadedBytes ob = offloaded_bytes(z, sl, whole[size_t(l)], l > 0, out[size_t(l)]);
+    const OffloadedBytes ob = offloaded_bytes(z, sl, whole[size_t(l)], l > 0);
     group[size_t(l)] = ob;
     resident[size_t(l)] -= ob.own;
     if (l > 0) resident[size_t(l - 1)] -= ob.prev;
@@ -491,7 +489,8 @@ Prediction predict_step(const ExperimentConfig& c, const EmulatedRank& rank, con
     // the shared expert (recorded after the routed ones) has run its backward before the MoE's.
     // A recomputed layer's output is let go before its backward runs (only its graph is needed);
     // a stored layer's, once the layer above (or the loss) has run its backward, which read it.
-    const double kept = (sl.recompute_layer ? o.total() - o.output : resident[size_t(l)] + back_own(l) - o.output) - o.shared;
+    const double kept =
+        (sl.recompute_layer ? o.total() - o.output : resident[size_t(l)] + back_own(l) - o.output) - o.shared;
     // Once the shared expert's backward has run, its input gradient waits for the MoE's to be
     // added to it (its weight gradients are in .grad already).
     const double shared_grads = o.shared == 0 ? 0 : act;

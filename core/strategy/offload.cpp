@@ -49,9 +49,12 @@ struct Offloader::Impl {
   int64_t host_current = 0, host_peak = 0, to_host = 0, to_device = 0, tensors = 0;
   std::map<Module, int64_t> by_module;
 
-  double now_ms() const {
-    return std::chrono::duration<double, std::milli>(Clock::now() - start).count() - hook_ms;
+  // Layer l's group and backward mark, grown to the layers a step reaches.
+  OffloadGroup& group(int64_t l) {
+    if (size_t(l) >= groups.size()) groups.resize(size_t(l) + 1), backward_ms.resize(size_t(l) + 1, -1);
+    return groups[size_t(l)];
   }
+  double now_ms() const { return std::chrono::duration<double, std::milli>(Clock::now() - start).count() - hook_ms; }
   void host_add(int64_t b) {
     host_current += b;
     host_peak = std::max(host_peak, host_current);
@@ -64,7 +67,7 @@ struct Offloader::Impl {
     to_device += e.bytes;
   }
   void fetch_group(int64_t g, double at_ms) {
-    if (g < 0 || g >= int64_t(groups.size())) return;
+    if (g < 0 || g >= int64_t(groups.size())) return;  // nothing offloaded there
     OffloadGroup& grp = groups[size_t(g)];
     if (grp.fetched) return;
     grp.fetched = true, grp.fetched_ms = at_ms;
@@ -128,8 +131,8 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
   Offloaded(std::shared_ptr<Offloader::Impl> o, int64_t group) : o_(std::move(o)), group_(group) {}
   void call_pack_hook(const at::Tensor& t) override {
     // Not the parameters (leaves that need a gradient), nor small tensors.
-    if (!t.defined() || (t.is_leaf() && t.requires_grad()) || !t.has_storage() || int64_t(t.storage().nbytes()) < o_->spec.min_bytes ||
-        t.storage().nbytes() == 0) {
+    if (!t.defined() || (t.is_leaf() && t.requires_grad()) || !t.has_storage() ||
+        int64_t(t.storage().nbytes()) < o_->spec.min_bytes || t.storage().nbytes() == 0) {
       kept_ = t.detach();  // as the tensor is: holding it with its graph would keep its node alive
       return;
     }
@@ -138,7 +141,7 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
     sizes_ = t.sizes().vec(), strides_ = t.strides().vec(), offset_ = t.storage_offset(), options_ = t.options();
     // A storage is copied once, whatever views of it are saved (z's halves, q, k and v's input):
     // the device lets it go once every one of them is offloaded.
-    OffloadGroup& g = o_->groups[size_t(group_)];
+    OffloadGroup& g = o_->group(group_);
     const void* key = t.storage().unsafeGetStorageImpl();
     if (auto it = g.entries.find(key); it != g.entries.end()) entry_ = it->second.lock();
     if (entry_) return;
@@ -152,8 +155,8 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
     } else {
       // A device: pinned host memory (the caching host allocator reuses it from step to step),
       // copied synchronously.
-      const at::Tensor whole = at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device()))
-                                   .set_(t.storage(), 0, {bytes}, {1});
+      const at::Tensor whole =
+          at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device())).set_(t.storage(), 0, {bytes}, {1});
       entry_->host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
       entry_->host.copy_(whole);
     }
@@ -217,7 +220,8 @@ struct BackwardMark : torch::autograd::Function<BackwardMark> {
     Offloader::Impl* o = kept<std::shared_ptr<Offloader::Impl>>(ctx->saved_data["o"]).get();
     const int64_t l = ctx->saved_data["layer"].toInt();
     const double ms = o->now_ms();
-    if (size_t(l) < o->backward_ms.size()) o->backward_ms[size_t(l)] = ms;
+    o->group(l);
+    o->backward_ms[size_t(l)] = ms;
     {
       Timed timed(o);
       for (int64_t g = l; g >= l - o->spec.prefetch; --g) o->fetch_group(g, ms);
@@ -228,24 +232,19 @@ struct BackwardMark : torch::autograd::Function<BackwardMark> {
 
 }  // namespace
 
-void Offloader::begin_step(int64_t layers) {
+void Offloader::begin_step() {
   install_engine();
   impl_ = std::make_shared<Impl>(spec_);
-  impl_->groups.resize(size_t(layers));
-  impl_->backward_ms.assign(size_t(layers), -1);
   impl_->start = Clock::now();
 }
 
 Offloader::LayerScope::LayerScope(Offloader& o, int64_t layer) : previous_(active), previous_group_(active_group) {
-  if (!o.impl_) o.begin_step(layer + 1);
-  if (size_t(layer) >= o.impl_->groups.size())
-    o.impl_->groups.resize(size_t(layer) + 1), o.impl_->backward_ms.resize(size_t(layer) + 1, -1);
+  if (!o.impl_) o.begin_step();
+  o.impl_->group(layer);
   active = o.impl_, active_group = layer;
 }
 
-Offloader::LayerScope::~LayerScope() {
-  active = previous_, active_group = previous_group_;
-}
+Offloader::LayerScope::~LayerScope() { active = previous_, active_group = previous_group_; }
 
 at::Tensor Offloader::mark_backward(const at::Tensor& hidden, int64_t layer) {
   if (!impl_ || !hidden.requires_grad()) return hidden;
@@ -289,7 +288,6 @@ json Offloader::counters() const {
   j["offload_d2h_ms_modelled"] = d2h_ms, j["offload_h2d_ms_modelled"] = h2d_ms;
   j["copy_ms_modelled"] = shift;  // exposed: compute waited this long
   j["copy_d2h_exposed_ms_modelled"] = exposed_d2h;
-  j["host_bandwidth_gbps"] = {{"h2d", o.spec.h2d_gbps}, {"d2h", o.spec.d2h_gbps}};
   return j;
 }
 

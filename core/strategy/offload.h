@@ -15,9 +15,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,10 +28,9 @@ class Offloader {
  public:
   struct Impl;  // the step's groups and counts (offload.cpp)
   explicit Offloader(OffloadSpec spec) : spec_(spec) {}
-  const OffloadSpec& spec() const { return spec_; }
 
   // Forgets the last step's groups and counts.
-  void begin_step(int64_t layers);
+  void begin_step();
   // What this step moved, held and would have waited for (bytes, counts, milliseconds).
   nlohmann::json counters() const;
 
@@ -52,7 +49,6 @@ class Offloader {
   // `hidden` unchanged; when its gradient arrives (layer `layer`'s backward begins) the groups of
   // this layer and the `prefetch` below it come back.
   at::Tensor mark_backward(const at::Tensor& hidden, int64_t layer);
-
 
  private:
   OffloadSpec spec_;

@@ -74,7 +74,7 @@ class Strategy {
   // Its statistics (Google Benchmark's user counters), the record writes them as it finds them:
   // reset before each step, read after it. Its own, and its offloading's where it offloads.
   void begin_step(int64_t step) {
-    if (offloader_) offloader_->begin_step(0);
+    if (offloader_) offloader_->begin_step();
     begin_own_step(step);
   }
   json step_counters() const {

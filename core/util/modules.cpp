@@ -5,6 +5,8 @@
 namespace memfine {
 namespace {
 thread_local Module current = Module::None;
+
+bool expert_part(Module m) { return m == Module::ExpertFc1 || m == Module::MoeAct || m == Module::ExpertFc2; }
 }  // namespace
 
 const std::vector<std::pair<Module, std::string>>& offloadable_modules() {
@@ -32,14 +34,9 @@ const char* module_name(Module m) {
 
 Module current_module() { return current; }
 
-ModuleScope::ModuleScope(Module m) : previous_(current) { current = m; }
-ModuleScope::~ModuleScope() { current = previous_; }
-
-ExpertPartScope::ExpertPartScope(Module part) : previous_(current) {
-  if (current == Module::Experts || current == Module::ExpertFc1 || current == Module::MoeAct ||
-      current == Module::ExpertFc2)
-    current = part;
+ModuleScope::ModuleScope(Module m) : previous_(current) {
+  if (!expert_part(m) || current == Module::Experts || expert_part(current)) current = m;
 }
-ExpertPartScope::~ExpertPartScope() { current = previous_; }
+ModuleScope::~ModuleScope() { current = previous_; }
 
 }  // namespace memfine

@@ -30,26 +30,14 @@ const char* module_name(Module m);
 
 Module current_module();
 
-// Marks what runs while it lives.
+// Marks what runs while it lives. A routed expert's part (ExpertFc1, MoeAct, ExpertFc2) is marked
+// inside the routed experts only: the shared expert runs the same SwiGLU and stays the shared expert.
 class ModuleScope {
  public:
   explicit ModuleScope(Module m);
   ~ModuleScope();
   ModuleScope(const ModuleScope&) = delete;
   ModuleScope& operator=(const ModuleScope&) = delete;
-
- private:
-  Module previous_;
-};
-
-// A routed expert's part: marks it inside the routed experts only (the shared expert runs the same
-// SwiGLU, and stays the shared expert).
-class ExpertPartScope {
- public:
-  explicit ExpertPartScope(Module part);
-  ~ExpertPartScope();
-  ExpertPartScope(const ExpertPartScope&) = delete;
-  ExpertPartScope& operator=(const ExpertPartScope&) = delete;
 
  private:
   Module previous_;
