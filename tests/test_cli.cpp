@@ -18,7 +18,8 @@ using memfine::json;
 using namespace memfine::cli_test;
 
 TEST(Cli, HelpOnEveryCommand) {
-  for (const char* c : {"--help", "run --help", "validate --help", "predict --help", "strategies --help"}) {
+  for (const char* c : {"--help", "run --help", "validate --help", "predict --help", "strategies --help",
+                        "project --help", "checkpoint --help"}) {
     Result r = run(c);
     EXPECT_EQ(r.code, 0) << c;
     EXPECT_NE(r.out.find("usage"), std::string::npos) << c;
@@ -351,6 +352,35 @@ TEST(Cli, EveryShippedExperimentValidates) {
     ++checked;
   }
   EXPECT_GE(checked, 10);
+}
+
+// memfine project and memfine checkpoint from the command line: JSON that names its commit, predict
+// of a project file projecting it the same, the validation cases valid, bad numbers refused (exit 2).
+TEST(Cli, ProjectAndCheckpoint) {
+  const fs::path root = fs::canonical(fs::path(MEMFINE_TESTS_DIR) / "..");
+  const std::string file = (root / "experiments/project_mixtral_8x7b.yaml").string();
+  const Result p = run("project " + file + " --json --gpus 32 --global-batch 256");
+  ASSERT_EQ(p.code, 0) << p.err;
+  std::istringstream lines(p.out);
+  int n = 0;
+  for (std::string l; std::getline(lines, l); ++n) {
+    const json j = json::parse(l);
+    EXPECT_EQ(j.at("gpus").get<int64_t>(), 32);
+    EXPECT_FALSE(j.at("git_commit").get<std::string>().empty());
+  }
+  EXPECT_GT(n, 0);
+  EXPECT_EQ(run("predict " + file).out, run("project " + file).out);
+  EXPECT_EQ(run("project " + file + " --gpus many").code, 2);
+  EXPECT_EQ(run("project " + file + " --gpus 0").code, 2);
+  for (const auto& entry : fs::directory_iterator(root / "experiments/project/validation"))
+    if (entry.path().extension() == ".yaml")
+      EXPECT_EQ(run("validate " + entry.path().string()).code, 0) << entry.path();
+  const Result c = run("checkpoint --mtbf-h 24 --write-min 5 --restart-min 10 --json");
+  ASSERT_EQ(c.code, 0) << c.err;
+  EXPECT_NEAR(json::parse(c.out).at("daly_interval_min").get<double>(), 116.7, 0.05);
+  EXPECT_EQ(run("checkpoint --write-min 5").code, 2);                 // no MTBF and no nodes
+  EXPECT_EQ(run("checkpoint --mtbf-h 24 --write-min soon").code, 2);  // not a number
+  EXPECT_EQ(run("checkpoint --nodes 8 --reliability rsc9 --write-min 1").code, 2);
 }
 
 // `predict` makes MACT's choice as `run` does, per point under each budget, and says when

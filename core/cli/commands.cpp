@@ -1,15 +1,20 @@
 #include "core/cli/commands.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <iostream>
 #include <thread>
 
 #include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
 
 #include "core/config/config.h"
 #include "core/dist/launch.h"
 #include "core/dist/process.h"
 #include "core/meter/memory_meter.h"
+#include "core/project/project.h"
 #include "core/record/environment.h"
 #include "core/run/compare.h"
 #include "core/run/export.h"
@@ -23,6 +28,35 @@
 namespace memfine::cli {
 
 namespace {
+
+// What a projection or a formula's JSON names: the commit and the date it was made at.
+std::map<std::string, std::string> made_stamp() {
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return {{"git_commit", git_commit()}, {"date", date}};
+}
+
+// `memfine project FILE` (and `memfine predict` of a project file).
+int project_command(const Args& a) {
+  const std::string file = a.operands[0];
+  ProjectConfig pc;
+  try {
+    pc = read_project(file, a.text("--presets", default_presets_dir(file)));
+  } catch (const std::invalid_argument& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  pc.gpus = a.integer("--gpus", pc.gpus);
+  pc.global_batch = a.integer("--global-batch", pc.global_batch);
+  if (pc.gpus < 1 || pc.global_batch < 1) {
+    std::cerr << "memfine project: --gpus and --global-batch take a positive integer\n";
+    return 2;
+  }
+  const ProjectResult r = run_project(pc);
+  std::cout << (a.has("--json") ? project_json(pc, r, made_stamp()) : project_table(pc, r));
+  return 0;
+}
 
 // The flags `run` and `train` share; `launch` passes them on to its ranks.
 const Flag kOut{"--out", "DIR", "results folder (default: a new folder results/runs/<device>/<name>/<date-time>/)"};
@@ -172,12 +206,25 @@ the cores divided by N.
                "FILE.yaml",
                "check an experiment file without running it",
                R"(Checks FILE.yaml and every point of its sweep without running anything. Prints one line per
-problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 when valid.
+problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 when valid. A project
+file (`memfine project`'s: it names a `hardware`) is checked as one.
 )",
                {},
                1,
                1,
                [](const Args& a) {
+                 if (is_project_file(a.operands[0])) {
+                   const std::string file = a.operands[0];
+                   try {
+                     const ProjectConfig pc = read_project(file, default_presets_dir(file));
+                     std::cout << file << ": valid project file, " << pc.model.name << " on " << pc.gpus << " x "
+                               << pc.hardware.name << ", " << pc.strategies.size() << " strategies\n";
+                     return 0;
+                   } catch (const std::invalid_argument& e) {
+                     std::cerr << e.what() << "\n";
+                     return 2;
+                   }
+                 }
                  bool ok = false;
                  const auto points = load_or_say(a.operands[0], ok);
                  if (!ok) return 2;
@@ -192,7 +239,8 @@ problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 w
 activation and total bytes, whether they fit memory.budget, MACT's chunks per layer, and why a
 strategy is not predicted or does not fit; on stderr, the FLOPs a `memfine run` of the file would
 do. Any build predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the
-memory model does not need. Files with a paper: section use the paper's own equations.
+memory model does not need. Files with a paper: section use the paper's own equations; a project
+file (memfine project's: it names a hardware) is projected as `memfine project` projects it.
 
 Routing is made token by token as `run` makes it while the whole file's is small (2^25 token
 assignments); beyond, from the workload's counts per layer and expert, each rank and chunk taking
@@ -204,7 +252,113 @@ its share ("routing": "counts"), so that memory and time follow the experts, not
                  "unpredicted_why, fits_why, tokens_received, step_tflop, routing)"}},
                1,
                1,
-               [](const Args& a) { return predict_experiment(a.operands[0], a.has("--json")); }});
+               [](const Args& a) {
+                 // A project file (it names a hardware): the cluster-scale projection, as `memfine project`.
+                 if (is_project_file(a.operands[0])) return project_command(a);
+                 return predict_experiment(a.operands[0], a.has("--json"));
+               }});
+  c.push_back({"project",
+               "FILE.yaml",
+               "will it fit, how fast, how much survives failures: layouts x strategies at cluster scale",
+               R"(Projects a whole model (a preset of experiments/project/models.yaml or its keys) on a cluster (a
+hardware preset and a GPU count) for every layout of the file's search space (TP, PP with its
+virtual stages, EP, DP, CP, micro-batch) x memory strategy (no, full, moe_act and MemFine
+recomputation with MACT's chunks, offloading, capacity capping), under the file's routing
+imbalance: the hottest GPU's memory and whether it fits, the step time in parts (compute,
+recomputation, exposed communication, pipeline bubble), tokens per second per GPU beside the
+balanced figure, model TFLOP/s (recomputation not counted) and goodput (ETTR at the optimal
+checkpoint interval x tokens per second), ranked by goodput, with why the rest were rejected.
+Nothing is run; each part's model prints its assumptions. experiments/README.md lists the keys.
+
+exit status: 0, or 2 for a file with problems (FILE:LINE: key.path: problem).
+)",
+               {{"--json", "", "one JSON line per layout and strategy (fitting ones ranked first) instead"},
+                {"--gpus", "N", "the cluster's GPU count instead of the file's (a sweep over cluster sizes)"},
+                {"--global-batch", "N", "sequences per step instead of the file's"},
+                {"--presets", "DIR",
+                 "where the model and hardware presets are (default: the file's folder's project/, or the folder "
+                 "itself or its parent where models.yaml is)"}},
+               1,
+               1,
+               project_command});
+  c.push_back({"checkpoint",
+               "",
+               "how often to checkpoint, and what failures leave: Young's, Daly's and Kokolis et al.'s formulas",
+               R"(For a job that fails every --mtbf-h hours on average (or on --nodes nodes at a --reliability
+preset's or a written rate of failures per 1000 node-days), writing a checkpoint in --write-min and
+restarting in --restart-min: the checkpoint interval by Young's formula (Kokolis et al.'s optimum is
+the same) and by Daly's higher-order one, Kokolis et al.'s expected effective training time ratio
+(ETTR) at Young's interval, and Daly's efficiency (time without failures over expected wall time)
+at his. core/project/goodput.h names each source; memfine project applies the same formulas.
+
+exit status: 0, or 2 for a missing or absurd value.
+)",
+               {{"--mtbf-h", "H", "the job's mean time between failures, hours"},
+                {"--nodes", "N", "nodes in the job (with --reliability instead of --mtbf-h)"},
+                {"--reliability", "NAME|RATE", "llama3, rsc1, rsc2, or failures per 1000 node-days (default llama3)"},
+                {"--write-min", "MIN", "a checkpoint's write time, minutes"},
+                {"--restart-min", "MIN", "a restart's cost, minutes (default 10)"},
+                {"--json", "", "one JSON object instead of the text"}},
+               0,
+               0,
+               [](const Args& a) {
+                 auto number = [&](const char* flag, double fallback) {
+                   const std::string t = a.text(flag, "");
+                   if (t.empty()) return fallback;
+                   size_t used = 0;
+                   double v = std::nan("");
+                   try {
+                     v = std::stod(t, &used);
+                   } catch (const std::exception&) {
+                   }
+                   if (used != t.size() || !std::isfinite(v) || v < 0)
+                     throw std::invalid_argument(std::string(flag) + ": expected a number >= 0, got '" + t + "'");
+                   return v;
+                 };
+                 CheckpointPlan plan;
+                 std::string rate_source;
+                 try {
+                   double mtbf = number("--mtbf-h", 0);
+                   if (mtbf <= 0) {
+                     const double nodes = number("--nodes", 0);
+                     if (nodes < 1) throw std::invalid_argument("give --mtbf-h, or --nodes (and --reliability)");
+                     const std::string rel = a.text("--reliability", "llama3");
+                     const double rate = std::isdigit(static_cast<unsigned char>(rel[0]))
+                                             ? number("--reliability", 0) / 24000
+                                             : reliability_preset(rel).node_failure_rate;
+                     if (rate <= 0) throw std::invalid_argument("--reliability: a rate must be above 0");
+                     rate_source = rel;
+                     mtbf = job_mttf(int64_t(nodes), rate);
+                   }
+                   const double write = number("--write-min", -1);
+                   if (write <= 0) throw std::invalid_argument("--write-min: give a checkpoint's write time above 0");
+                   plan = checkpoint_plan(mtbf, write / 60, number("--restart-min", 10) / 60);
+                 } catch (const std::invalid_argument& e) {
+                   std::cerr << "memfine checkpoint: " << e.what() << "\n";
+                   return 2;
+                 }
+                 if (a.has("--json")) {
+                   nlohmann::json j{{"mttf_h", plan.mttf},
+                                    {"write_min", plan.write * 60},
+                                    {"restart_min", plan.restart * 60},
+                                    {"reliability", rate_source},
+                                    {"young_interval_min", plan.young * 60},
+                                    {"daly_interval_min", plan.daly * 60},
+                                    {"ettr", plan.ettr},
+                                    {"daly_efficiency", plan.daly_efficiency}};
+                   for (const auto& [k, v] : made_stamp()) j[k] = v;
+                   std::cout << j.dump() << "\n";
+                   return 0;
+                 }
+                 std::printf("job MTBF %.3g h, checkpoint write %.3g min, restart %.3g min\n", plan.mttf,
+                             plan.write * 60, plan.restart * 60);
+                 std::printf("interval: Young (and Kokolis et al.'s optimum) %.3g min, Daly %.3g min\n",
+                             plan.young * 60, plan.daly * 60);
+                 std::printf("expected ETTR at Young's interval (Kokolis et al.): %.3f\n", plan.ettr);
+                 std::printf("Daly's efficiency at his interval (time without failures / wall time): %.3f\n",
+                             plan.daly_efficiency);
+                 return 0;
+               }});
   c.push_back(
       {"table",
        "DIR",

@@ -147,6 +147,22 @@ void BM_ExpertForwardBackward(benchmark::State& state) {
   state.counters["rows"] = double(rows);
 }
 
+// An expert's two GEMMs alone, forward and backward (SwiGLU's elementwise product left out): the
+// grouped GEMM's rate against rows per expert, as memfine project divides by it.
+void BM_ExpertGemm(benchmark::State& state) {
+  const ExperimentConfig c = bench_config();
+  const int64_t rows = state.range(0), h = c.model.hidden, g = c.model.ffn_hidden;
+  at::Tensor x = at::randn({rows, h}).requires_grad_(true);
+  at::Tensor wi = at::randn({h, 2 * g}).requires_grad_(true), wo = at::randn({g, h}).requires_grad_(true);
+  at::Tensor gy = at::randn({rows, h});
+  for (auto _ : state) {
+    at::Tensor y = at::matmul(at::matmul(x, wi).narrow(1, 0, g), wo);
+    y.backward(gy);
+  }
+  flops_counter(state, 18.0 * double(rows) * h * g);
+  state.counters["rows"] = double(rows);
+}
+
 // One decoder layer's training step. Arguments: strategy (0 no_recompute, 1 full_recompute,
 // 2 memfine) and chunk count.
 void BM_LayerStep(benchmark::State& state) {
@@ -171,9 +187,20 @@ void BM_Matmul(benchmark::State& state) {
   flops_counter(state, 2.0 * double(n) * n * n);
 }
 
+// The machine's memory bandwidth as a tensor copy moves it (read and write), for what
+// memory-bound kernels cost (memfine project's hbm_gb_s on this machine).
+void BM_Copy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  at::Tensor a = at::randn({n}), b = at::empty({n});
+  for (auto _ : state) b.copy_(a);
+  state.counters["bytes_per_second"] =
+      benchmark::Counter(2.0 * double(n) * 4, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 BENCHMARK(BM_RouterTopk)->RangeMultiplier(4)->Range(256, 16384)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ExpertForward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_ExpertForwardBackward)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_ExpertGemm)->RangeMultiplier(4)->Range(16, 65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerStep)
     ->Args({0, 0})
     ->Args({1, 0})
@@ -185,6 +212,7 @@ BENCHMARK(BM_LayerStep)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Matmul)->Arg(512)->Arg(1024)->Arg(1536)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Copy)->Arg(1 << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

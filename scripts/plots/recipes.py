@@ -6,6 +6,7 @@ import sys
 
 from . import records as R
 from .offload import offload
+from .project import here as project_here, scaling as project_scaling, validation as project_validation
 from .paper import figure2, figure4, figure5, table4_measured, table4_modeled
 from .quality import quality, train_ranks
 from .report import report
@@ -50,6 +51,9 @@ def jobs(results, predictions):
          at("ep_pair_kernels")),
         ("quality", quality, at("quality", "train.jsonl")),
         ("train_ranks", train_ranks, at("train_ranks", "train.jsonl")),
+        ("project_validation", project_validation, os.path.join(os.path.dirname(predictions), "project_validation.jsonl")),
+        ("project_goodput", project_scaling, os.path.join(os.path.dirname(predictions), "project_scaling.jsonl")),
+        ("project_here", project_here, at("project_here", "projection.jsonl")),
         ("report", lambda src, out: report(results, predictions, out), at("paper_figure5")),
     ]
 

@@ -8,6 +8,7 @@ import statistics
 
 from . import records as R
 from .offload import lines as offload_lines
+from .project import report_lines as project_lines
 from .paper import claims, paper_methods
 from .quality import capped, drop_share, overloads, quality_stats, train_ranks_stats
 from .sweeps import budget_mib, fixed_chunks
@@ -536,6 +537,7 @@ def report(results_dir, predictions, out_dir):
     if _path(results_dir, "offload"):
         lines += offload_lines(_path(results_dir, "offload"))
     lines += pytorch_reference_lines(results_dir) + quality_lines(results_dir) + train_ranks_lines(results_dir)
+    lines += project_lines(os.path.dirname(predictions), _path(results_dir, "project_here", "projection.jsonl"))
     lines += ["## Sources",
               f"- measured: `{os.path.relpath(_path(results_dir, 'paper_figure5'))}` (experiments/paper_figure5.yaml)",
               f"- paper scale: `{os.path.relpath(predictions)}` (`memfine predict --json experiments/paper_table4.yaml`)",

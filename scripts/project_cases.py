@@ -1,0 +1,81 @@
+"""Projects the validation cases and the cluster-size sweep with `memfine project` and `memfine
+checkpoint`, into results/model/ (JSON lines that name the commit and date they were made at):
+  project_validation.jsonl  every case of experiments/project/validation/*.yaml (published figures
+                            carried beside the projection)
+  project_checkpoint.jsonl  the checkpoint cases of experiments/project/validation/checkpoint.csv
+  project_scaling.jsonl     experiments/project_deepseek_v3.yaml at each cluster size (global batch
+                            scaled with it): the best layout of each strategy, and what was rejected
+scripts/plots/project.py turns them into the validation table and the goodput figure."""
+import argparse
+import csv
+import glob
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def run(memfine, args):
+    p = subprocess.run([memfine] + args, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"project_cases: memfine {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+    return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+
+
+def write(path, rows):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, sort_keys=True) + "\n")
+    os.replace(tmp, path)  # nothing half-written is left where a reader looks
+    print(f"project_cases: wrote {path} ({len(rows)} lines)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="project_cases.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--memfine", default="build/memfine", help="the binary (default build/memfine)")
+    ap.add_argument("--cases", default="experiments/project/validation", help="the validation cases' folder")
+    ap.add_argument("--sweep", default="experiments/project_deepseek_v3.yaml", help="the project file swept over sizes")
+    ap.add_argument("--out", default="results/model", help="output folder (default results/model)")
+    a = ap.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    rows = []
+    for f in sorted(glob.glob(os.path.join(a.cases, "*.yaml"))):
+        rows += [dict(r, case_file=f) for r in run(a.memfine, ["project", f, "--json"])]
+    write(os.path.join(a.out, "project_validation.jsonl"), rows)
+    rows = []
+    with open(os.path.join(a.cases, "checkpoint.csv"), newline="") as f:
+        for c in csv.DictReader(f):
+            (r,) = run(a.memfine, ["checkpoint", "--json"] + shlex.split(c["args"]))
+            rows.append(dict(r, case=c["case"], args=c["args"], quantity=c["quantity"], published=c["published"],
+                             source=c["source"]))
+    write(os.path.join(a.out, "project_checkpoint.jsonl"), rows)
+    base = next(r for r in run(a.memfine, ["project", a.sweep, "--json"]))
+    per_gpu = base["layout"]["global_batch"] / base["gpus"]
+    rows = []
+    for n in SIZES:
+        got = run(a.memfine, ["project", a.sweep, "--json", "--gpus", str(n), "--global-batch", str(max(1, round(per_gpu * n)))])
+        best = {}
+        for r in got:
+            if r["fits"] and r["strategy"] not in best:
+                best[r["strategy"]] = r  # ranked: the first of a strategy is its best
+        rejected = {}
+        for r in got:
+            if not r["fits"]:
+                why = r["why"].split(":")[0]
+                rejected[why] = rejected.get(why, 0) + 1
+        strategies = sorted({r["strategy"] for r in got if r["strategy"]})
+        for s in strategies:
+            row = best.get(s) or {"project": base["project"], "gpus": n, "strategy": s, "fits": False,
+                                  "git_commit": base["git_commit"], "date": base["date"]}
+            rows.append(dict(row, rejected=rejected, layouts=len(got)))
+    write(os.path.join(a.out, "project_scaling.jsonl"), rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
