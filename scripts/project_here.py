@@ -34,8 +34,6 @@ def hardware(bench, memory_gb):
     med = medians(bench)
     gemm = next(b for n, b in med.items() if n.startswith("BM_Matmul/512"))["FLOPS"] / 1e12
     curve = sorted((b["rows"], b["FLOPS"] / 1e12) for n, b in med.items() if n.startswith("BM_ExpertGemm/"))
-    top = max(r for _, r in curve)
-    knee = next(rows for rows, r in curve if r >= 0.9 * top)
     copy = next(b for n, b in med.items() if n.startswith("BM_Copy"))["bytes_per_second"] / 1e9
     return {
         "memory_gb": memory_gb,
@@ -44,9 +42,7 @@ def hardware(bench, memory_gb):
         # The suite's attention multiplies the whole square and masks half: the causal FLOPs run at
         # half the matmul rate.
         "attention_tflops": gemm / 2,
-        "grouped_gemm_tflops": top,
-        "grouped_gemm_small_tflops": curve[0][1],
-        "grouped_gemm_knee_rows": float(knee),
+        "grouped_gemm_curve": [[float(rows), r] for rows, r in curve],
         "hbm_gb_s": copy,
         "nvlink_gb_s": 1e6, "network_gb_s": 1e6, "nvlink_latency_us": 0, "network_latency_us": 0,
     }

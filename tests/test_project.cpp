@@ -284,6 +284,31 @@ TEST(Project, InterleavingKeepsMoreInFlightAndEachScheduleHasItsBubble) {
   EXPECT_NEAR(act(1, 1).activation_gb / one.activation_gb, 2.0 / 4, 1e-9);
 }
 
+// A grouped GEMM's measured curve replaces the two rates and the knee: a flat curve projects as the
+// same rate given twice; a curve out of order is refused at its line.
+TEST(Project, AMeasuredGroupedGemmCurve) {
+  const ProjectModel m = plain();
+  Hardware two = plain_gpu();
+  Hardware curve = two;
+  curve.grouped_gemm_curve = {{16, 100}, {1024, 100}, {65536, 100}};
+  curve.grouped_gemm_tflops = curve.grouped_gemm_small_tflops = 0;
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 2;
+  ProjectSetting set;
+  EXPECT_DOUBLE_EQ(estimate(m, curve, l, project_strategy("no_recompute"), set).step,
+                   estimate(m, two, l, project_strategy("no_recompute"), set).step);
+  // Halving the rate at the rows this layout gives each expert doubles the experts' time.
+  curve.grouped_gemm_curve = {{16, 50}, {1e6, 50}};
+  EXPECT_GT(estimate(m, curve, l, project_strategy("no_recompute"), set).compute,
+            estimate(m, two, l, project_strategy("no_recompute"), set).compute);
+  std::vector<std::string> problems;
+  Problems p{"hw.yaml", problems};
+  read_hardware(YAML::Load("{memory_gb: 80, grouped_gemm_curve: [[64, 10], [16, 20]]}"), "gpu", p);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("gpu.grouped_gemm_curve: expected a list of [rows, TFLOP/s] pairs"), std::string::npos)
+      << problems[0];
+}
+
 // A node-aware dispatcher (DeepEP) sends a token once per node its experts are on: of topk
 // experts spread evenly over n nodes, n (1 - (1 - 1/n)^topk) nodes; the network's share of the
 // all-to-all falls by that over topk.

@@ -49,6 +49,17 @@ namespace {
 // The grouped expert GEMM's rate at `rows` per expert: the small shapes' rate rising linearly to
 // the large shapes' at the knee (both measured kernel rates, hardware file).
 double grouped_rate(const Hardware& hw, double rows) {
+  const auto& c = hw.grouped_gemm_curve;
+  if (!c.empty()) {
+    // A measured curve: log-linear in rows between its points, flat beyond its ends.
+    if (rows <= c.front().first) return c.front().second * 1e12;
+    for (size_t i = 1; i < c.size(); ++i)
+      if (rows <= c[i].first) {
+        const double f = std::log(rows / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+        return (c[i - 1].second + f * (c[i].second - c[i - 1].second)) * 1e12;
+      }
+    return c.back().second * 1e12;
+  }
   const double f = std::min(1.0, rows / hw.grouped_gemm_knee_rows);
   return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
 }

@@ -1,5 +1,6 @@
 #include "core/project/presets.h"
 
+#include <cmath>
 #include <fstream>
 
 namespace memfine {
@@ -110,6 +111,25 @@ Hardware read_hardware(const YAML::Node& n, const std::string& name, Problems& p
   r.read_number("host_to_device_gb_s", h.host_to_device_gb_s, 0, 1e6);
   r.read_number("device_to_host_gb_s", h.device_to_host_gb_s, 0, 1e6);
   r.read_number("hbm_gb_s", h.hbm_gb_s, 0, 1e7);
+  if (YAML::Node c = r.child("grouped_gemm_curve"); c.IsDefined()) {
+    bool ok = c.IsSequence() && c.size() > 0;
+    for (size_t i = 0; ok && i < c.size(); ++i) {
+      ok = c[i].IsSequence() && c[i].size() == 2;
+      double rows = 0, tflops = 0;
+      try {
+        if (ok) rows = c[i][0].as<double>(), tflops = c[i][1].as<double>();
+      } catch (const YAML::Exception&) {
+        ok = false;
+      }
+      ok = ok && std::isfinite(rows) && std::isfinite(tflops) && rows > 0 && tflops > 0 &&
+           (h.grouped_gemm_curve.empty() || rows > h.grouped_gemm_curve.back().first);
+      if (ok) h.grouped_gemm_curve.push_back({rows, tflops});
+    }
+    if (!ok) {
+      p.add(c, r.key("grouped_gemm_curve"), "expected a list of [rows, TFLOP/s] pairs, rows rising, both above 0");
+      h.grouped_gemm_curve.clear();
+    }
+  }
   r.read_number("all_to_all_nvlink_gb_s", h.all_to_all_nvlink_gb_s, 0, 1e6);
   r.read_number("all_to_all_network_gb_s", h.all_to_all_network_gb_s, 0, 1e6);
   r.check_unknown();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config/reader.h"
@@ -37,6 +38,9 @@ struct Hardware {
   double grouped_gemm_tflops = 0;            // grouped expert GEMMs at large rows per expert
   double grouped_gemm_small_tflops = 0;      // and at small ones
   double grouped_gemm_knee_rows = 1024;      // rows per expert where the large rate is reached
+  // Or the rate measured at several rows per expert ({rows, TFLOP/s}, rows rising): it replaces the
+  // two rates and the knee above, interpolated log-linearly in rows.
+  std::vector<std::pair<double, double>> grouped_gemm_curve;
   double nvlink_gb_s = 0, network_gb_s = 0;  // per GPU and direction
   double nvlink_latency_us = 3, network_latency_us = 10;
   double host_to_device_gb_s = 0, device_to_host_gb_s = 0;

@@ -105,8 +105,10 @@ ProjectConfig read_project(const std::string& file, const std::string& presets_d
   preset(
       "hardware", [](const std::string& f, std::vector<std::string>& pr) { return read_hardware(f, pr); },
       [](const YAML::Node& n, const std::string& k, Problems& pr) { return read_hardware(n, k, pr); }, c.hardware);
-  if (c.hardware.memory_gb > 0 && (c.hardware.gemm_tflops <= 0 || c.hardware.attention_tflops <= 0 ||
-                                   c.hardware.grouped_gemm_tflops <= 0 || c.hardware.grouped_gemm_small_tflops <= 0))
+  if (c.hardware.memory_gb > 0 &&
+      (c.hardware.gemm_tflops <= 0 || c.hardware.attention_tflops <= 0 ||
+       (c.hardware.grouped_gemm_curve.empty() &&
+        (c.hardware.grouped_gemm_tflops <= 0 || c.hardware.grouped_gemm_small_tflops <= 0))))
     p.add(r.child("hardware"), "hardware",
           "'" + c.hardware.name +
               "' has no compute rates (gemm_tflops, attention_tflops, grouped_gemm_tflops, "
