@@ -186,6 +186,9 @@ def report_lines(model_dir, here_src=None):
     out = ["## Planning at cluster scale: `memfine project`", "",
            f"Projected against published figures (`project_validation.md`): median throughput error {med:.1f}% over "
            f"{len(errors)} published runs, " + ("within" if med <= GOAL else "outside") + f" the {GOAL:g}% goal."]
+    out += ["", "| case | quantity | projected | published | error |", "|---|---|---|---|---|"]
+    out += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in rows]
+    out += ["", "Sources and layouts: `project_validation.md`, experiments/project/validation/.", ""]
     mem = [float(r[4].rstrip("%")) for r in rows if "(GB)" in r[1]]
     daly = [float(r[4].rstrip("%")) for r in rows if r[1] == "daly interval min"]
     bounds = [r for r in rows if r[4] in ("holds", "does not hold")]
@@ -218,6 +221,9 @@ def report_lines(model_dir, here_src=None):
         if fits:
             best = max(fits, key=lambda s: fits[s]["goodput"]["tokens_per_s_gpu"])
             b = fits[best]
+            out.append("")
+            out.append("![DeepSeek-V3's goodput against cluster size](project_goodput.png)")
+            out.append("")
             out.append(f"- DeepSeek-V3 on {top:,} H100 under zipf routing (`project_goodput.png`): the best dropless "
                        f"strategy is {best} at {b['goodput']['tokens_per_s_gpu']:.0f} tokens/s per GPU of goodput, "
                        f"ETTR {b['goodput']['ettr']:.3f} (a job failure every {b['goodput']['mttf_h']:.2f} h); "
