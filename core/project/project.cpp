@@ -377,7 +377,12 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
     for (const auto& e : r.rejected)
       if (!e.strategy.name.empty() && e.strategy.keep != Keep::Capacity) near.push_back(&e);
     std::sort(near.begin(), near.end(), [](const Estimate* a, const Estimate* b) { return a->peak_gb < b->peak_gb; });
-    o << "no dropless layout fits; the nearest:\n";
+    if (r.layouts == 0)
+      o << "no layout of the search space divides " << c.gpus << " GPUs (TP x PP x CP must divide them)\n";
+    else if (near.empty())
+      o << "no layout of the search space is possible on " << c.gpus << " GPUs (why: under rejected)\n";
+    else
+      o << "no dropless layout fits; the nearest:\n";
     for (size_t i = 0; i < std::min<size_t>(3, near.size()); ++i)
       o << "  " << near[i]->layout.text() << " " << near[i]->strategy.name << ": " << near[i]->why << "\n";
   }
