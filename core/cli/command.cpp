@@ -33,17 +33,7 @@ std::string Args::text(const std::string& flag, const std::string& fallback) con
 
 int64_t Args::integer(const std::string& flag, int64_t fallback) const {
   const auto it = flags.find(flag);
-  if (it == flags.end() || it->second.empty()) return fallback;
-  const std::string& t = it->second.front();
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(t, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != t.size()) throw UsageError(flag + ": expected an integer, got '" + t + "'");
-  return v;
+  return it == flags.end() || it->second.empty() ? fallback : std::stoll(it->second.front());
 }
 
 Args parse(const Command& c, const std::vector<std::string>& words) {

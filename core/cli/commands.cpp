@@ -47,12 +47,8 @@ int project_command(const Args& a) {
     std::cerr << e.what() << "\n";
     return 2;
   }
-  pc.gpus = a.integer("--gpus", pc.gpus);
+  pc.gpus = a.integer("--gpus", pc.gpus);  // the parser held both to the file's own ranges
   pc.global_batch = a.integer("--global-batch", pc.global_batch);
-  if (pc.gpus < 1 || pc.global_batch < 1) {
-    std::cerr << "memfine project: --gpus and --global-batch take a positive integer\n";
-    return 2;
-  }
   const ProjectResult r = run_project(pc);
   std::cout << (a.has("--json") ? project_json(pc, r, made_stamp()) : project_table(pc, r));
   return 0;
@@ -273,8 +269,9 @@ Nothing is run; each part's model prints its assumptions. experiments/README.md 
 exit status: 0, or 2 for a file with problems (FILE:LINE: key.path: problem).
 )",
                {{"--json", "", "one JSON line per layout and strategy (fitting ones ranked first) instead"},
-                {"--gpus", "N", "the cluster's GPU count instead of the file's (a sweep over cluster sizes)"},
-                {"--global-batch", "N", "sequences per step instead of the file's"},
+                {"--gpus", "N", "the cluster's GPU count instead of the file's (a sweep over cluster sizes)", 1, true,
+                 1, int64_t(1) << 24},
+                {"--global-batch", "N", "sequences per step instead of the file's", 1, true, 1, int64_t(1) << 30},
                 {"--presets", "DIR",
                  "where the model and hardware presets are (default: the file's folder's project/, or the folder "
                  "itself or its parent where models.yaml is)"}},

@@ -260,7 +260,7 @@ double project_overload(const ProjectConfig& c, int64_t ep) {
 ProjectResult run_project(const ProjectConfig& c) {
   ProjectResult out;
   const ProjectModel& m = c.model;
-  std::map<int64_t, double> overload;  // by EP
+  std::map<int64_t, double>& overload = out.overload;  // by EP, drawn once each
   for (int64_t tp : c.tp)
     for (int64_t pp : c.pp)
       for (int64_t cp : c.cp) {
@@ -317,7 +317,6 @@ ProjectResult run_project(const ProjectConfig& c) {
     if (da != db) return da;
     return a.goodput.tokens_per_s > b.goodput.tokens_per_s;
   });
-  for (const auto& [ep, o] : overload) out.overload[ep] = o;
   return out;
 }
 

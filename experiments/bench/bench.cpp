@@ -133,34 +133,28 @@ void BM_ExpertForward(benchmark::State& state) {
   state.counters["rows"] = double(rows);
 }
 
-void BM_ExpertForwardBackward(benchmark::State& state) {
+// An expert's forward and backward at state.range(0) rows: `forward(x, w_in, w_out)` is SwiGLU, or
+// its two GEMMs alone; FLOPs counted as the two GEMMs' (both do them).
+template <class Forward>
+void expert_forward_backward(benchmark::State& state, Forward forward) {
   const ExperimentConfig c = bench_config();
   const int64_t rows = state.range(0), h = c.model.hidden, g = c.model.ffn_hidden;
   at::Tensor x = at::randn({rows, h}).requires_grad_(true);
   at::Tensor wi = at::randn({h, 2 * g}).requires_grad_(true), wo = at::randn({g, h}).requires_grad_(true);
   at::Tensor gy = at::randn({rows, h});
-  for (auto _ : state) {
-    at::Tensor y = swiglu(x, wi, wo);
-    y.backward(gy);
-  }
+  for (auto _ : state) forward(x, wi, wo).backward(gy);
   flops_counter(state, 18.0 * double(rows) * h * g);
   state.counters["rows"] = double(rows);
 }
 
-// An expert's two GEMMs alone, forward and backward (SwiGLU's elementwise product left out): the
-// grouped GEMM's rate against rows per expert, as memfine project divides by it.
+void BM_ExpertForwardBackward(benchmark::State& state) { expert_forward_backward(state, swiglu); }
+
+// An expert's two GEMMs alone (SwiGLU's elementwise product left out): the grouped GEMM's rate
+// against rows per expert, as memfine project divides by it.
 void BM_ExpertGemm(benchmark::State& state) {
-  const ExperimentConfig c = bench_config();
-  const int64_t rows = state.range(0), h = c.model.hidden, g = c.model.ffn_hidden;
-  at::Tensor x = at::randn({rows, h}).requires_grad_(true);
-  at::Tensor wi = at::randn({h, 2 * g}).requires_grad_(true), wo = at::randn({g, h}).requires_grad_(true);
-  at::Tensor gy = at::randn({rows, h});
-  for (auto _ : state) {
-    at::Tensor y = at::matmul(at::matmul(x, wi).narrow(1, 0, g), wo);
-    y.backward(gy);
-  }
-  flops_counter(state, 18.0 * double(rows) * h * g);
-  state.counters["rows"] = double(rows);
+  expert_forward_backward(state, [](const at::Tensor& x, const at::Tensor& wi, const at::Tensor& wo) {
+    return at::matmul(at::matmul(x, wi).narrow(1, 0, wo.size(0)), wo);
+  });
 }
 
 // One decoder layer's training step. Arguments: strategy (0 no_recompute, 1 full_recompute,
