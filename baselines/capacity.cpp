@@ -88,16 +88,26 @@ class Capacity : public Strategy {
   int64_t assignments_ = 0, dropped_ = 0, local_rows_ = 0, local_kept_ = 0;
 };
 
-MEMFINE_REGISTER_STRATEGY(coded(
-    "capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
-    {named(number_param("capacity_factor",
-                        "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank", 1.0, 1e-6,
-                        1e6)),
-     named(choice_param("drop_policy", "'probs' drops the lowest-probability assignments, 'position' the latest tokens",
-                        "probs", {"probs", "position"})),
-     bool_param("pad", "pad each expert's input to capacity", false),
-     choice_param("recompute", "'none' stores activations, 'full' recomputes each layer", "none", {"none", "full"})},
-    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new Capacity(s)); }));
+MEMFINE_REGISTER_STRATEGY(with_counters(
+    coded("capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
+          {named(number_param("capacity_factor",
+                              "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank", 1.0,
+                              1e-6, 1e6)),
+           named(choice_param("drop_policy",
+                              "'probs' drops the lowest-probability assignments, 'position' the latest tokens", "probs",
+                              {"probs", "position"})),
+           bool_param("pad", "pad each expert's input to capacity", false),
+           choice_param("recompute", "'none' stores activations, 'full' recomputes each layer", "none",
+                        {"none", "full"})},
+          [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new Capacity(s)); }),
+    {{"assignments", "integer", "", "the token-expert assignments this rank's tokens and its peers' made",
+      "measured train"},
+     {"dropped", "integer", "", "of them, dropped by the cap", "measured train"},
+     {"dropped_fraction", "number", "", "dropped over assignments (another model: tables set it apart)",
+      "measured train"},
+     {"kept_row_fraction", "number", "",
+      "of the rows this rank's experts would compute dropless, the share they do (the model FLOPs' rows)",
+      "measured train"}}));
 
 }  // namespace
 }  // namespace memfine

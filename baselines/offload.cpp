@@ -5,6 +5,7 @@
 // recomputed unless asked: `experts: moe_act` recomputes the expert activation (Megatron's advice:
 // recompute what is cheap, offload what is not), and `chunks` > 1 runs the MoE in MemFine's token
 // chunks, recomputed chunk by chunk, while the rest of the layer is stored and offloaded.
+#include "core/strategy/offload.h"
 #include "core/moe/expert_storage.h"
 #include "core/strategy/offload_params.h"
 #include "core/strategy/registry.h"
@@ -49,7 +50,7 @@ StrategyInfo info() {
   return i;
 }
 
-MEMFINE_REGISTER_STRATEGY(info());
+MEMFINE_REGISTER_STRATEGY(with_counters(info(), Offloader::counter_fields()));
 
 }  // namespace
 }  // namespace memfine

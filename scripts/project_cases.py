@@ -68,9 +68,9 @@ def main(argv=None):
             if not r["fits"]:
                 why = r["why"].split(":")[0]
                 rejected[why] = rejected.get(why, 0) + 1
-        strategies = sorted({r["strategy"] for r in got if r["strategy"]})
-        for s in strategies:
-            row = best.get(s) or {"project": base["project"], "gpus": n, "strategy": s, "fits": False,
+        strategies = sorted({(r["strategy"], r.get("name", r["strategy"])) for r in got if r["strategy"]})
+        for s, name in strategies:
+            row = best.get(s) or {"project": base["project"], "gpus": n, "strategy": s, "name": name, "fits": False,
                                   "git_commit": base["git_commit"], "date": base["date"]}
             rows.append(dict(row, rejected=rejected, layouts=len(got)))
     write(os.path.join(a.out, "project_scaling.jsonl"), rows)

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "core/dist/dist.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/strategy/registry.h"
 #include "dist_config.h"
 

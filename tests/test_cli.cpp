@@ -51,7 +51,7 @@ strategies:
   Result r = run("validate " + bad);
   EXPECT_EQ(r.code, 2);
   for (const char* want :
-       {":3: modle: unknown key (did you mean 'model'?)", ":5: model.hidden: must be in [1, 65536], got -4",
+       {":3: modle: unknown key (did you mean 'model'?)", ":5: model.hidden: must be an integer in [1, 65536], got -4",
         ":7: model.topk: topk (8) exceeds experts (6)",
         ":9: model.kv_heads: heads (6) is not divisible by kv_heads (4)",
         ":10: parallel.ep: experts (6) is not divisible by ep (4)", ":11: workload.kind: 'zipff' is not one of",

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "core/dist/dist.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/strategy/registry.h"
 #include "dist_config.h"
 #include "testing.h"
@@ -133,9 +133,10 @@ TEST_P(RealRanks, MoeBlaze) {
 }
 // Offloading on real ranks: each rank's own groups, alone and composed.
 TEST_P(RealRanks, Offload) {
-  expect_same_as_one_process(GetParam(), "offload",
-                             "modules=[attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm,expert_fc1,moe_act,expert_fc2];"
-                             "prefetch=0");
+  expect_same_as_one_process(
+      GetParam(), "offload",
+      "modules=[attn_norm,qkv_linear,core_attn,attn_proj,mlp_norm,expert_fc1,moe_act,expert_fc2];"
+      "prefetch=0");
   expect_same_as_one_process(GetParam(), "offload", "experts=moe_act,chunks=2");
 }
 // A strategy defined only in the tests (tests/probe_strategy.cpp), with its own expert.

@@ -14,6 +14,7 @@
 
 #include "cli_testing.h"
 #include "core/dist/dist.h"
+#include "core/project/check.h"
 #include "core/record/results.h"
 #include "core/run/validate.h"
 
@@ -85,27 +86,27 @@ std::string joined(const std::vector<std::string>& v) {
 TEST(Hostile, BadValuesAreErrorsWithFileLineAndKey) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       // {replace, with, expected in the errors}
-      {"kv_heads: 1", "kv_heads: 0", "model.kv_heads: must be in [1, 1024]"},
-      {"parallel: {ep: 2}", "parallel: {ep: 0}", "parallel.ep: must be in [1, 65536]"},
-      {"model.seq: [16, 32]", "parallel.ep: [0, 2]", "parallel.ep: must be in [1, 65536]"},
-      {"heads: 2, kv_heads: 1", "heads: -9223372036854775808, kv_heads: -1", "model.heads: must be in"},
-      {"layers: 1,", "layers: 1000000000,", "model.layers: must be in [1, 4096]"},
-      {"model.seq: [16, 32]", "model.seq: [16, 9223372036854775807]", "model.seq: must be in"},
-      {"threads: 1", "threads: 99999", "threads: must be in [0, 1024]"},
-      {"threads: 1", "threads: 9223372036854775807", "threads: must be in [0, 1024]"},
-      {"warmup: 0", "warmup: 9223372036854775807", "warmup: must be in [0, 1000000]"},
+      {"kv_heads: 1", "kv_heads: 0", "model.kv_heads: must be an integer in [1, 1024]"},
+      {"parallel: {ep: 2}", "parallel: {ep: 0}", "parallel.ep: must be an integer in [1, 65536]"},
+      {"model.seq: [16, 32]", "parallel.ep: [0, 2]", "parallel.ep: must be an integer in [1, 65536]"},
+      {"heads: 2, kv_heads: 1", "heads: -9223372036854775808, kv_heads: -1", "model.heads: must be an integer in"},
+      {"layers: 1,", "layers: 1000000000,", "model.layers: must be an integer in [1, 4096]"},
+      {"model.seq: [16, 32]", "model.seq: [16, 9223372036854775807]", "model.seq: must be an integer in"},
+      {"threads: 1", "threads: 99999", "threads: must be an integer in [0, 1024]"},
+      {"threads: 1", "threads: 9223372036854775807", "threads: must be an integer in [0, 1024]"},
+      {"warmup: 0", "warmup: 9223372036854775807", "warmup: must be an integer in [0, 1000000]"},
       {"alpha: 2.0", "alpha: .nan", "workload.alpha: must be a finite number"},
       {"alpha: 2.0", "alpha: 2.0, sigma: .inf", "workload.sigma: must be a finite number"},
       {"alpha: 2.0", "alpha: 2.0, hot_fraction: .nan", "workload.hot_fraction: must be a finite number"},
       {"alpha: 2.0", "alpha: 2.0, width: .nan", "workload.width: must be a finite number"},
       {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, headroom: .nan}",
-       "strategies[2].headroom: expected a number"},
+       "strategies[2].headroom: must be a finite number"},
       {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: .inf}",
-       "strategies[2].capacity_factor: expected a number"},
+       "strategies[2].capacity_factor: must be a finite number"},
       {"  - {name: memfine, chunks: 2}", "  - {name: capacity, capacity_factor: 1e300}",
-       "strategies[2].capacity_factor: must be a number in"},
+       "strategies[2].capacity_factor: must be a finite number in"},
       {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, bins: [1, 1000000000000]}",
-       "strategies[2].bins: must be a list of integers in [1, 16777216]"},
+       "strategies[2].bins: must be a non-empty list of integers in [1, 16777216]"},
       {"  - {name: memfine, chunks: 2}", "  - {name: memfine, chunks: auto, bins: [1, 64]}",
        "exceeds the tokens per rank"},
       {"name: tiny", "name: tiny\nmemory: {budget: 9223372036854775808}",
@@ -156,6 +157,58 @@ TEST(Hostile, SweepsAreLinearAndBounded) {
   EXPECT_EQ(memfine::load_and_validate(path, errors).size(), 5000u);
   EXPECT_TRUE(errors.empty());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+}
+
+// A billion laughs: ten anchors, each a list of ten of the one before, a few hundred bytes that
+// name 10^9 elements. Under any key, a strategy's parameters included, refused at once with
+// FILE:LINE, never expanded (one strategy parameter reader once took over a minute on it).
+std::string laughs(const std::string& indent) {
+  std::string out = indent + "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= 9; ++i) {
+    out += indent + "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) out += "*a" + std::to_string(i - 1) + (j < 9 ? ", " : "]\n");
+  }
+  return out;
+}
+
+TEST(Hostile, AliasBombsAreRefusedAtOnce) {
+  // The anchors sit in a strategy's map (its unknown keys), then the bomb is used under each key.
+  const std::string head = "name: bomb\nstrategies:\n  - name: capacity\n" + laughs("    ");
+  struct Case {
+    std::string where, yaml, says;
+  };
+  const std::vector<Case> cases = {
+      {"a strategy's count", head + "  - {name: memfine, chunks: *a9}\n", "strategies[1].chunks"},
+      {"a strategy's number", head + "  - {name: capacity, capacity_factor: *a9}\n", "strategies[1].capacity_factor"},
+      {"a strategy's list", head + "  - {name: memfine, chunks: auto, bins: *a9}\n", "strategies[1].bins"},
+      {"a strategy's name", head + "  - {name: *a9}\n", "strategies[1]"},
+      {"a section's key", head + "model: {seq: *a9}\n", "model.seq"},
+      {"a top key", head + "seed: *a9\n", "seed"},
+      {"a sweep", head + "sweep: {model.seq: *a9}\n", "model.seq"},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string path = write("bomb.yaml", c.yaml);
+    std::vector<std::string> errors;
+    memfine::load_and_validate(path, errors);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_FALSE(errors.empty()) << c.where;
+    EXPECT_NE(joined(errors).find(c.says), std::string::npos) << c.where << ": " << joined(errors);
+    EXPECT_LT(s, 5.0) << c.where << ": a bomb must not be expanded";
+  }
+  // A project file's keys, its strategies included.
+  const std::string project = "hardware: h100_80gb\nmodel: deepseek_v3\ngpus: 8\nglobal_batch: 8\nimbalance:\n" +
+                              laughs("  ") + "strategies: [{name: memfine, chunks: *a9}]\nsearch: {tp: *a9}\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    memfine::load_project(write("bomb_project.yaml", project),
+                          std::string(MEMFINE_TESTS_DIR) + "/../experiments/project");
+    ADD_FAILURE() << "a project bomb was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("search.tp"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("strategies[0].chunks"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
 TEST(Hostile, FilesThatAreNotExperiments) {

@@ -1,4 +1,4 @@
-// The fused dispatch/combine ops (moe_fused.h) against ATen: the ops alone in every dtype, then
+// The fused dispatch/combine ops (core/moe/fused.h) against ATen: the ops alone in every dtype, then
 // whole training steps under every strategy. On CPU the ops run the host reference of the CUDA
 // kernels (the same per-row code, core/moe/rows.h); on a CUDA build with a GPU the kernels themselves.
 #include <ATen/ATen.h>
@@ -7,7 +7,7 @@
 #include "core/meter/memory_meter.h"
 #include "core/moe/fused.h"
 #include "core/moe/rows.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/strategy/registry.h"
 #include "testing.h"
 

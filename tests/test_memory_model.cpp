@@ -7,7 +7,9 @@
 #include "core/meter/memory_meter.h"
 #include "core/predict/cost_model.h"
 #include "core/predict/memory_model.h"
-#include "core/run/train_step.h"
+#include "core/predict/paper_model.h"
+#include "core/run/rank_step.h"
+#include "core/strategy/memfine/mact.h"
 #include "core/strategy/registry.h"
 #include "testing.h"
 
@@ -76,12 +78,17 @@ TEST(MemoryModel, PaperEquations) {
   EXPECT_TRUE(pm.fits(smax * 0.99));
   EXPECT_FALSE(pm.fits(smax * 1.01));
   EXPECT_TRUE(pm.fits(smax * 1.5, 2));
-  // Eq. 9 and the bins: the smallest bin at least ceil(s''/s'_max).
-  EXPECT_EQ(chunks_for(100, 60, {1, 2, 4, 8}), 2);
-  EXPECT_EQ(chunks_for(100, 100, {1, 2, 4, 8}), 1);
-  EXPECT_EQ(chunks_for(100, 30, {1, 2, 4, 8}), 4);
-  EXPECT_EQ(chunks_for(100, 10, {1, 2, 4, 8}), -1);
-  EXPECT_EQ(chunks_for(100, -5, {1, 2, 4, 8}), -1);
+  // Eq. 9 and the bins, by MACT's rule: the smallest bin at least ceil(s''/s'_max).
+  const std::vector<int64_t> bins = {1, 2, 4, 8};
+  auto eq9 = [&](double received, double s_max) {
+    const int64_t i = first_fitting(bins, [&](size_t b) { return received / double(bins[b]) <= s_max; });
+    return i < 0 ? int64_t(-1) : bins[size_t(i)];
+  };
+  EXPECT_EQ(eq9(100, 60), 2);
+  EXPECT_EQ(eq9(100, 100), 1);
+  EXPECT_EQ(eq9(100, 30), 4);
+  EXPECT_EQ(eq9(100, 10), -1);
+  EXPECT_EQ(eq9(100, -5), -1);
   // A buffer-free expert keeps h + 2 g_e per received row (the arrived row, z), not 2h + 2g_e;
   // s'_max grows by the ratio of what the rest of the budget holds per row.
   const double room = pm.s_recv_max() * pm.bytes_per_received();
@@ -94,10 +101,28 @@ TEST(MemoryModel, PaperEquations) {
   c.model.head_dim = 192, c.model.kv_heads = 128, c.model.seq = 4096, c.model.micro_batch = 1, c.ep = 32;
   c.model.layers = 8;
   c.paper.received = "20000";
-  const auto blaze = make_strategy(spec("moeblaze"))->paper_chunks(20000, 1e9);
-  const auto one = make_strategy(spec("memfine", {{"chunks", "1"}}))->paper_chunks(20000, 1e9);
-  ASSERT_TRUE(blaze && one);
-  EXPECT_LT(project_paper(c, *blaze).activation_bytes, project_paper(c, *one).activation_bytes);
+  const PaperScale scale(c);
+  auto choose = [&](const StrategySpec& s) {
+    return make_strategy(s)->choose_shape([&](const StrategyShape& x) { return scale.fits(x); });
+  };
+  const ShapeChoice blaze = choose(spec("moeblaze")), one = choose(spec("memfine", {{"chunks", "1"}}));
+  ASSERT_TRUE(scale.covers(blaze.shape) && scale.covers(one.shape));
+  EXPECT_LT(scale.project(blaze.shape, blaze.found).activation_bytes,
+            scale.project(one.shape, one.found).activation_bytes);
+  // MACT at paper scale takes the fewest chunks that fit there; where none does, its most, and the
+  // projection says so (chunks -1).
+  const ShapeChoice ample = choose(spec("memfine", {{"chunks", "auto"}}));
+  EXPECT_TRUE(ample.found);
+  EXPECT_EQ(ample.shape.chunks, 1);
+  c.paper.device_memory = int64_t(1e6);
+  const PaperScale tiny(c);
+  const ShapeChoice none =
+      make_strategy(spec("memfine", {{"chunks", "auto"}}))->choose_shape([&](const StrategyShape& x) {
+        return tiny.fits(x);
+      });
+  EXPECT_FALSE(none.found);
+  EXPECT_EQ(none.shape.chunks, 8);
+  EXPECT_EQ(tiny.project(none.shape, none.found).chunks, -1);
 }
 
 // MACT under a real budget that full recomputation exceeds: it runs, and per layer it picks the

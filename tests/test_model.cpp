@@ -5,7 +5,7 @@
 #include "core/model/flops.h"
 #include "core/model/model.h"
 #include "core/model/optimizer.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/strategy/registry.h"
 #include "testing.h"
 

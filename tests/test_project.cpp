@@ -7,12 +7,14 @@
 #include <fstream>
 #include <vector>
 
+#include "core/config/project.h"
+#include "core/model/flops.h"
 #include "core/project/comm.h"
 #include "core/project/goodput.h"
 #include "core/project/pipeline.h"
-#include "core/project/presets.h"
 #include "core/project/project.h"
-#include "core/project/work.h"
+#include "core/project/report.h"
+#include "core/strategy/registry.h"
 
 namespace memfine {
 namespace {
@@ -134,30 +136,31 @@ TEST(Pipeline, BubbleAgainstA1F1BSimulation) {
 // gives (spot checks); a wrong key is refused at its line.
 TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   std::vector<std::string> problems;
-  const auto models = read_models(std::string(MEMFINE_TESTS_DIR) + "/../experiments/project/models.yaml", problems);
+  const auto models =
+      read_model_presets(std::string(MEMFINE_TESTS_DIR) + "/../experiments/project/models.yaml", problems);
   const auto hardware =
-      read_hardware(std::string(MEMFINE_TESTS_DIR) + "/../experiments/project/hardware.yaml", problems);
+      read_hardware_presets(std::string(MEMFINE_TESTS_DIR) + "/../experiments/project/hardware.yaml", problems);
   EXPECT_TRUE(problems.empty()) << problems.front();
   for (const char* m : {"deepseek_v3", "qwen3_30b_a3b", "qwen3_235b_a22b", "mixtral_8x7b", "gpt_oss_120b",
                         "memfine_model_1", "memfine_model_2"}) {
     ASSERT_TRUE(models.count(m)) << m;
     EXPECT_FALSE(models.at(m).source.empty()) << m;
   }
-  EXPECT_EQ(models.at("deepseek_v3").moe_layers(), 58);
-  EXPECT_EQ(models.at("deepseek_v3").attention, "mla");
+  EXPECT_EQ(models.at("deepseek_v3").model.moe_layers(), 58);
+  EXPECT_EQ(models.at("deepseek_v3").model.attention, "mla");
   for (const char* h : {"h100_80gb", "h200", "a100_80gb", "memfine_64gb"}) ASSERT_TRUE(hardware.count(h)) << h;
   EXPECT_EQ(hardware.at("h200").memory_gb, 141);
 
   std::vector<std::string> bad;
   Problems p{"m.yaml", bad};
-  read_model(YAML::Load("layers: 4\nhiden: 64\nheads: 4\nkv_heads: 3\nhead_dim: 8\nffn_hidden: 8\nexperts: 4\n"
-                        "topk: 2\nseq: 16\n"),
-             "tiny", p);
+  read_model_preset(YAML::Load("layers: 4\nhiden: 64\nheads: 4\nkv_heads: 3\nhead_dim: 8\nffn_hidden: 8\nexperts: 4\n"
+                               "topk: 2\nseq: 16\n"),
+                    "tiny", p);
   std::string all;
   for (const auto& x : bad) all += x + "\n";
   EXPECT_NE(all.find("m.yaml:2: tiny.hiden: unknown key"), std::string::npos) << all;
   EXPECT_NE(all.find("tiny.hidden: missing"), std::string::npos) << all;
-  EXPECT_NE(all.find("m.yaml:4: tiny.kv_heads: must divide heads"), std::string::npos) << all;
+  EXPECT_NE(all.find("m.yaml:4: tiny.kv_heads: heads (4) is not divisible by kv_heads (3)"), std::string::npos) << all;
 }
 
 // The work model against the models' published active parameter counts (their matmuls read each
@@ -166,24 +169,25 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
 // (gpt-oss-120b's card counts its active parameters by another convention, not checked here.)
 TEST(Work, ActiveParametersAsPublished) {
   std::vector<std::string> problems;
-  const auto models = read_models(std::string(MEMFINE_TESTS_DIR) + "/../experiments/project/models.yaml", problems);
+  const auto models =
+      read_model_presets(std::string(MEMFINE_TESTS_DIR) + "/../experiments/project/models.yaml", problems);
   struct Row {
     const char* name;
     double active, embedding;
   };
   for (const Row& r : {Row{"deepseek_v3", 37e9, 7168.0 * 129280}, Row{"qwen3_30b_a3b", 3.3e9, 2048.0 * 151936},
                        Row{"qwen3_235b_a22b", 22e9, 4096.0 * 151936}, Row{"mixtral_8x7b", 12.9e9, 4096.0 * 32000}}) {
-    const double got = active_matmul_parameters(models.at(r.name));
+    const double got = active_matmul_parameters(models.at(r.name).model);
     EXPECT_NEAR(got, r.active - r.embedding, 0.05 * r.active) << r.name << ": " << got / 1e9 << "B";
   }
   // Every parameter, as the cards count them: DeepSeek-V3 671B and its MTP module 14B (685B),
   // Qwen3-30B-A3B 30.5B, Qwen3-235B-A22B 235B, Mixtral 8x7B 46.7B; within 2%.
   for (const auto& [name, total] : std::vector<std::pair<std::string, double>>{
            {"deepseek_v3", 685e9}, {"qwen3_30b_a3b", 30.5e9}, {"qwen3_235b_a22b", 235e9}, {"mixtral_8x7b", 46.7e9}})
-    EXPECT_NEAR(total_parameters(models.at(name)), total, 0.02 * total) << name;
+    EXPECT_NEAR(total_parameters(models.at(name).model), total, 0.02 * total) << name;
   // Training is three forwards; the causal core is half the square; MTP is counted in training
   // (as Megatron counts it), not in the active parameters.
-  const ProjectModel& ds = models.at("deepseek_v3");
+  const ModelConfig& ds = models.at("deepseek_v3").model;
   EXPECT_GT(token_flops(ds).mtp, 0);
   EXPECT_DOUBLE_EQ(token_flops(ds).training(), 3 * token_flops(ds).forward());
   EXPECT_DOUBLE_EQ(attention_core_flops(ds), 4096.0 * 128 * (192 + 128));
@@ -191,15 +195,18 @@ TEST(Work, ActiveParametersAsPublished) {
 
 const std::string kExperiments = std::string(MEMFINE_TESTS_DIR) + "/../experiments";
 
+// A registered strategy by its label, as a project file names it.
+std::unique_ptr<Strategy> strategy(const std::string& label) { return make_strategy(*parse_label(label)); }
+
 // The shipped project file reads, ranks every fitting layout x strategy by goodput and says why
 // each other one was rejected.
 TEST(Project, RanksByGoodputAndSaysWhyTheRestFail) {
-  const ProjectConfig c = read_project(kExperiments + "/project_deepseek_v3.yaml", kExperiments + "/project");
+  const ProjectConfig c = load_project(kExperiments + "/project_deepseek_v3.yaml", kExperiments + "/project");
   const ProjectResult r = run_project(c);
   ASSERT_FALSE(r.ranked.empty());
   // Dropless first, then capacity capping (another model), each by goodput.
   for (size_t i = 1; i < r.ranked.size(); ++i) {
-    const bool a = r.ranked[i - 1].strategy.keep == Keep::Capacity, b = r.ranked[i].strategy.keep == Keep::Capacity;
+    const bool a = r.ranked[i - 1].drops, b = r.ranked[i].drops;
     EXPECT_LE(a, b);
     if (a == b) EXPECT_GE(r.ranked[i - 1].goodput.tokens_per_s, r.ranked[i].goodput.tokens_per_s);
   }
@@ -209,7 +216,7 @@ TEST(Project, RanksByGoodputAndSaysWhyTheRestFail) {
     EXPECT_LE(e.goodput.ettr, 1);
     EXPECT_NEAR(e.step, e.compute + e.chunk_overhead + e.recompute + e.comm + e.offload_wait + e.bubble, 1e-9 * e.step);
   }
-  for (const auto& e : r.rejected) EXPECT_FALSE(e.why.empty()) << e.layout.text() << " " << e.strategy.name;
+  for (const auto& e : r.rejected) EXPECT_FALSE(e.why.empty()) << e.layout.text() << " " << e.strategy;
   const std::string table = project_table(c, r);
   EXPECT_NE(table.find("rejected:"), std::string::npos);
   EXPECT_NE(table.find("assumptions"), std::string::npos);
@@ -218,13 +225,13 @@ TEST(Project, RanksByGoodputAndSaysWhyTheRestFail) {
 // What the strategies trade, at one layout: recomputing keeps less and takes longer; MemFine keeps
 // no more than full recomputation; imbalance costs the hottest rank memory and speed.
 TEST(Project, StrategiesTradeMemoryForTimeAndImbalanceCosts) {
-  const ProjectConfig c = read_project(kExperiments + "/project_deepseek_v3.yaml", kExperiments + "/project");
+  const ProjectConfig c = load_project(kExperiments + "/project_deepseek_v3.yaml", kExperiments + "/project");
   Layout l;
   l.tp = 1, l.pp = 16, l.ep = 64, l.dp = 64, l.global_batch = 2048;
-  ProjectSetting set = c.setting;
+  ProjectSetting set = project_setting(c);
   set.overload = 2;
-  auto est = [&](const char* s) { return estimate(c.model, c.hardware, l, project_strategy(s), set); };
-  const Estimate none = est("no_recompute"), full = est("full_recompute"), mf = est("memfine"),
+  auto est = [&](const char* s) { return estimate(c.model, c.hardware, l, *strategy(s), set); };
+  const Estimate none = est("no_recompute"), full = est("full_recompute"), mf = est("memfine(chunks=auto)"),
                  act = est("moe_act_recompute");
   EXPECT_LT(full.activation_gb, none.activation_gb);
   EXPECT_GT(full.step, none.step);
@@ -233,7 +240,7 @@ TEST(Project, StrategiesTradeMemoryForTimeAndImbalanceCosts) {
   EXPECT_LT(full.peak_gb, none.peak_gb);
   ProjectSetting balanced = set;
   balanced.overload = 1;
-  const Estimate b = estimate(c.model, c.hardware, l, project_strategy("no_recompute"), balanced);
+  const Estimate b = estimate(c.model, c.hardware, l, *strategy("no_recompute"), balanced);
   EXPECT_LT(b.activation_gb, none.activation_gb);
   EXPECT_GT(b.tokens_per_s_gpu, none.tokens_per_s_gpu);
   // Model TFLOP/s count no recomputation: the same work over a longer step.
@@ -241,9 +248,9 @@ TEST(Project, StrategiesTradeMemoryForTimeAndImbalanceCosts) {
 }
 
 // A plain model whose pipeline stages are alike: no dense layers, no head or embedding to speak of.
-ProjectModel plain() {
-  ProjectModel m;
-  m.name = "plain", m.layers = 16, m.hidden = 1024, m.heads = 8, m.kv_heads = 8, m.head_dim = 128;
+ModelConfig plain() {
+  ModelConfig m;
+  m.layers = 16, m.hidden = 1024, m.heads = 8, m.kv_heads = 8, m.head_dim = 128;
   m.ffn_hidden = 512, m.experts = 16, m.topk = 2, m.vocab = 1, m.seq = 1024;
   return m;
 }
@@ -261,7 +268,7 @@ Hardware plain_gpu() {
 // a step of fewer micro-batches keeps fewer. Each schedule (gradient accumulation) fills and
 // drains the pipeline once.
 TEST(Project, InterleavingKeepsMoreInFlightAndEachScheduleHasItsBubble) {
-  const ProjectModel m = plain();
+  const ModelConfig m = plain();
   const Hardware hw = plain_gpu();
   ProjectSetting set;
   Layout l;
@@ -269,7 +276,7 @@ TEST(Project, InterleavingKeepsMoreInFlightAndEachScheduleHasItsBubble) {
   auto act = [&](int64_t vpp, int64_t ga) {
     Layout x = l;
     x.vpp = vpp, x.grad_accumulation = ga;
-    return estimate(m, hw, x, project_strategy("no_recompute"), set);
+    return estimate(m, hw, x, *strategy("no_recompute"), set);
   };
   const Estimate one = act(1, 1), two = act(2, 1), four = act(4, 1);
   EXPECT_EQ(one.hottest_stage, "first");
@@ -287,7 +294,7 @@ TEST(Project, InterleavingKeepsMoreInFlightAndEachScheduleHasItsBubble) {
 // A grouped GEMM's measured curve replaces the two rates and the knee: a flat curve projects as the
 // same rate given twice; a curve out of order is refused at its line.
 TEST(Project, AMeasuredGroupedGemmCurve) {
-  const ProjectModel m = plain();
+  const ModelConfig m = plain();
   Hardware two = plain_gpu();
   Hardware curve = two;
   curve.grouped_gemm_curve = {{16, 100}, {1024, 100}, {65536, 100}};
@@ -295,12 +302,12 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
   Layout l;
   l.ep = 2, l.dp = 2, l.global_batch = 2;
   ProjectSetting set;
-  EXPECT_DOUBLE_EQ(estimate(m, curve, l, project_strategy("no_recompute"), set).step,
-                   estimate(m, two, l, project_strategy("no_recompute"), set).step);
+  EXPECT_DOUBLE_EQ(estimate(m, curve, l, *strategy("no_recompute"), set).step,
+                   estimate(m, two, l, *strategy("no_recompute"), set).step);
   // Halving the rate at the rows this layout gives each expert doubles the experts' time.
   curve.grouped_gemm_curve = {{16, 50}, {1e6, 50}};
-  EXPECT_GT(estimate(m, curve, l, project_strategy("no_recompute"), set).compute,
-            estimate(m, two, l, project_strategy("no_recompute"), set).compute);
+  EXPECT_GT(estimate(m, curve, l, *strategy("no_recompute"), set).compute,
+            estimate(m, two, l, *strategy("no_recompute"), set).compute);
   std::vector<std::string> problems;
   Problems p{"hw.yaml", problems};
   read_hardware(YAML::Load("{memory_gb: 80, grouped_gemm_curve: [[64, 10], [16, 20]]}"), "gpu", p);
@@ -313,15 +320,15 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
 // experts spread evenly over n nodes, n (1 - (1 - 1/n)^topk) nodes; the network's share of the
 // all-to-all falls by that over topk.
 TEST(Project, ANodeAwareDispatcherSendsATokenOncePerNode) {
-  ProjectModel m = plain();
+  ModelConfig m = plain();
   m.topk = 8, m.experts = 64;
   const Hardware hw = plain_gpu();
   Layout l;
   l.ep = 32, l.dp = 32, l.global_batch = 32;  // 4 nodes of 8
   ProjectSetting set;
-  const Estimate plain_a2a = estimate(m, hw, l, project_strategy("no_recompute"), set);
+  const Estimate plain_a2a = estimate(m, hw, l, *strategy("no_recompute"), set);
   set.node_dedup = true;
-  const Estimate dedup = estimate(m, hw, l, project_strategy("no_recompute"), set);
+  const Estimate dedup = estimate(m, hw, l, *strategy("no_recompute"), set);
   const double n = 4, share = n * (1 - std::pow(1 - 1 / n, 8)) / 8;
   EXPECT_NEAR(dedup.all_to_all / plain_a2a.all_to_all, share, 1e-9);
   // By hand: 4 all-to-alls in each of 16 layers, the rows bound for the other 3 nodes at 10 GB/s.
@@ -332,13 +339,13 @@ TEST(Project, ANodeAwareDispatcherSendsATokenOncePerNode) {
 // experiments/project/validation/): the hottest GPU's peak within 10% of what was measured.
 TEST(Project, MegatronsProxyMemoryWithinTenPercent) {
   const std::string file = kExperiments + "/project/validation/megatron_deepseek_v3_proxy.yaml";
-  const ProjectConfig c = read_project(file, default_presets_dir(file));
+  const ProjectConfig c = load_project(file, default_presets_dir(file));
   const ProjectResult r = run_project(c);
   int checked = 0;
   for (const auto& e : r.ranked) {
-    const auto it = c.published.find(e.strategy.name);
+    const auto it = c.published.find(e.strategy);
     if (it == c.published.end() || !it->second.count("peak_gb")) continue;
-    EXPECT_NEAR(e.peak_gb, it->second.at("peak_gb"), 0.1 * it->second.at("peak_gb")) << e.strategy.name;
+    EXPECT_NEAR(e.peak_gb, it->second.at("peak_gb"), 0.1 * it->second.at("peak_gb")) << e.strategy;
     ++checked;
   }
   EXPECT_EQ(checked, 2);
@@ -353,7 +360,7 @@ TEST(Project, BadFilesAreRefusedAtTheirLines) {
                            "strategies: [no_recompute, checkpointing]\nsearh: {tp: [1]}\n";
   }
   try {
-    read_project(file, kExperiments + "/project");
+    load_project(file, kExperiments + "/project");
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
     const std::string m = e.what();

@@ -31,7 +31,7 @@ DEFAULTS = {"memfine": {"chunks": 1, "bins": [1, 2, 4, 8], "model": "implementat
 
 def record(point, strategy, status="ok", act=10, ms=10.0, **extra):
     """A fixture record; `act` in MiB."""
-    act = act * MIB
+    act = int(act * MIB)  # bytes, as memfine writes them: whole numbers
     name, given = records.parse_label(strategy)
     # Roles as the baselines register them (records carry them; the scripts never match names).
     role = {"full_recompute": "baseline", "no_recompute": "reference"}.get(name)
@@ -40,8 +40,8 @@ def record(point, strategy, status="ok", act=10, ms=10.0, **extra):
          "error": None if status == "ok" else "x",
          "static_bytes": 50 * MIB, "peak_activation_bytes": act if status == "ok" else None, "budget_bytes": 100 * MIB,
          "step_ms": {"median": ms, "min": ms, "max": ms} if status == "ok" else None,
-         "step_ms_all": [ms, ms, ms] if status == "ok" else [ms], "overload_factor": 2.0, "chunks": None,
-         "config": CONFIG, "env": ENV, "predicted_activation_bytes": act * 1.02}
+         "step_ms_all": [ms, ms, ms] if status == "ok" else [ms], "overload_factor": 2.0,
+         "config": CONFIG, "env": ENV, "predicted_activation_bytes": int(act * 1.02)}
     if name == "capacity":
         r["dropped_fraction"] = 0.0
     r.update(extra)
@@ -400,8 +400,9 @@ class Plotting(unittest.TestCase):
         tmp = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, tmp, True)
         from plots import recipes
-        recipes.main(["--results", os.path.join(ROOT, "results", "cpu"), "--out", tmp,
-                      "--predictions", os.path.join(ROOT, "results", "model", "paper_table4.jsonl")])
+        failed = recipes.main(["--results", os.path.join(ROOT, "results", "cpu"), "--out", tmp,
+                               "--predictions", os.path.join(ROOT, "results", "model", "paper_table4.jsonl")])
+        self.assertEqual(failed, 0, "a recipe failed on the committed results (its error is above)")
         self.assertEqual(state(), before)
 
 

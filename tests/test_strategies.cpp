@@ -1,9 +1,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "core/meter/memory_meter.h"
 #include "core/moe/capacity.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/strategy/registry.h"
 #include "testing.h"
 
@@ -180,3 +183,32 @@ TEST(Strategies, MemFineNeverAboveFullRecompute) {
     }
   }
 }
+
+namespace memfine {
+namespace {
+
+// A strategy is its own file's: no code of the harness (core/ outside core/strategy/) names a
+// registered strategy, so a new one reaches run, predict, project and every table untouched.
+TEST(Strategies, NoCodeOutsideTheStrategiesNamesOne) {
+  namespace fs = std::filesystem;
+  const fs::path core = fs::path(MEMFINE_TESTS_DIR) / ".." / "core";
+  std::vector<std::string> found;
+  for (const auto& e : fs::recursive_directory_iterator(core)) {
+    const std::string path = e.path().string(), ext = e.path().extension().string();
+    if (!e.is_regular_file() || (ext != ".cpp" && ext != ".h" && ext != ".cu")) continue;
+    if (path.find("/core/strategy/") != std::string::npos) continue;
+    std::ifstream in(path);
+    int line = 0;
+    for (std::string text; std::getline(in, text);) {
+      ++line;
+      for (const auto& [name, info] : strategy_registry())
+        if (text.find("\"" + name + "\"") != std::string::npos)
+          found.push_back(path + ":" + std::to_string(line) + ": \"" + name + "\"");
+    }
+  }
+  EXPECT_TRUE(found.empty()) << found.size() << " place(s), the first " << found.front();
+  EXPECT_GT(strategy_registry().size(), 7u) << "the registry this test reads is the shipped one";
+}
+
+}  // namespace
+}  // namespace memfine

@@ -104,6 +104,39 @@ strategies:
   EXPECT_EQ(b[1]["peak_activation_bytes"], a[0]["peak_activation_bytes"]);
 }
 
+// 2b. Each strategy's outcome is its own: with verify on and a budget MACT cannot meet, MACT runs
+// out of memory, and the others are verified and measured, or out of memory, each on its own
+// (MACT's refusal was once recorded as the other strategies' error).
+TEST(Trust, EachStrategysOutcomeIsItsOwn) {
+  const std::string yaml = write("own.yaml", R"(name: own
+seed: 1
+threads: 2
+warmup: 0
+repeats: 1
+verify: true
+model: {layers: 2, hidden: 256, heads: 4, kv_heads: 2, head_dim: 64, ffn_hidden: 512, experts: 16, topk: 4, seq: 512}
+parallel: {ep: 8}
+workload: {kind: zipf, alpha: 1.5}
+memory: {budget: 40MiB}
+strategies:
+  - no_recompute
+  - full_recompute
+  - {name: memfine, chunks: auto}
+)");
+  const std::string dir = fresh_dir("own");
+  const Result r = run("run " + yaml + " --out " + dir + " --no-progress");
+  EXPECT_EQ(r.code, 0) << r.err;  // out of memory is a result
+  const auto recs = records_of(dir);
+  ASSERT_EQ(recs.size(), 3u);
+  for (const auto& rec : recs) {
+    EXPECT_EQ(rec["status"], "oom") << rec["strategy"] << ": " << rec["error"];
+    EXPECT_EQ(rec["error"].get<std::string>().find("MACT") == std::string::npos, rec["name"] != "memfine")
+        << rec["strategy"] << "'s error is " << rec["error"];
+  }
+  EXPECT_EQ(recs[0]["verified"], true) << "no_recompute is verified on its own";
+  EXPECT_TRUE(recs[2]["verified"].is_null()) << "MACT found no plan: nothing was verified";
+}
+
 // 3. verify gives a verdict against the dtype's stated tolerance, in the records and the table,
 // and fails the run (exit 1) when a dropless strategy does not compute what the reference does:
 // on one process, on real ranks against one process computing the whole batch, and in training.
@@ -290,6 +323,12 @@ TEST_F(TrainResume, DamagedCheckpointsAreRefused) {
   SetUp();
   set_checkpoint([](json& head, std::string&) { head["step"] = "9"; });
   expect_refused_naming_checkpoint("its 'step' is not an integer >= 0");
+  SetUp();
+  set_checkpoint([](json&, std::string& data) { data += "TRAILING"; });  // whatever its checksum says
+  expect_refused_naming_checkpoint("bytes were added after its end");
+  SetUp();
+  set_checkpoint([](json&, std::string& data) { data.resize(data.size() - 4); });
+  expect_refused_naming_checkpoint("it is cut short");
   SetUp();
   fs::remove(ckpt_);
   ASSERT_EQ(::mkfifo(ckpt_.c_str(), 0644), 0);

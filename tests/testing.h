@@ -5,7 +5,7 @@
 
 #include "core/config/config.h"
 #include "core/meter/memory_meter.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/strategy/registry.h"
 
 namespace memfine::test_util {

@@ -9,7 +9,9 @@
 
 namespace memfine::cli {
 
-int strategies_command(const std::string& as) {
+namespace {
+
+int list_strategies(const std::string& as) {
   if (as == "markdown") {
     std::cout << "| strategy | parameter | type | default | meaning |\n|---|---|---|---|---|\n";
     for (const auto& [name, info] : strategy_registry()) {
@@ -41,6 +43,24 @@ int strategies_command(const std::string& as) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+Command strategies_command() {
+  return {"strategies",
+          "",
+          "the registered strategies and their parameters",
+          R"(Lists the registered strategies, each with a one-line description and its parameters (type and
+default).
+)",
+          {{"--json", "", "the same as one JSON object (name -> description, role, params)"},
+           {"--markdown", "", "a table (experiments/README.md's strategy reference is this output)"}},
+          0,
+          0,
+          [](const Args& a) {
+            return list_strategies(a.has("--markdown") ? "markdown" : a.has("--json") ? "json" : "text");
+          }};
 }
 
 }  // namespace memfine::cli

@@ -11,24 +11,38 @@
 
 namespace memfine {
 
+// A model's shape: what an experiment builds and runs, what the paper's equations size, and what
+// `memfine project` projects on a cluster (its presets, experiments/project/models.yaml, are
+// written in these keys). The whole-model keys below the line are the projections' only: the
+// layers `memfine run` builds are every one a MoE layer with grouped-query attention (or none).
 struct ModelConfig {
   int64_t layers = 2;
   int64_t hidden = 256;
   int64_t heads = 4;
   int64_t kv_heads = 2;
-  int64_t head_dim = 64;
+  int64_t head_dim = 64;     // MLA: the query-key width, rotary part included
   int64_t ffn_hidden = 512;  // routed expert's SwiGLU hidden size (g_e)
   int64_t experts = 8;       // routed experts in total, over all expert-parallel ranks
   int64_t topk = 2;
   int64_t seq = 256;              // tokens per sequence on one rank (s)
   int64_t micro_batch = 1;        // sequences per rank (b)
   int64_t shared_experts = 0;     // shared expert of width shared_experts * ffn_hidden, 0 = none
-  std::string attention = "gqa";  // "gqa" (causal grouped-query) or "none" (MoE-only layers)
+  std::string attention = "gqa";  // "gqa" (causal grouped-query), "mla" (projections only) or "none"
   // A language model over `vocab` token ids (0: the benchmark's stand-in, random hidden states in
   // and a regression target out): token embedding, the output head tied to it, next-token
-  // cross-entropy (core/model/model.h).
+  // cross-entropy (core/model/model.h). A projection counts its embedding and head.
   int64_t vocab = 0;
+  // ---- a whole model, for projections (memfine project, predict's paper section)
+  int64_t dense_layers = 0;  // leading layers with a dense SwiGLU of dense_ffn_hidden
+  int64_t dense_ffn_hidden = 0;
+  int64_t mtp_layers = 0;      // DeepSeek's multi-token prediction modules
+  int64_t v_head_dim = 0;      // 0: head_dim
+  int64_t q_lora_rank = 0;     // MLA's low-rank query projection (0: none)
+  int64_t kv_lora_rank = 0;    // MLA's low-rank key-value projection
+  int64_t rope_head_dim = 64;  // MLA: the shared rotary key's width
   int64_t tokens() const { return seq * micro_batch; }
+  int64_t moe_layers() const { return layers - dense_layers; }
+  int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
 };
 
 struct WorkloadConfig {
@@ -71,26 +85,28 @@ struct StrategySpec {
 // A parameter's value as labels write it: 4, 1.25, 1.0, true, auto, [1,2,4,8].
 std::string label_value(const nlohmann::json& v);
 // A written YAML value as JSON: integers, numbers, booleans and strings keep their type (a quoted
-// scalar is a string); lists and maps recursively.
+// scalar is a string); lists and maps recursively, at most 65,536 elements (std::invalid_argument:
+// an alias bomb is refused, not expanded).
 nlohmann::json yaml_to_json(const YAML::Node& n);
+// A written value as a message shows it: a scalar as labels write it, anything else as its YAML
+// (aliases kept), cut at 80 characters.
+std::string shown_value(const YAML::Node& n);
 
-// Paper-scale projection (memfine predict only): the DeepSeek-V3 shapes the model config does not
-// carry, the device, and where s' comes from. Defaults are DeepSeek-V3's published architecture.
+// Paper-scale projection (memfine predict only): the device and where s' comes from. The model's
+// shape, attention's MLA widths included, is the experiment's `model:`.
 struct PaperScaleConfig {
   bool enabled = false;
   int64_t device_memory = 64000000000;  // bytes ("64 GB per GPU")
   double alpha = 1.0;                   // Eq. 3: share of device memory available; not given in the paper
   int64_t pipeline = 4;                 // p
   int64_t layers_per_stage = 0;         // 0: layers / pipeline
-  int64_t dense_layers = 3, dense_ffn = 18432, vocab = 129280;
-  int64_t q_lora_rank = 1536, kv_lora_rank = 512, qk_nope_dim = 128, qk_rope_dim = 64, v_head_dim = 128;
   double bytes_param = 2, bytes_grad = 4, bytes_optimizer = 12;  // bf16 weights; fp32 grads, master and 2 moments
   std::string received = "figure2";  // s': "figure2" (hottest layer's p99 x local experts) or a number
   std::string figure2;               // CSV of the paper's Figure 2 statistics (layer,p99,...)
   double m_g = 1;                    // stored layers' worth of activations (1 under full recomputation)
 };
 
-// `memfine train` (core/run/train.h): a language model trained on real text, one record per step.
+// `memfine train` (core/train/train.h): a language model trained on real text, one record per step.
 struct TrainConfig {
   bool enabled = false;  // the YAML has a `train:` section
   int64_t steps = 100;
@@ -158,8 +174,11 @@ inline constexpr size_t kMaxStrategies = 64;
 // record's config loads back to the same config (tests/test_cli.cpp holds it to that).
 nlohmann::json config_to_json(const ExperimentConfig& c);
 
-// The key reference of experiment files (experiments/README.md, `memfine keys`): every section's
-// keys with type, default and meaning, as Markdown table rows.
-std::string key_reference_markdown();
+// A key reference (experiments/README.md, `memfine keys [WHICH]`): every key with type, default and
+// meaning, as a Markdown table; WHICH is one of key_references(): an experiment file's (its every
+// section), a project file's, a hardware preset's (a model preset's keys are the experiment's
+// `model:` keys).
+std::string key_reference_markdown(const std::string& which = "experiment");
+const std::vector<std::string>& key_references();
 
 }  // namespace memfine

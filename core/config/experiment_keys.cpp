@@ -42,6 +42,8 @@ std::string folder_name_problem(const std::string& name) {
   return "";
 }
 
+}  // namespace
+
 void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Problems& p) {
   if (!node.IsDefined() || node.IsNull()) {
     p.add(node, "strategies", "missing: list at least one strategy (see `memfine strategies`)");
@@ -92,8 +94,6 @@ void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Pr
     out.push_back(spec);
   }
 }
-
-}  // namespace
 
 const Section<ExperimentConfig>& top_keys() {
   using namespace fields;
@@ -176,6 +176,11 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
   }
   if (const YAML::Node pn = r.child("paper"); pn.IsDefined() && !pn.IsNull()) parse_paper(pn, dir, c.paper, p);
   if (const YAML::Node tn = r.child("train"); tn.IsDefined() && !tn.IsNull()) parse_train(tn, workload, dir, c, p);
+  if (!c.paper.enabled)
+    for (const std::string& k : whole_model_keys(c.model))
+      p.add(r.child("model")[k], "model." + k,
+            "a whole model's key: the layers memfine run and train build are every one a MoE layer with "
+            "grouped-query attention; it is for projections (a paper: section, or a memfine project file)");
   if (c.model.vocab > 0 && !c.train.enabled)
     p.add(r.child("model")["vocab"], "model.vocab",
           "a language model is trained, not benchmarked: add a train: section and use memfine train");

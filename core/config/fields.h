@@ -20,6 +20,9 @@ struct Field {
   std::string key, type, fallback, help;  // type and default as the key reference shows them
   std::function<void(MapReader&, S&)> read;
   std::function<nlohmann::json(const S&)> write;
+  // Left out of the written config while it holds its default: a key a few files use (a whole
+  // model's), so that every other file's records read as they did before it existed.
+  std::function<bool(const S&)> at_default;
 };
 
 template <class S>
@@ -41,7 +44,8 @@ void read_section(const Section<S>& sec, MapReader& r, S& s) {
 template <class S>
 nlohmann::json write_section(const Section<S>& sec, const S& s) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& f : sec.fields) j[f.key] = f.write(s);
+  for (const auto& f : sec.fields)
+    if (!(f.at_default && f.at_default(s))) j[f.key] = f.write(s);
   return j;
 }
 
@@ -128,6 +132,13 @@ Field<S> text(std::string key, std::string S::*m, std::string type, std::string 
           [m, nullable](const S& s) {
             return nullable && (s.*m).empty() ? nlohmann::json(nullptr) : nlohmann::json(s.*m);
           }};
+}
+
+// The same field, written only where it differs from its default.
+template <class S, class T>
+Field<S> when_set(Field<S> f, T S::*m) {
+  f.at_default = [m](const S& s) { return s.*m == S{}.*m; };
+  return f;
 }
 
 // Bytes ("512MiB", "2GiB", a count); with `none_ok`, `none` (or -1) is none, written null.

@@ -11,15 +11,24 @@ namespace memfine {
 
 using json = nlohmann::json;
 
-json yaml_to_json(const YAML::Node& n) {
+namespace {
+
+// The most elements a written value may expand to: YAML's aliases let a small file name a tree of
+// billions (an alias bomb), which no setting needs.
+constexpr int64_t kMaxElements = 1 << 16;
+
+json to_json(const YAML::Node& n, int64_t& budget) {
+  if (--budget < 0)
+    throw std::invalid_argument("a value of more than " + std::to_string(kMaxElements) +
+                                " elements (YAML aliases repeating one another?)");
   if (n.IsSequence()) {
     json a = json::array();
-    for (const auto& v : n) a.push_back(yaml_to_json(v));
+    for (const auto& v : n) a.push_back(to_json(v, budget));
     return a;
   }
   if (n.IsMap()) {
     json o = json::object();
-    for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+    for (const auto& kv : n) o[kv.first.as<std::string>()] = to_json(kv.second, budget);
     return o;
   }
   if (!n.IsScalar()) return nullptr;
@@ -34,6 +43,19 @@ json yaml_to_json(const YAML::Node& n) {
   return t;
 }
 
+}  // namespace
+
+json yaml_to_json(const YAML::Node& n) {
+  int64_t budget = kMaxElements;
+  return to_json(n, budget);
+}
+
+std::string shown_value(const YAML::Node& n) {
+  if (n.IsScalar()) return label_value(yaml_to_json(n));
+  const std::string text = MapReader::dump(n);  // aliases stay aliases: linear in the file
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
 json config_to_json(const ExperimentConfig& c) {
   json strategies = json::array();
   for (const auto& s : c.strategies) {
@@ -42,7 +64,7 @@ json config_to_json(const ExperimentConfig& c) {
     if (s.resolved)
       j.update(s.shown);
     else
-      for (const auto& [k, v] : s.written) j[k] = yaml_to_json(v);
+      for (const auto& [k, v] : s.written) j[k] = shown_value(v);
     strategies.push_back(j);
   }
   json out = write_section(top_keys(), c);
@@ -91,7 +113,7 @@ std::string label_value(const json& v) {
 std::string StrategySpec::label() const {
   json params = resolved ? shown : json::object();
   if (!resolved)
-    for (const auto& [k, v] : written) params[k] = yaml_to_json(v);
+    for (const auto& [k, v] : written) params[k] = v.IsScalar() ? yaml_to_json(v) : json(shown_value(v));
   if (params.empty()) return name;
   std::string s = name + "(";
   bool first = true;

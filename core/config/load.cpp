@@ -27,14 +27,7 @@ YAML::Node node_at(YAML::Node root, const std::string& dotted) {
 
 }  // namespace
 
-std::string ExperimentConfig::where(const std::string& key) const {
-  for (std::string k = key;; k = k.substr(0, k.rfind('.'))) {
-    auto it = lines.find(k);
-    if (it != lines.end()) return source + ":" + std::to_string(it->second);
-    if (k.find('.') == std::string::npos) break;
-  }
-  return source + ":1";
-}
+std::string ExperimentConfig::where(const std::string& key) const { return where_in(source, lines, key); }
 
 std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors) {
   Problems p{path, errors};

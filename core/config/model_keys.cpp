@@ -5,13 +5,14 @@ namespace memfine {
 const Section<ModelConfig>& model_keys() {
   using namespace fields;
   using M = ModelConfig;
+  const std::string whole = "a whole model (projections: `memfine project`, `paper:`): ";
   static const Section<M> s{
       "model",
       {integer<M>("layers", &M::layers, 1, 4096, "decoder layers"),
        integer<M>("hidden", &M::hidden, 1, 65536, "hidden size `h`"),
        integer<M>("heads", &M::heads, 1, 1024, "attention heads; divisible by `kv_heads` (grouped-query attention)"),
        integer<M>("kv_heads", &M::kv_heads, 1, 1024, "key and value heads"),
-       integer<M>("head_dim", &M::head_dim, 1, 4096, "width of a head"),
+       integer<M>("head_dim", &M::head_dim, 1, 4096, "width of a head (MLA: query-key width, rotary part included)"),
        integer<M>("ffn_hidden", &M::ffn_hidden, 1, 262144, "routed expert's SwiGLU width `g_e`"),
        integer<M>("experts", &M::experts, 1, 65536, "routed experts over all expert-parallel ranks"),
        integer<M>("topk", &M::topk, 1, 65536, "experts per token; at most `experts`"),
@@ -20,28 +21,64 @@ const Section<ModelConfig>& model_keys() {
        integer<M>("micro_batch", &M::micro_batch, 1, 65536, "sequences per rank (the paper's `b`)"),
        integer<M>("shared_experts", &M::shared_experts, 0, 64,
                   "a shared expert of width `shared_experts * ffn_hidden`; 0 = none"),
-       choice<M>("attention", &M::attention, {"gqa", "none"}, "causal grouped-query attention, or MoE-only layers"),
+       choice<M>("attention", &M::attention, {"gqa", "mla", "none"},
+                 "causal grouped-query attention, DeepSeek's multi-head latent attention (projections only), or "
+                 "MoE-only layers"),
        integer<M>(
            "vocab", &M::vocab, 0, 1 << 20,
            "a language model over this many token ids (at least 256: the byte tokenizer): embedding, output head "
            "tied to it, next-token cross-entropy; needs `train:`. 0: the benchmark's stand-in (random hidden states "
-           "in, a regression target out)")}};
+           "in, a regression target out). A projection counts its embedding and head"),
+       when_set(integer<M>("dense_layers", &M::dense_layers, 0, 4096,
+                           whole + "leading layers with a dense SwiGLU of `dense_ffn_hidden` instead of experts"),
+                &M::dense_layers),
+       when_set(integer<M>("dense_ffn_hidden", &M::dense_ffn_hidden, 0, 1 << 20, whole + "their SwiGLU width"),
+                &M::dense_ffn_hidden),
+       when_set(integer<M>("mtp_layers", &M::mtp_layers, 0, 1024,
+                           whole + "DeepSeek's multi-token prediction modules (a MoE layer, a projection, the head)"),
+                &M::mtp_layers),
+       when_set(integer<M>("v_head_dim", &M::v_head_dim, 0, 4096, whole + "a value head's width; 0: `head_dim`"),
+                &M::v_head_dim),
+       when_set(integer<M>("q_lora_rank", &M::q_lora_rank, 0, 1 << 20, whole + "MLA's low-rank query width (0: none)"),
+                &M::q_lora_rank),
+       when_set(integer<M>("kv_lora_rank", &M::kv_lora_rank, 0, 1 << 20, whole + "MLA's low-rank key-value width"),
+                &M::kv_lora_rank),
+       when_set(integer<M>("rope_head_dim", &M::rope_head_dim, 0, 4096, whole + "MLA's shared rotary key width"),
+                &M::rope_head_dim)}};
   return s;
+}
+
+void check_model(const ModelConfig& m, MapReader& r) {
+  Problems& p = r.problems();
+  if (m.topk > m.experts)
+    p.add(r.child("topk"), r.key("topk"),
+          "topk (" + std::to_string(m.topk) + ") exceeds experts (" + std::to_string(m.experts) + ")");
+  if (m.tokens() > (int64_t(1) << 24))
+    p.add(r.child("seq"), r.key("seq"),
+          "seq x micro_batch (" + std::to_string(m.tokens()) + " tokens per rank) exceeds 16777216");
+  if (m.heads % m.kv_heads != 0)
+    p.add(r.child("kv_heads"), r.key("kv_heads"),
+          "heads (" + std::to_string(m.heads) + ") is not divisible by kv_heads (" + std::to_string(m.kv_heads) + ")");
+  if (m.dense_layers >= m.layers)
+    p.add(r.child("dense_layers"), r.key("dense_layers"),
+          "must be below layers (" + std::to_string(m.layers) + "): a MoE model has MoE layers");
+  if (m.dense_layers > 0 && m.dense_ffn_hidden == 0)
+    p.add(r.child("dense_layers"), r.key("dense_ffn_hidden"), "missing: dense_layers > 0 needs their width");
 }
 
 void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p) {
   MapReader r(node, "model", p);
   read_section(model_keys(), r, m);
   r.check_unknown();
-  if (m.topk > m.experts)
-    p.add(r.child("topk"), "model.topk",
-          "topk (" + std::to_string(m.topk) + ") exceeds experts (" + std::to_string(m.experts) + ")");
-  if (m.tokens() > (int64_t(1) << 24))
-    p.add(r.child("seq"), "model.seq",
-          "seq x micro_batch (" + std::to_string(m.tokens()) + " tokens per rank) exceeds 16777216");
-  if (m.heads % m.kv_heads != 0)
-    p.add(r.child("kv_heads"), "model.kv_heads",
-          "heads (" + std::to_string(m.heads) + ") is not divisible by kv_heads (" + std::to_string(m.kv_heads) + ")");
+  check_model(m, r);
+}
+
+std::vector<std::string> whole_model_keys(const ModelConfig& m) {
+  std::vector<std::string> out;
+  if (m.attention == "mla") out.push_back("attention");
+  for (const auto& f : model_keys().fields)
+    if (f.at_default && !f.at_default(m)) out.push_back(f.key);
+  return out;
 }
 
 }  // namespace memfine

@@ -1,5 +1,7 @@
 #include "core/config/reader.h"
 
+#include "core/config/config.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -77,33 +79,15 @@ YAML::Node MapReader::child(const std::string& k) {
 }
 
 void MapReader::read_int(const std::string& k, int64_t& dst, int64_t lo, int64_t hi) {
-  const int64_t before = dst;
-  read(k, dst, "an integer");
-  if (dst < lo || dst > hi) {
-    p_.add(child(k), key(k),
-           "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(dst));
-    dst = before;
-  }
+  read_value(k, dst, [&](const YAML::Node& n) { return int_value(n, lo, hi); });
 }
 
 void MapReader::read_number(const std::string& k, double& dst, double lo, double hi) {
-  const double before = dst;
-  read(k, dst, "a number");
-  if (!(dst >= lo && dst <= hi)) {
-    std::ostringstream m;
-    m << "must be a finite number in [" << lo << ", " << hi << "], got " << dst;
-    p_.add(child(k), key(k), m.str());
-    dst = before;
-  }
+  read_value(k, dst, [&](const YAML::Node& n) { return number_value(n, lo, hi); });
 }
 
 void MapReader::read_choice(const std::string& k, std::string& dst, const std::vector<std::string>& allowed) {
-  read(k, dst, "a string");
-  if (std::find(allowed.begin(), allowed.end(), dst) == allowed.end()) {
-    std::string list;
-    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    p_.add(child(k), key(k), "'" + dst + "' is not one of " + list + did_you_mean(dst, allowed));
-  }
+  read_value(k, dst, [&](const YAML::Node& n) { return choice_value(n, allowed); });
 }
 
 void MapReader::read_bytes(const std::string& k, int64_t& dst, bool none_ok) {
@@ -125,6 +109,81 @@ void MapReader::check_unknown() {
     if (std::find(known_.begin(), known_.end(), k) == known_.end())
       p_.add(kv.first, key(k), "unknown key" + did_you_mean(k, known_));
   }
+}
+
+std::string where_in(const std::string& file, const std::map<std::string, int>& lines, const std::string& key) {
+  for (std::string k = key;; k = k.substr(0, k.rfind('.'))) {
+    auto it = lines.find(k);
+    if (it != lines.end()) return file + ":" + std::to_string(it->second);
+    if (k.find('.') == std::string::npos) break;
+  }
+  return file + ":1";
+}
+
+bool plain_scalar(const YAML::Node& n) { return n.IsScalar() && MapReader::plain_tag(n); }
+
+std::string range_text(int64_t lo, int64_t hi) { return "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]"; }
+
+std::string range_text(double lo, double hi) {
+  std::ostringstream s;
+  s << "[" << lo << ", " << hi << "]";
+  return s.str();
+}
+
+int64_t int_value(const YAML::Node& n, int64_t lo, int64_t hi) {
+  const nlohmann::json v = plain_scalar(n) && n.Tag() != "!" ? yaml_to_json(n) : nlohmann::json();
+  if (!v.is_number_integer()) throw std::invalid_argument("expected an integer, got '" + shown_value(n) + "'");
+  const int64_t i = v.get<int64_t>();
+  if (i < lo || i > hi)
+    throw std::invalid_argument("must be an integer in " + range_text(lo, hi) + ", got " + std::to_string(i));
+  return i;
+}
+
+double number_value(const YAML::Node& n, double lo, double hi) {
+  const nlohmann::json v = plain_scalar(n) && n.Tag() != "!" ? yaml_to_json(n) : nlohmann::json();
+  // YAML's own spellings of the special values, which no setting takes.
+  const std::string t = n.IsScalar() ? n.Scalar() : "";
+  const bool special = t == ".nan" || t == ".NaN" || t == ".NAN" || t == ".inf" || t == "-.inf" || t == "+.inf" ||
+                       t == ".Inf" || t == "-.Inf" || t == ".INF" || t == "-.INF";
+  if (!v.is_number() && !special) throw std::invalid_argument("expected a number, got '" + shown_value(n) + "'");
+  const double d = special ? std::nan("") : v.get<double>();
+  if (!(d >= lo && d <= hi)) {
+    std::ostringstream m;
+    m << "must be a finite number in " << range_text(lo, hi) << ", got " << (special ? t : label_value(d));
+    throw std::invalid_argument(m.str());
+  }
+  return d;
+}
+
+bool bool_value(const YAML::Node& n) {
+  const nlohmann::json v = plain_scalar(n) && n.Tag() != "!" ? yaml_to_json(n) : nlohmann::json();
+  if (!v.is_boolean()) throw std::invalid_argument("expected true or false, got '" + shown_value(n) + "'");
+  return v.get<bool>();
+}
+
+std::string choice_value(const YAML::Node& n, const std::vector<std::string>& choices) {
+  const std::string v = n.IsScalar() ? n.Scalar() : shown_value(n);
+  if (!n.IsScalar() || std::find(choices.begin(), choices.end(), v) == choices.end()) {
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+    throw std::invalid_argument("'" + v + "' is not one of " + list + did_you_mean(v, choices));
+  }
+  return v;
+}
+
+std::vector<int64_t> int_list_value(const YAML::Node& n, int64_t lo, int64_t hi) {
+  const std::string type = "a non-empty list of integers in " + range_text(lo, hi);
+  if (!n.IsSequence() || n.size() == 0 || n.size() > (1u << 16))
+    throw std::invalid_argument("expected " + type + ", got '" + shown_value(n) + "'");
+  std::vector<int64_t> out;
+  for (const auto& item : n) {
+    try {
+      out.push_back(int_value(item, lo, hi));
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument("must be " + type + ", got '" + shown_value(n) + "'");
+    }
+  }
+  return out;
 }
 
 bool MapReader::plain_tag(const YAML::Node& n) {

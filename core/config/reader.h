@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,20 @@ struct Problems {
   // At a place already known ("FILE:LINE": ExperimentConfig::where), for checks after parsing.
   void add_at(const std::string& where, const std::string& path, const std::string& msg);
 };
+
+// A written value, typed: the one reader of a key's value, whoever declares the key (a section's
+// field, a strategy's parameter, a project's key). YAML's own scalar types only (`!!binary 4` or a
+// custom tag is not a number); a quoted scalar is a string. Each throws std::invalid_argument
+// saying what is wrong, the value shown as written (aliases kept: never expanded).
+bool plain_scalar(const YAML::Node& n);
+int64_t int_value(const YAML::Node& n, int64_t lo, int64_t hi);
+double number_value(const YAML::Node& n, double lo, double hi);  // finite
+bool bool_value(const YAML::Node& n);
+std::string choice_value(const YAML::Node& n, const std::vector<std::string>& choices);
+std::vector<int64_t> int_list_value(const YAML::Node& n, int64_t lo, int64_t hi);  // non-empty
+// The range as messages write it: "[1, 1024]", "[0, 1e+06]".
+std::string range_text(int64_t lo, int64_t hi);
+std::string range_text(double lo, double hi);
 
 // One YAML map, read typed, remembering which keys it knew so the rest can be flagged.
 class MapReader {
@@ -41,6 +56,9 @@ class MapReader {
   void check_unknown();
   // Only YAML's own scalar types: `!!binary 256` or a custom tag is not a number.
   static bool plain_tag(const YAML::Node& n);
+  // Reads `k` with a value reader above; a problem where it throws. Absent or null: untouched.
+  template <class T, class F>
+  void read_value(const std::string& k, T& dst, F value);
   static std::string dump(const YAML::Node& n);
 
  private:
@@ -63,6 +81,21 @@ bool MapReader::read(const std::string& k, T& dst, const char* type) {
     return false;
   }
 }
+
+template <class T, class F>
+void MapReader::read_value(const std::string& k, T& dst, F value) {
+  YAML::Node n = child(k);
+  if (!n.IsDefined() || n.IsNull()) return;
+  try {
+    dst = value(n);
+  } catch (const std::invalid_argument& e) {
+    p_.add(n, key(k), e.what());
+  }
+}
+
+// "FILE:LINE" of `key` in a file read with `lines` (Problems::lines), or of its nearest parent
+// that was written; "FILE:1" where none was.
+std::string where_in(const std::string& file, const std::map<std::string, int>& lines, const std::string& key);
 
 // " (did you mean 'X'?)" for the closest of `known`, or "".
 std::string did_you_mean(const std::string& key, const std::vector<std::string>& known);

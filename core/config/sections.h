@@ -22,11 +22,19 @@ const Section<TrainConfig>& train_keys();
 // Each reads its section from `node` (absent: the defaults) into its struct; `dir` is the YAML's
 // folder, against which relative paths are resolved.
 void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p);
+// What ties a model's keys together (topk at most experts, heads by kv_heads, ...), at `r`'s keys.
+void check_model(const ModelConfig& m, MapReader& r);
+// The whole-model keys `m` sets (dense layers, MLA, MTP): a projection's, not a run's.
+std::vector<std::string> whole_model_keys(const ModelConfig& m);
 void parse_workload(const YAML::Node& node, const std::string& dir, WorkloadConfig& w, Problems& p);
 void parse_paper(const YAML::Node& node, const std::string& dir, PaperScaleConfig& ps, Problems& p);
 // `workload`: the file's workload node (training learns its routing: router, or left out).
 void parse_train(const YAML::Node& node, const YAML::Node& workload, const std::string& dir, ExperimentConfig& c,
                  Problems& p);
+
+// `strategies:` as an experiment (or a project file) lists them: names, or maps with `name`;
+// resolved against the registry above config (run/validate, project/check).
+void parse_strategies(const YAML::Node& node, std::vector<StrategySpec>& out, Problems& p);
 
 // The whole file (one sweep point of it: the sweep already set into `root`).
 ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, Problems& p);

@@ -1,8 +1,7 @@
-// One timer for the suite: wall-clock milliseconds, and the summary reported for repeated steps.
+// One timer for the suite: wall-clock milliseconds (core/util/stats.h summarises repeated steps).
 // On a GPU the work is queued, so a timer for a device waits for the device when it starts and
 // when it is read: a step's time is its kernels', not the time taken to queue them.
 #pragma once
-#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -27,17 +26,5 @@ class Timer {
   std::string device_;
   std::chrono::steady_clock::time_point t0_;
 };
-
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-
-inline Spread spread(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {med, v.front(), v.back()};
-}
 
 }  // namespace memfine

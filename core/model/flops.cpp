@@ -17,4 +17,68 @@ StepFlops step_flops(const ModelConfig& m, int64_t received_rows) {
   return f;
 }
 
+double attention_proj_flops(const ModelConfig& m) {
+  const double h = double(m.hidden), H = double(m.heads);
+  if (m.attention == "mla") {
+    const double qk = double(m.head_dim), v = double(m.v_dim()), rope = double(m.rope_head_dim);
+    const double q =
+        m.q_lora_rank > 0 ? 2 * h * double(m.q_lora_rank) + 2 * double(m.q_lora_rank) * H * qk : 2 * h * H * qk;
+    const double kv = 2 * h * double(m.kv_lora_rank + m.rope_head_dim) +
+                      2 * double(m.kv_lora_rank) * H * (qk - rope + v);  // k without its rotary part, and v
+    return q + kv + 2 * H * v * h;
+  }
+  const double q = H * double(m.head_dim), kv = double(m.kv_heads * m.head_dim);
+  return 2 * h * (q + 2 * kv) + 2 * q * h;
+}
+
+double attention_core_flops(const ModelConfig& m) {
+  const double qk = double(m.head_dim), v = double(m.v_dim());
+  return 0.5 * 2 * double(m.seq) * double(m.heads) * (qk + v);
+}
+
+TokenFlops token_flops(const ModelConfig& m) {
+  const double h = double(m.hidden), L = double(m.layers), moe = double(m.moe_layers());
+  TokenFlops f;
+  f.attention_proj = L * attention_proj_flops(m);
+  f.attention_core = L * attention_core_flops(m);
+  f.dense_ffn = double(m.dense_layers) * expert_forward_flops(1, h, double(m.dense_ffn_hidden));
+  f.router = moe * 2 * h * double(m.experts);
+  f.experts = moe * expert_forward_flops(double(m.topk), h, double(m.ffn_hidden));
+  f.shared = moe * expert_forward_flops(double(m.shared_experts), h, double(m.ffn_hidden));
+  f.lm_head = 2 * h * double(m.vocab);
+  const double moe_layer = attention_proj_flops(m) + attention_core_flops(m) + 2 * h * double(m.experts) +
+                           expert_forward_flops(double(m.topk + m.shared_experts), h, double(m.ffn_hidden));
+  f.mtp = double(m.mtp_layers) * (moe_layer + 2 * 2 * h * h + f.lm_head);
+  return f;
+}
+
+LayerBytes memory_bound_bytes(const ModelConfig& m, double element_bytes) {
+  const double kBf16 = element_bytes, kFp32 = 4;
+  const double h = double(m.hidden), H = double(m.heads), g = double(m.ffn_hidden);
+  LayerBytes b;
+  const double norms = 2 * 2 * h + (m.attention == "mla" ? 2 * double(m.q_lora_rank + m.kv_lora_rank) : 0);
+  const double rotary =
+      m.attention == "mla" ? 2 * (H + 1) * double(m.rope_head_dim) : 2 * (H + double(m.kv_heads)) * double(m.head_dim);
+  b.attention = kBf16 * (norms + 2 * 3 * h + rotary);
+  b.dense_ffn = kBf16 * 3 * double(m.dense_ffn_hidden);
+  b.moe_token = kBf16 * 2 * double(m.experts) + kBf16 * 3 * g * double(m.shared_experts);
+  b.routed_row = kBf16 * (2 * h + 2 * h + 3 * g);
+  b.head = kBf16 * double(m.vocab) + kFp32 * 2 * double(m.vocab);
+  return b;
+}
+
+double total_parameters(const ModelConfig& m) {
+  const double h = double(m.hidden), g = double(m.ffn_hidden), E = double(m.experts);
+  const double attention = attention_proj_flops(m) / 2;
+  const double moe_layer = attention + h * E + 3 * h * g * (E + double(m.shared_experts));
+  return double(m.layers) * attention + double(m.dense_layers) * 3 * h * double(m.dense_ffn_hidden) +
+         double(m.moe_layers()) * (moe_layer - attention) + 2 * double(m.vocab) * h +
+         double(m.mtp_layers) * (moe_layer + 2 * h * h);
+}
+
+double active_matmul_parameters(const ModelConfig& m) {
+  const TokenFlops f = token_flops(m);
+  return (f.forward() - f.attention_core - f.mtp) / 2;
+}
+
 }  // namespace memfine

@@ -3,6 +3,7 @@
 // (core/predict/): a strategy is declared once, as its shape.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "core/moe/expert_storage.h"
 #include "core/util/modules.h"
@@ -23,6 +24,14 @@ struct OffloadSpec {
   // Layer `l` of `layers` offloads.
   bool offloads(int64_t l, int64_t layers) const { return any() && l < layers - margin; }
 };
+
+// Its modules by name, in a layer's order: "core_attn, expert_fc1".
+inline std::string offload_modules_text(const OffloadSpec& o) {
+  std::string out;
+  for (const auto& [m, name] : offloadable_modules())
+    if (o.has(m)) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
 
 // How the MoE of a layer runs.
 enum class MoeMode { Stored, RecomputedBlock, Chunked };

@@ -36,14 +36,14 @@ struct ExpertPath {
 
 // What one layer's MoE routes; capacity capping fills the keep masks and the padding.
 struct MoeRouting {
-  const Dist* dist = nullptr;  // set: real ranks exchange rows through all-to-all (moe_alltoall.cpp)
+  const Dist* dist = nullptr;  // set: real ranks exchange rows through all-to-all (core/moe/alltoall.cpp)
   const RankRouting* rank = nullptr;
   const EmulatedRank* tables = nullptr;
   at::Tensor expert_ids;  // [tokens, topk] this layer's own assignments
   at::Tensor own_keep;    // [tokens, topk] bool; undefined = keep all
   at::Tensor peer_keep;   // [P] bool; undefined = keep all
   int64_t pad_rows = 0;   // pad each expert's input to this many rows; 0 = no padding
-  bool fused = false;     // dispatch and combine through the fused row ops (moe_fused.h)
+  bool fused = false;     // dispatch and combine through the fused row ops (core/moe/fused.h)
   double loss_norm = 1;   // the peers' loss terms are divided by this (same scale as the main loss)
   ExpertPath expert;      // default: SwiGLU, everything stored
 };

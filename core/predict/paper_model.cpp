@@ -5,15 +5,9 @@
 #include <fstream>
 #include <sstream>
 
-namespace memfine {
+#include "core/model/flops.h"
 
-int64_t chunks_for(double s_recv, double s_recv_max, const std::vector<int64_t>& bins) {
-  if (s_recv_max <= 0) return -1;
-  const int64_t c = std::max<int64_t>(1, int64_t(std::ceil(s_recv / s_recv_max)));
-  for (int64_t b : bins)
-    if (b >= c) return b;
-  return -1;
-}
+namespace memfine {
 
 namespace {
 double figure2_received(const PaperScaleConfig& ps, int64_t local_experts, std::string& note) {
@@ -48,21 +42,24 @@ Setup setup(const ExperimentConfig& c) {
   PaperProjection pr;
   std::ostringstream notes;
   const double h = double(m.hidden), g = double(m.ffn_hidden), H = double(m.heads);
-  // DeepSeek-V3 MLA: q down/up with q_lora_rank, kv down (+ rope key) and up, output projection.
-  const double qk = double(ps.qk_nope_dim + ps.qk_rope_dim);
-  const double attention = h * double(ps.q_lora_rank) + double(ps.q_lora_rank) * H * qk +
-                           h * double(ps.kv_lora_rank + ps.qk_rope_dim) +
-                           double(ps.kv_lora_rank) * H * double(ps.qk_nope_dim + ps.v_head_dim) +
-                           H * double(ps.v_head_dim) * h + double(ps.q_lora_rank + ps.kv_lora_rank) + 2 * h;
+  // DeepSeek-V3's MLA: q down/up with q_lora_rank, kv down (+ rope key) and up, output projection,
+  // the latent norms; grouped-query attention otherwise.
+  const double qk = double(m.head_dim);
+  const double attention = m.attention == "mla"
+                               ? h * double(m.q_lora_rank) + double(m.q_lora_rank) * H * qk +
+                                     h * double(m.kv_lora_rank + m.rope_head_dim) +
+                                     double(m.kv_lora_rank) * H * double(m.head_dim - m.rope_head_dim + m.v_dim()) +
+                                     H * double(m.v_dim()) * h + double(m.q_lora_rank + m.kv_lora_rank) + 2 * h
+                               : attention_proj_flops(m) / 2 + 2 * h;
   const double local_experts = double(m.experts / c.ep);
   const double moe_layer =
       attention + h * double(m.experts) + local_experts * 3 * h * g + double(m.shared_experts) * 3 * h * g;
   const int64_t per_stage = ps.layers_per_stage > 0 ? ps.layers_per_stage : m.layers / ps.pipeline;
   // The most loaded stage of MoE layers (the middle stages hold neither embedding nor head).
   pr.parameters = double(per_stage) * moe_layer;
-  notes << "stage: " << per_stage << " MoE layers of " << moe_layer / 1e6 << "M parameters (MLA attention "
-        << attention / 1e6 << "M, " << local_experts << " local experts, " << m.shared_experts
-        << " shared), no embedding or head; ";
+  notes << "stage: " << per_stage << " MoE layers of " << moe_layer / 1e6 << "M parameters ("
+        << (m.attention == "mla" ? "MLA" : "GQA") << " attention " << attention / 1e6 << "M, " << local_experts
+        << " local experts, " << m.shared_experts << " shared), no embedding or head; ";
   const double bytes_per_param = ps.bytes_param + ps.bytes_grad + ps.bytes_optimizer;
   pr.static_bytes = pr.parameters * bytes_per_param;
   notes << bytes_per_param << " bytes per parameter (Eq. 1); ";
@@ -83,23 +80,40 @@ Setup setup(const ExperimentConfig& c) {
 }
 }  // namespace
 
-PaperScale paper_scale(const ExperimentConfig& c) {
-  const Setup s = setup(c);
-  return {s.pr.received, s.pr.s_recv_max};
+std::optional<PaperRow> paper_row(const StrategyShape& s) {
+  if (s.capacity_factor > 0) return std::nullopt;
+  if (s.experts == ExpertStorage::BufferFree) return PaperRow{1, s.keep_act ? 3.0 : 2.0};
+  if (s.recompute_layer && s.moe != MoeMode::RecomputedBlock) return PaperRow{};
+  return std::nullopt;
 }
 
-PaperProjection project_paper(const ExperimentConfig& c, const PaperChunks& chunks) {
+PaperScale::PaperScale(const ExperimentConfig& c) {
   Setup s = setup(c);
-  PaperProjection& pr = s.pr;
-  pr.chunks = chunks.chunks;
-  s.pm.row_h = chunks.row_h, s.pm.row_g = chunks.row_g;
-  pr.s_recv_max = s.pm.s_recv_max();
-  if (chunks.row_h != 2 || chunks.row_g != 2)
-    s.notes += "; per received row " + std::to_string(int(chunks.row_h)) + "h + " + std::to_string(int(chunks.row_g)) +
-               "g_e kept (Eq. 2: 2h + 2g_e)";
-  pr.activation_bytes = s.pm.activation(pr.received, double(chunks.used));
-  pr.fits = pr.chunks > 0 && s.pm.fits(pr.received, double(chunks.used));
-  pr.assumptions = s.notes;
+  base_ = s.pr, pm_ = s.pm, notes_ = s.notes;
+}
+
+PaperModel PaperScale::with_rows(const StrategyShape& s) const {
+  PaperModel pm = pm_;
+  const PaperRow row = paper_row(s).value_or(PaperRow{});
+  pm.row_h = row.h, pm.row_g = row.g;
+  return pm;
+}
+
+bool PaperScale::fits(const StrategyShape& s) const {
+  return covers(s) && with_rows(s).fits(base_.received, double(s.chunks));
+}
+
+PaperProjection PaperScale::project(const StrategyShape& s, bool found) const {
+  PaperProjection pr = base_;
+  const PaperModel pm = with_rows(s);
+  pr.chunks = found ? s.chunks : -1;
+  pr.s_recv_max = pm.s_recv_max();
+  pr.assumptions = notes_;
+  if (pm.row_h != 2 || pm.row_g != 2)
+    pr.assumptions += "; per received row " + std::to_string(int(pm.row_h)) + "h + " + std::to_string(int(pm.row_g)) +
+                      "g_e kept (Eq. 2: 2h + 2g_e)";
+  pr.activation_bytes = pm.activation(pr.received, double(s.chunks));
+  pr.fits = pr.chunks > 0 && pm.fits(pr.received, double(s.chunks));
   return pr;
 }
 

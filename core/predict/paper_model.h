@@ -1,12 +1,14 @@
-// The paper's memory model: MemFine's Eq. 1-3 and 8-9 (static memory, per-layer activation with
-// s and s' terms, feasibility, s'_max and the chunk count rounded up to a bin), for projections at
-// paper scale without running anything.
+// The paper's memory model: MemFine's Eq. 1-3 and 8 (static memory, per-layer activation with s
+// and s' terms, feasibility, s'_max), for projections at paper scale without running anything. Its
+// Eq. 9 (the chunk count rounded up to a bin) is MACT's rule (core/strategy/memfine/mact.h).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/moe/shape.h"
 
 namespace memfine {
 
@@ -37,15 +39,14 @@ struct PaperModel {
   }
 };
 
-// Eq. 9 and the bin rule: c = ceil(s'' / s'_max), then the smallest bin >= c; -1 if none fits.
-int64_t chunks_for(double s_recv, double s_recv_max, const std::vector<int64_t>& bins);
-
-// A strategy's chunk count under the paper's model: `chunks` (-1: no bin fits) and `used`, the
-// count its activation is computed with (the largest bin when none fits).
-struct PaperChunks {
-  int64_t chunks = 1, used = 1;
-  double row_h = 2, row_g = 2;  // what it keeps per received row (PaperModel::row_h, row_g)
+// What a shape keeps per received row in the paper's model, in widths of h and g_e: Eq. 2's 2h +
+// 2g_e for a layer recomputed whole with its experts' rows kept (in one pass or chunk by chunk);
+// buffer-free experts keep z (2 g_e, 3 with SiLU(a) * b) and the arrived row once (1 h). nullopt
+// where Eq. 2 does not describe the shape (a layer stored whole, capacity capping).
+struct PaperRow {
+  double h = 2, g = 2;
 };
+std::optional<PaperRow> paper_row(const StrategyShape& s);
 
 // The paper's Table 4 at paper scale, from Eq. 1-3 and 8-9 with DeepSeek-V3 parameter counts.
 struct PaperProjection {
@@ -54,17 +55,27 @@ struct PaperProjection {
   double activation_bytes = 0;
   double received = 0;      // s'
   double s_recv_max = 0;    // Eq. 8
-  int64_t chunks = 1;       // the method's chunk count (MACT: Eq. 9 and the bins); -1: none fits
+  int64_t chunks = 1;       // the shape's chunk count; -1: its strategy planned and no bin fits
   bool fits = false;        // Eq. 3
   std::string assumptions;  // one line per assumption
 };
 
-// The inputs of a strategy's choice at paper scale: s' and s'_max (Eq. 8).
-struct PaperScale {
-  double received = 0, s_recv_max = 0;
+// An experiment's `paper:` section at paper scale: the stage's parameters, s' (Figure 2 read once)
+// and the device, for any shape a strategy chooses (Strategy::choose_shape).
+class PaperScale {
+ public:
+  explicit PaperScale(const ExperimentConfig& c);
+  bool covers(const StrategyShape& s) const { return paper_row(s).has_value(); }
+  bool fits(const StrategyShape& s) const;  // Eq. 3 with its chunks and row widths
+  // `found`: false where its strategy planned and nothing fit (chunks -1; the activation with its
+  // most chunks).
+  PaperProjection project(const StrategyShape& s, bool found) const;
+
+ private:
+  PaperModel with_rows(const StrategyShape& s) const;
+  PaperProjection base_;
+  PaperModel pm_;
+  std::string notes_;
 };
-PaperScale paper_scale(const ExperimentConfig& c);
-// The projection for a strategy's chunk count at that scale.
-PaperProjection project_paper(const ExperimentConfig& c, const PaperChunks& chunks);
 
 }  // namespace memfine

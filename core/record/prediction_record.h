@@ -1,6 +1,6 @@
 // `memfine predict`'s records: the head every record has, then what a model predicted for one
 // strategy at one point (the paper's equations at paper scale, the implementation model at ours).
-// The predictions are made in core/run/predict.cpp; this file alone turns them into records.
+// The predictions are made in core/cli/predict.cpp; this file alone turns them into records.
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/meter/memory_meter.h"
-#include "core/meter/timer.h"
 #include "core/model/flops.h"
 #include "core/record/environment.h"
+#include "core/record/schema.h"
+#include "core/util/stats.h"
 
 namespace memfine {
 
@@ -14,13 +14,51 @@ PointContext point_context(const ExperimentConfig& c) { return {config_to_json(c
 
 json new_record(const ExperimentConfig& c, const PointContext& ctx, const std::string& point, const StrategySpec& s,
                 const std::string& status, const std::string& error) {
-  return {{"experiment", c.name},  {"point", point},
-          {"strategy", s.label()}, {"name", s.name},
-          {"params", s.values},    {"role", s.role.empty() ? json(nullptr) : json(s.role)},
-          {"status", status},      {"error", error.empty() ? json(nullptr) : json(error)},
-          {"seed", c.seed},        {"ep", c.ep},
-          {"config", ctx.config},  {"env", ctx.env}};
+  json r = json::object();
+  put(r, "experiment", c.name), put(r, "point", point), put(r, "strategy", s.label()), put(r, "name", s.name);
+  put(r, "params", s.values), put(r, "role", s.role.empty() ? json(nullptr) : json(s.role));
+  put(r, "status", status), put(r, "error", error.empty() ? json(nullptr) : json(error));
+  put(r, "seed", c.seed), put(r, "ep", c.ep), put(r, "config", ctx.config), put(r, "env", ctx.env);
+  return r;
 }
+
+namespace {
+
+// Where the rank ran and what it received.
+void put_routing(json& r, const PointRouting& rt) {
+  put(r, "rank", rt.rank);
+  put(r, "world_size", rt.world);
+  if (!rt.backend.empty()) put(r, "backend", rt.backend);
+  put(r, "tokens_received", rt.tokens_received);
+  put(r, "tokens_received_per_layer", rt.per_layer);
+  if (!rt.expert_tokens.empty())
+    put(r, "expert_tokens", rt.expert_tokens), put(r, "expert_tokens_step", rt.expert_tokens_step);
+  if (!rt.per_step.empty()) put(r, "tokens_received_per_step", rt.per_step);
+  put(r, "overload_factor", rt.overload);
+}
+
+// The step times and what they give: tokens and model FLOPs per second, the share of the matmul
+// ceiling; null where no step was timed.
+void put_times(json& r, const ExperimentConfig& c, const PointRouting& rt, const Measured& k, double ceiling) {
+  if (k.ms.empty()) {
+    for (const char* key : {"step_ms", "tokens_per_s", "tflops", "loss"}) put(r, key, nullptr);
+    return;
+  }
+  const Spread s = spread(k.ms);
+  put(r, "step_ms", {{"median", s.median}, {"min", s.min}, {"max", s.max}});
+  put(r, "step_ms_all", k.ms);
+  put(r, "tokens_per_s", double(c.model.tokens()) / (s.median / 1e3));
+  // Model FLOPs of the rows computed: a strategy that drops assignments says which share of the
+  // rows its experts receive dropless they compute (counter kept_row_fraction).
+  const double kept = k.counters.value("kept_row_fraction", 1.0);
+  const double tflops =
+      step_flops(c.model, int64_t(double(rt.tokens_received_sum) * kept)).total() / (s.median / 1e3) / 1e12;
+  put(r, "tflops", tflops);
+  if (ceiling > 0) put(r, "ceiling_fraction", tflops * 1e12 / ceiling);
+  put(r, "loss", k.loss);
+}
+
+}  // namespace
 
 std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx, const PointRouting& rt,
                                    const std::vector<Measured>& ms, double ceiling) {
@@ -29,46 +67,20 @@ std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx
   for (const auto& k : ms) {
     json r = new_record(c, ctx, pt.id, k.spec, k.status, k.error);
     if (ceiling > 0) r["env"]["matmul_ceiling_tflops"] = ceiling / 1e12;
-    r["rank"] = rt.rank;
-    r["world_size"] = rt.world;
-    if (!rt.backend.empty()) r["backend"] = rt.backend;
-    r["tokens_received"] = rt.tokens_received;
-    r["tokens_received_per_layer"] = rt.per_layer;
-    if (!rt.expert_tokens.empty())
-      r["expert_tokens"] = rt.expert_tokens, r["expert_tokens_step"] = rt.expert_tokens_step;
-    if (!rt.per_step.empty()) r["tokens_received_per_step"] = rt.per_step;
-    r["overload_factor"] = rt.overload;
-    r["static_bytes"] = k.static_bytes;
-    const bool measured = !k.ms.empty();
-    r["peak_activation_bytes"] =
-        measured ? json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))) : json(nullptr);
-    r["predicted_activation_bytes"] = k.predicted_activation_bytes;
-    if (!k.predicted_host_bytes.is_null()) r["predicted_offload_host_peak_bytes"] = k.predicted_host_bytes;
-    if (!k.unpredicted_why.empty()) r["unpredicted_why"] = k.unpredicted_why;
-    r["budget_bytes"] = c.budget < 0 ? json(nullptr) : json(c.budget);
-    if (measured) {
-      const Spread s = spread(k.ms);
-      r["step_ms"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}};
-      r["step_ms_all"] = k.ms;
-      r["tokens_per_s"] = double(c.model.tokens()) / (s.median / 1e3);
-      // Model FLOPs of the rows computed: a strategy that drops assignments says which share of
-      // the rows its experts receive dropless they compute (counter kept_row_fraction).
-      const double kept = k.counters.value("kept_row_fraction", 1.0);
-      r["tflops"] =
-          step_flops(c.model, int64_t(double(rt.tokens_received_sum) * kept)).total() / (s.median / 1e3) / 1e12;
-      if (ceiling > 0) r["ceiling_fraction"] = r["tflops"].get<double>() * 1e12 / ceiling;
-      r["loss"] = k.loss;
-    } else {
-      r["step_ms"] = nullptr;
-      r["tokens_per_s"] = nullptr;
-      r["tflops"] = nullptr;
-      r["loss"] = nullptr;
-    }
-    r["grad_max_rel_err"] = k.grad_err < 0 ? json(nullptr) : json(k.grad_err);
+    put_routing(r, rt);
+    put(r, "static_bytes", k.static_bytes);
+    put(r, "peak_activation_bytes",
+        k.ms.empty() ? json(nullptr) : json(int64_t(*std::max_element(k.peaks.begin(), k.peaks.end()))));
+    put(r, "predicted_activation_bytes", k.predicted_activation_bytes);
+    if (!k.predicted_host_bytes.is_null()) put(r, "predicted_offload_host_peak_bytes", k.predicted_host_bytes);
+    if (!k.unpredicted_why.empty()) put(r, "unpredicted_why", k.unpredicted_why);
+    put(r, "budget_bytes", c.budget < 0 ? json(nullptr) : json(c.budget));
+    put_times(r, c, rt, k, ceiling);
     // The verdict: against the tolerance of the dtype (core/run/verify.h); null when not checked.
-    r["verify_tolerance"] = k.grad_err < 0 ? json(nullptr) : json(k.verify_tolerance);
-    r["verified"] = k.grad_err < 0 ? json(nullptr) : json(k.grad_err <= k.verify_tolerance);
-    for (const auto& [key, value] : k.counters.items()) r[key] = value;
+    put(r, "grad_max_rel_err", k.grad_err < 0 ? json(nullptr) : json(k.grad_err));
+    put(r, "verify_tolerance", k.grad_err < 0 ? json(nullptr) : json(k.verify_tolerance));
+    put(r, "verified", k.grad_err < 0 ? json(nullptr) : json(k.grad_err <= k.verify_tolerance));
+    for (const auto& [key, value] : k.counters.items()) r[key] = value;  // the strategy's, declared by it
     records.push_back(std::move(r));
   }
   return records;

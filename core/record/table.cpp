@@ -8,18 +8,13 @@
 #include <set>
 #include <sstream>
 
-#include "core/meter/memory_meter.h"
-#include "core/meter/timer.h"
+#include "core/record/schema.h"
+#include "core/util/format.h"
+#include "core/util/stats.h"
 
 namespace memfine {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 // The point without its budget: where a strategy that ran out of memory can be set against the
 // baseline measured at another budget.
@@ -34,11 +29,6 @@ std::string without_budget(const std::string& point) {
     pos = comma + 1;
   }
   return out;
-}
-
-double budget_of(const json& r) {
-  const json b = r.value("budget_bytes", json());
-  return b.is_number() ? b.get<double>() : INFINITY;
 }
 
 // "4"; per layer or per step and layer: "min-max".
@@ -57,32 +47,30 @@ std::string chunks_text(const json& c) {
   return lo == hi ? std::to_string(lo) : std::to_string(lo) + "-" + std::to_string(hi);
 }
 
-std::string origin(const json& r) {
-  const json env = r.value("env", json::object());
+std::string origin(const RecordView& r) {
+  const json env = r.env.is_object() ? r.env : json::object();
   return env.value("device_name", std::string("?")) + ", commit " + env.value("git_commit", std::string("?")) + ", " +
          env.value("date", std::string("?"));
 }
 
-double num(const json& j) { return j.is_number() ? j.get<double>() : NAN; }
-
 std::string cut(const std::string& s, size_t n) { return s.size() > n ? s.substr(0, n - 3) + "..." : s; }
 
 // The verdict of `verify`: "ok 2e-07" or "FAIL 3e-02"; "-" where it was not checked.
-std::string verified_text(const json& r) {
-  const json v = r.value("verified", json());
-  if (!v.is_boolean()) return "-";
-  return std::string(v.get<bool>() ? "ok " : "FAIL ") + fmt("%.0e", r.value("grad_max_rel_err", 0.0));
+std::string verified_text(const RecordView& r) {
+  if (!r.verified) return "-";
+  return std::string(*r.verified ? "ok " : "FAIL ") + fmt_double("%.0e", r.grad_max_rel_err.value_or(0.0));
 }
 
 // The note under a table with a verified column.
-std::string verified_note(const std::vector<json>& records) {
+std::string verified_note(const std::vector<RecordView>& records) {
   std::set<std::string> tolerances;
   bool failed = false;
   for (const auto& r : records)
-    if (r.value("verified", json()).is_boolean()) {
-      const json& cfg = r.value("config", json::object());
-      tolerances.insert(fmt("%.0e", r.value("verify_tolerance", 0.0)) + " for " + cfg.value("dtype", std::string("?")));
-      failed |= r["verified"] == false;
+    if (r.verified) {
+      const json cfg = r.config.is_object() ? r.config : json::object();
+      tolerances.insert(fmt_double("%.0e", r.verify_tolerance.value_or(0.0)) + " for " +
+                        cfg.value("dtype", std::string("?")));
+      failed |= !*r.verified;
     }
   if (tolerances.empty()) return "";
   std::string tol;
@@ -92,121 +80,83 @@ std::string verified_note(const std::vector<json>& records) {
          tol + (failed ? "; FAIL: this strategy does not compute what the reference does" : "");
 }
 
+std::vector<RecordView> views(const std::vector<json>& records) {
+  std::vector<RecordView> out;
+  for (size_t i = 0; i < records.size(); ++i) out.push_back(view_of(records[i], "record " + std::to_string(i + 1)));
+  return out;
+}
+
+// The baseline at `r`'s point; where it ran out of memory there, where it fit at the nearest budget
+// of the same point otherwise (`elsewhere`).
+const RecordView* baseline_of(const std::vector<RecordView>& rs, const RecordView& r, bool& elsewhere) {
+  const RecordView* base = nullptr;
+  elsewhere = false;
+  for (const auto& o : rs)
+    if (o.point == r.point && o.rank == r.rank && o.role == "baseline" && o.status == "ok") base = &o;
+  if (base) return base;
+  const std::string rest = without_budget(r.point);
+  auto budget = [](const RecordView& x) { return x.budget_bytes.value_or(1e30); };
+  double best = INFINITY;
+  for (const auto& o : rs)
+    if (o.role == "baseline" && o.status == "ok" && o.rank == r.rank && without_budget(o.point) == rest) {
+      const double d = std::fabs(std::log(budget(o)) - std::log(budget(r)));
+      if (d < best) best = d, base = &o, elsewhere = true;
+    }
+  return base;
+}
+
+std::vector<std::string> run_row(const RecordView& r, const RecordView* base, bool elsewhere, bool old) {
+  const double act = r.peak_activation_bytes.value_or(NAN);
+  const double ms = r.raw && (*r.raw).value("step_ms", json()).is_object() ? r.step_ms->median : NAN;
+  std::string act_ratio = "-", time_ratio = "-";
+  if (base && !std::isnan(act)) {
+    act_ratio = fmt_double("%.3f", act / base->peak_activation_bytes.value_or(NAN)) + (elsewhere ? "*" : "");
+    time_ratio = fmt_double("%.3f", ms / base->step_ms->median) + (elsewhere ? "*" : "");
+  }
+  const json drop = r.get("dropped_fraction");
+  const std::string at_rank = r.world_size > 1 ? " r" + std::to_string(r.rank) : "";
+  return {cut(r.point, 44) + at_rank + (old ? "^" : ""),
+          cut(r.strategy, 60),
+          r.status,
+          std::to_string(int64_t(r.tokens_received.value_or(0))),
+          chunks_text(r.get("chunks")),
+          drop.is_number() ? fmt_double("%.1f%%", 100 * drop.get<double>()) : "-",
+          r.static_bytes ? fmt_bytes(*r.static_bytes) : "-",
+          std::isnan(act) ? "-" : fmt_bytes(act),
+          std::isnan(ms) ? "-" : fmt_double("%.1f", ms),
+          act_ratio,
+          time_ratio};
+}
+
 }  // namespace
 
-std::string text(const Grid& g) {
-  std::vector<size_t> w(g.header.size(), 0);
-  for (size_t c = 0; c < g.header.size(); ++c) w[c] = g.header[c].size();
-  for (const auto& row : g.rows)
-    for (size_t c = 0; c < row.size() && c < w.size(); ++c) w[c] = std::max(w[c], row[c].size());
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s;
-    for (size_t c = 0; c < w.size(); ++c) {
-      const std::string cell = c < cells.size() ? cells[c] : "";
-      const std::string pad(w[c] - std::min(w[c], cell.size()), ' ');
-      const bool text_column = c < g.left || (g.last_left && c + 1 == w.size());
-      s += (c ? " " : "") + (text_column ? cell + pad : pad + cell);
-    }
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    return s + "\n";
-  };
-  std::string out = g.title.empty() ? "" : g.title + "\n";
-  const std::string head = line(g.header);
-  out += head + std::string(head.size() - 1, '-') + "\n";
-  for (const auto& row : g.rows) out += line(row);
-  for (const auto& n : g.notes) out += n + "\n";
-  return out;
-}
-
-std::string markdown(const Grid& g) {
-  auto esc = [](std::string s) {
-    for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
-    return s;
-  };
-  std::string out = g.title.empty() ? "" : g.title + "\n\n";
-  out += "|";
-  for (const auto& h : g.header) out += " " + esc(h) + " |";
-  out += "\n|";
-  for (size_t c = 0; c < g.header.size(); ++c)
-    out += c < g.left || (g.last_left && c + 1 == g.header.size()) ? "---|" : "---:|";
-  out += "\n";
-  for (const auto& row : g.rows) {
-    out += "|";
-    for (const auto& cell : row) out += " " + esc(cell) + " |";
-    out += "\n";
-  }
-  if (!g.notes.empty()) out += "\n";
-  for (const auto& n : g.notes) out += n + "\n\n";
-  return out;
-}
-
 Grid run_grid(const std::vector<json>& records, size_t earlier) {
+  const std::vector<RecordView> rs = views(records);
   Grid g;
   std::string baseline;
-  bool verified_any = false;
-  for (const auto& r : records) {
-    if (r.value("role", json()) == "baseline") baseline = r["strategy"].get<std::string>();
-    verified_any |= r.value("verified", json()).is_boolean();
+  bool verified_any = false, offload_any = false;  // offloading's columns where a strategy offloads
+  for (const auto& r : rs) {
+    if (r.role == "baseline") baseline = r.strategy;
+    verified_any |= r.verified.has_value();
+    offload_any |= r.raw->contains("offload_host_peak_bytes");
   }
   if (!baseline.empty()) g.title = "ratios against " + baseline + " (the baseline) at the same point";
   g.header = {"point",  "strategy", "status",  "s'",       "chunks",   "dropped",
               "static", "act peak", "step ms", "act/base", "time/base"};
-  bool offload_any = false;  // offloading's columns where a strategy offloads
-  for (const auto& r : records) offload_any |= r.contains("offload_host_peak_bytes");
   if (offload_any) g.header.push_back("host peak"), g.header.push_back("copy ms (modelled)");
   if (verified_any) g.header.push_back("verified");
   g.left = 3;
-  bool any_elsewhere = false, any_earlier = false;
-  for (size_t n = 0; n < records.size(); ++n) {
-    const json& r = records[n];
-    // The baseline at this point; where it ran out of memory, its peak where it fit at the
-    // nearest budget of the same point otherwise (marked '*').
-    const json* base = nullptr;
+  bool any_elsewhere = false;
+  for (size_t n = 0; n < rs.size(); ++n) {
+    const RecordView& r = rs[n];
     bool elsewhere = false;
-    for (const auto& o : records)
-      if (o["point"] == r["point"] && o.value("rank", 0) == r.value("rank", 0) &&
-          o.value("role", json()) == "baseline" && o["status"] == "ok")
-        base = &o;
-    if (!base) {
-      const std::string rest = without_budget(r["point"].get<std::string>());
-      double best = INFINITY;
-      for (const auto& o : records)
-        if (o.value("role", json()) == "baseline" && o["status"] == "ok" && o.value("rank", 0) == r.value("rank", 0) &&
-            without_budget(o["point"].get<std::string>()) == rest) {
-          const double d = std::fabs(std::log(budget_of(o) == INFINITY ? 1e30 : budget_of(o)) -
-                                     std::log(budget_of(r) == INFINITY ? 1e30 : budget_of(r)));
-          if (d < best) best = d, base = &o, elsewhere = true;
-        }
-    }
-    const double act = num(r.value("peak_activation_bytes", json()));
-    const json step = r.value("step_ms", json());
-    const double ms = step.is_object() ? step["median"].get<double>() : NAN;
-    std::string act_ratio = "-", time_ratio = "-";
-    if (base && !std::isnan(act)) {
-      act_ratio = fmt("%.3f", act / num((*base)["peak_activation_bytes"])) + (elsewhere ? "*" : "");
-      time_ratio = fmt("%.3f", ms / (*base)["step_ms"]["median"].get<double>()) + (elsewhere ? "*" : "");
-      any_elsewhere |= elsewhere;
-    }
-    const json drop = r.value("dropped_fraction", json());
-    const bool old = n < earlier;
-    any_earlier |= old;
-    const std::string at_rank = r.value("world_size", 1) > 1 ? " r" + std::to_string(r.value("rank", 0)) : "";
-    std::vector<std::string> row = {
-        cut(r["point"].get<std::string>(), 44) + at_rank + (old ? "^" : ""),
-        cut(r["strategy"].get<std::string>(), 60),
-        r["status"].get<std::string>(),
-        std::to_string(r.value("tokens_received", int64_t(0))),
-        chunks_text(r.value("chunks", json())),
-        drop.is_number() ? fmt("%.1f%%", 100 * drop.get<double>()) : "-",
-        r.value("static_bytes", json()).is_number() ? fmt_bytes(num(r["static_bytes"])) : "-",
-        std::isnan(act) ? "-" : fmt_bytes(act),
-        std::isnan(ms) ? "-" : fmt("%.1f", ms),
-        act_ratio,
-        time_ratio};
+    const RecordView* base = baseline_of(rs, r, elsewhere);
+    any_elsewhere |= elsewhere && base && r.peak_activation_bytes;
+    std::vector<std::string> row = run_row(r, base, elsewhere, n < earlier);
     if (offload_any) {
-      const json host = r.value("offload_host_peak_bytes", json()), copy = r.value("copy_ms_modelled", json());
-      row.push_back(host.is_number() ? fmt_bytes(num(host)) : "-");
-      row.push_back(copy.is_number() ? fmt("%.2f", copy.get<double>()) : "-");
+      const json host = r.get("offload_host_peak_bytes"), copy = r.get("copy_ms_modelled");
+      row.push_back(host.is_number() ? fmt_bytes(host.get<double>()) : "-");
+      row.push_back(copy.is_number() ? fmt_double("%.2f", copy.get<double>()) : "-");
     }
     if (verified_any) row.push_back(verified_text(r));
     g.rows.push_back(row);
@@ -220,9 +170,9 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     g.notes.push_back(
         "* the baseline ran out of memory at this point: against its peak and time measured at the nearest "
         "budget where it fit");
-  if (any_earlier) {
+  if (earlier > 0 && !rs.empty()) {
     std::set<std::string> origins;
-    for (size_t n = 0; n < earlier && n < records.size(); ++n) origins.insert(origin(records[n]));
+    for (size_t n = 0; n < earlier && n < rs.size(); ++n) origins.insert(origin(rs[n]));
     std::string o;
     for (const auto& x : origins) o += (o.empty() ? "" : "; ") + x;
     g.notes.push_back("^ measured earlier, not by this run (--resume): " + o);
@@ -230,7 +180,7 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
   g.notes.push_back(
       "dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
       "min-max over layers and steps where it varies");
-  if (verified_any) g.notes.push_back(verified_note(records));
+  if (verified_any) g.notes.push_back(verified_note(rs));
   return g;
 }
 
@@ -241,26 +191,26 @@ Grid train_grid(const std::vector<json>& records) {
     double eval = NAN;
     std::vector<double> ms;
   };
+  const std::vector<RecordView> rs = views(records);
   std::vector<Run> runs;
-  auto find = [&](const json& r) -> Run& {
+  auto find = [&](const RecordView& r) -> Run& {
     for (auto& run : runs)
-      if (run.point == r["point"] && run.strategy == r["strategy"]) return run;
-    runs.push_back(Run{r["point"].get<std::string>(), r["strategy"].get<std::string>()});
+      if (run.point == r.point && run.strategy == r.strategy) return run;
+    runs.push_back(Run{r.point, r.strategy});
     return runs.back();
   };
-  for (const auto& r : records) {
+  for (const auto& r : rs) {
     Run& run = find(r);
     ++run.steps;
-    if (r.contains("config")) {  // the run's head
-      const json& m = r["config"]["model"];
-      run.tokens = m["seq"].get<int64_t>() * m["micro_batch"].get<int64_t>() * r.value("ranks", int64_t(1));
+    if (r.config.is_object()) {  // the run's head
+      const json& m = r.config["model"];
+      run.tokens = m["seq"].get<int64_t>() * m["micro_batch"].get<int64_t>() * r.raw->value("ranks", int64_t(1));
       run.verified = verified_text(r);
     }
-    if (r["status"] != "ok") run.status = r["status"].get<std::string>(), run.ended_at = r.value("step", int64_t(-1));
-    if (r.value("eval_loss", json()).is_number()) run.eval = r["eval_loss"].get<double>();
-    if (r.value("peak_activation_bytes", json()).is_number())
-      run.peak = std::max(run.peak, r["peak_activation_bytes"].get<int64_t>());
-    if (r["status"] == "ok" && r.value("step_ms", json()).is_number()) run.ms.push_back(r["step_ms"].get<double>());
+    if (r.status != "ok") run.status = r.status, run.ended_at = r.step.value_or(-1);
+    if (r.eval_loss) run.eval = *r.eval_loss;
+    if (r.peak_activation_bytes) run.peak = std::max(run.peak, int64_t(*r.peak_activation_bytes));
+    if (r.status == "ok" && r.step_ms) run.ms.push_back(r.step_ms->median);
   }
   Grid g;
   g.header = {"point",     "strategy", "status",  "steps",    "ended at",
@@ -272,9 +222,9 @@ Grid train_grid(const std::vector<json>& records) {
     verified_any |= run.verified != "-";
     g.rows.push_back({run.point, run.strategy, run.status, std::to_string(run.steps),
                       run.ended_at < 0 ? "-" : "step " + std::to_string(run.ended_at),
-                      std::isnan(run.eval) ? "-" : fmt("%.4f", run.eval),
-                      run.peak > 0 ? fmt_bytes(double(run.peak)) : "-", run.ms.empty() ? "-" : fmt("%.1f", med),
-                      run.ms.empty() || run.tokens == 0 ? "-" : fmt("%.0f", double(run.tokens) / med * 1e3),
+                      std::isnan(run.eval) ? "-" : fmt_double("%.4f", run.eval),
+                      run.peak > 0 ? fmt_bytes(double(run.peak)) : "-", run.ms.empty() ? "-" : fmt_double("%.1f", med),
+                      run.ms.empty() || run.tokens == 0 ? "-" : fmt_double("%.0f", double(run.tokens) / med * 1e3),
                       run.verified});
   }
   if (!verified_any) {
@@ -284,35 +234,37 @@ Grid train_grid(const std::vector<json>& records) {
   g.notes.push_back(
       "steps = records of the run; ended at = the step it ran out of memory (or failed) at; eval loss = the "
       "last held-out loss; act peak = the largest step's (the fullest rank's on real ranks); step ms = median");
-  if (verified_any) g.notes.push_back(verified_note(records));
+  if (verified_any) g.notes.push_back(verified_note(rs));
   return g;
 }
 
 Grid predict_grid(const std::vector<json>& records) {
   auto bytes = [](const json& j, bool decimal) {
     if (!j.is_number()) return std::string("-");
-    return decimal ? fmt("%.1f GB", j.get<double>() / 1e9) : fmt_bytes(j.get<double>());
+    return decimal ? fmt_double("%.1f GB", j.get<double>() / 1e9) : fmt_bytes(j.get<double>());
   };
   Grid g;
   g.header = {"point", "strategy", "static", "activation", "total", "fits", "chunks / why"};
   g.last_left = true;
   bool any_paper = false, any_counts = false;
-  for (const auto& r : records) {
-    const bool paper = r.value("model", std::string()) == "paper";
+  for (const RecordView& r : views(records)) {
+    const bool paper = r.get("model") == "paper";
     any_paper |= paper;
-    any_counts |= r.value("routing", std::string()) == "counts";
-    json st = paper ? json(r.value("static_gb", 0.0) * 1e9) : r.value("predicted_static_bytes", json());
-    json act = paper ? json(r.value("activation_gb", 0.0) * 1e9) : r.value("predicted_activation_bytes", json());
+    any_counts |= r.get("routing") == "counts";
+    auto gb = [&](const char* k) { return r.get(k).is_number() ? json(r.get(k).get<double>() * 1e9) : json(0.0); };
+    json st = paper ? gb("static_gb") : r.get("predicted_static_bytes");
+    json act = paper ? gb("activation_gb") : r.get("predicted_activation_bytes");
     json total = st.is_number() && act.is_number() ? json(st.get<double>() + act.get<double>()) : json();
-    if (r["status"] == "unpredicted") st = act = total = json();
-    const json fits = r.value("fits", json());
-    std::string why = r.value("unpredicted_why", r.value("fits_why", std::string()));
-    if (why.empty() && r.contains("chunks")) {
-      const json& c = r["chunks"];
+    if (r.status == "unpredicted") st = act = total = json();
+    const json fits = r.get("fits");
+    std::string why = r.get("unpredicted_why").is_string() ? r.get("unpredicted_why").get<std::string>()
+                      : r.get("fits_why").is_string()      ? r.get("fits_why").get<std::string>()
+                                                           : "";
+    if (why.empty() && !r.get("chunks").is_null()) {
+      const json c = r.get("chunks");
       why = c.is_array() && !c.empty() && c[0].is_array() ? "per step: " + chunks_text(c) : c.dump();
     }
-    g.rows.push_back({cut(r["point"].get<std::string>(), 48), cut(r["strategy"].get<std::string>(), 60),
-                      bytes(st, paper), bytes(act, paper), bytes(total, paper),
+    g.rows.push_back({cut(r.point, 48), cut(r.strategy, 60), bytes(st, paper), bytes(act, paper), bytes(total, paper),
                       fits.is_boolean() ? (fits.get<bool>() ? "yes" : "NO") : "-", why});
   }
   std::string note =
@@ -324,58 +276,6 @@ Grid predict_grid(const std::vector<json>& records) {
         "\"routing\" per row)";
   g.notes.push_back(note);
   return g;
-}
-
-std::string records_csv(const std::vector<json>& records) {
-  // Flat columns: nested objects by dotted key, lists and the rest as JSON text.
-  std::vector<std::map<std::string, std::string>> rows;
-  std::vector<std::string> order;
-  std::set<std::string> seen;
-  std::function<void(const json&, const std::string&, std::map<std::string, std::string>&)> flatten =
-      [&](const json& j, const std::string& key, std::map<std::string, std::string>& row) {
-        if (j.is_object()) {  // an empty one adds no column
-          for (const auto& [k, v] : j.items()) flatten(v, key.empty() ? k : key + "." + k, row);
-          return;
-        }
-        row[key] = j.is_string() ? j.get<std::string>() : j.is_null() ? "" : j.dump();
-        if (seen.insert(key).second) order.push_back(key);
-      };
-  for (const auto& r : records) {
-    rows.emplace_back();
-    flatten(r, "", rows.back());
-  }
-  // The head first, in the records' order; then the rest by name (config and env last).
-  const std::vector<std::string> head = {"experiment", "point", "strategy", "name",      "role",
-                                         "status",     "error", "rank",     "world_size"};
-  std::vector<std::string> cols;
-  for (const auto& h : head)
-    if (seen.count(h)) cols.push_back(h);
-  std::vector<std::string> rest;
-  for (const auto& k : order)
-    if (std::find(head.begin(), head.end(), k) == head.end()) rest.push_back(k);
-  std::stable_sort(rest.begin(), rest.end(), [](const std::string& a, const std::string& b) {
-    auto late = [](const std::string& s) { return s.rfind("config.", 0) == 0 || s.rfind("env.", 0) == 0; };
-    if (late(a) != late(b)) return !late(a);
-    return a < b;
-  });
-  cols.insert(cols.end(), rest.begin(), rest.end());
-  auto quote = [](const std::string& s) {
-    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-    std::string q = "\"";
-    for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-    return q + "\"";
-  };
-  std::string out;
-  for (size_t c = 0; c < cols.size(); ++c) out += (c ? "," : "") + quote(cols[c]);
-  out += "\n";
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < cols.size(); ++c) {
-      auto it = row.find(cols[c]);
-      out += (c ? "," : "") + (it == row.end() ? std::string() : quote(it->second));
-    }
-    out += "\n";
-  }
-  return out;
 }
 
 }  // namespace memfine

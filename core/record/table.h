@@ -14,6 +14,7 @@ using json = nlohmann::json;
 struct Grid {
   std::string title;  // a line above the table ("" none)
   std::vector<std::string> header;
+  std::vector<std::string> units;  // a second header line, each column's unit ("" none); empty: none
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> notes;  // lines under it
   size_t left = 2;                 // the first `left` columns are text (left-aligned)

@@ -1,12 +1,14 @@
 #include "core/run/measure.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 
 #include "core/dist/dist.h"
 #include "core/meter/memory_meter.h"
+#include "core/record/schema.h"
+#include "core/run/rank_step.h"
 #include "core/run/step.h"
-#include "core/run/train_step.h"
 #include "core/run/verify.h"
 #include "core/strategy/registry.h"
 #include "core/workload/workload.h"
@@ -19,21 +21,60 @@ struct Contender {
   std::unique_ptr<Strategy> strategy;
   std::unique_ptr<TrainState> state;
   std::vector<json> step_counters;  // per timed step
+  bool runs() const { return m.status == "ok"; }
 };
 
-// Static memory: allocated when a state is made, audited against what the meter saw on the CPU
-// (one process).
-void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist* dist) {
+// Each strategy made from its spec; one that cannot be made is its own error.
+std::vector<Contender> contenders(const ExperimentConfig& c, const std::vector<std::string>& skip) {
+  std::vector<Contender> cs;
+  for (const auto& spec : c.strategies) {
+    if (std::find(skip.begin(), skip.end(), spec.label()) != skip.end()) continue;
+    Contender k;
+    k.m.spec = spec;
+    try {
+      k.strategy = make_strategy(spec);
+    } catch (const std::exception& e) {
+      k.m.status = "error", k.m.error = e.what();
+    }
+    cs.push_back(std::move(k));
+  }
+  return cs;
+}
+
+// The point's one state: its weights, data and routing, made once. The first strategy that runs
+// takes it; every other strategy's state, and verify's, is a copy (the same weights, data and
+// routing in memory of its own: drawing them again, float64 on the CPU from one generator, is what
+// an experiment's first step waited on at GPU sizes).
+struct PointState {
+  std::unique_ptr<TrainState> state;
+  int64_t counted = 0;  // what the meter saw allocated while it was made
+};
+PointState make_point_state(const ExperimentConfig& c, const Dist* dist) {
   MemoryMeter& meter = MemoryMeter::get(c.device);
-  const TrainState* first = nullptr;  // every later strategy copies it: same weights, data, routing
+  const int64_t before = meter.current_bytes();
+  PointState p;
+  p.state = dist ? make_rank_state(c, *dist) : make_train_state(c);
+  p.counted = meter.current_bytes() - before;
+  return p;
+}
+
+// Static memory: allocated when a strategy's state is made, audited against what the meter saw on
+// the CPU (one process: on real ranks the collective library's threads allocate tensors of their
+// own meanwhile).
+void allocate(const ExperimentConfig& c, PointState& point, std::vector<Contender>& cs, const Dist* dist) {
+  MemoryMeter& meter = MemoryMeter::get(c.device);
+  const TrainState* source = point.state.get();
   for (auto& k : cs) {
-    const int64_t before = meter.current_bytes();
-    k.state = first ? copy_train_state(*first) : dist ? make_rank_state(c, *dist) : make_train_state(c);
+    if (!k.runs()) continue;
+    int64_t counted = point.counted;
+    if (point.state) {
+      k.state = std::move(point.state);
+    } else {
+      const int64_t before = meter.current_bytes();
+      k.state = copy_train_state(*source);
+      counted = meter.current_bytes() - before;
+    }
     k.m.static_bytes = k.state->static_bytes();
-    const int64_t counted = meter.current_bytes() - before;
-    // One process only: on real ranks the collective library's threads allocate and free tensors
-    // of their own while the state is made (the meter counts the whole process), so the difference
-    // is not this state's alone.
     if (c.device == "cpu" && !dist && counted < k.m.static_bytes)
       throw std::logic_error("static accounting: " + std::to_string(k.m.static_bytes) + " bytes claimed, " +
                              std::to_string(counted) + " allocated");
@@ -41,9 +82,28 @@ void allocate(const ExperimentConfig& c, std::vector<Contender>& cs, const Dist*
       k.m.status = "oom";
       k.m.error =
           "static memory " + fmt_bytes(double(k.m.static_bytes)) + " exceeds the budget " + fmt_bytes(double(c.budget));
-      k.state.reset();
+      if (k.state.get() != source) k.state.reset();
     }
-    if (k.state && !first) first = k.state.get();
+  }
+  // A source over the budget is dropped only once every copy of it is made.
+  for (auto& k : cs)
+    if (k.state && k.m.status != "ok") k.state.reset();
+}
+
+// `verify: true`: each dropless strategy against the reference computed once on the point's state.
+// On one process, a strategy whose check runs out of memory (MACT finding nothing that fits) is not
+// verified, and is measured, or out of memory, on its own; one that fails otherwise is its own error.
+void verify(const ExperimentConfig& c, const TrainState& point, std::vector<Contender>& cs, const Dist* dist) {
+  const Verifier verifier(point, dist);
+  for (auto& k : cs) {
+    if (!k.runs()) continue;
+    try {
+      if (const auto err = verifier.error_of(k.m.spec))
+        k.m.grad_err = *err, k.m.verify_tolerance = verify_tolerance(c.dtype);
+    } catch (const std::exception& e) {
+      if (dist) throw;  // the other ranks would wait in its collectives: the job ends
+      if (!is_out_of_memory(e)) k.m.status = "error", k.m.error = std::string("verify: ") + e.what();
+    }
   }
 }
 
@@ -54,7 +114,7 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
   const int64_t steps = c.warmup + c.repeats;
   for (int64_t it = 0; it < steps; ++it) {
     for (auto& k : cs) {
-      if (k.m.status != "ok") {
+      if (!k.state) {
         tick();
         continue;
       }
@@ -104,51 +164,59 @@ PointRouting point_routing(const ExperimentConfig& c, const EmulatedRank& er, co
   return rt;
 }
 
-}  // namespace
+// The strategy's counters over its timed steps, each declared by the schema or by the strategy.
+json declared_counters(const Contender& k, int64_t first_step) {
+  json counters = k.strategy->record_counters(k.step_counters, first_step);
+  for (const auto& [key, value] : counters.items())
+    if (!record_field(key) && !strategy_counter(k.m.spec.name, key))
+      throw std::logic_error("strategy '" + k.m.spec.name + "' writes counter '" + key +
+                             "', which it does not declare (StrategyInfo::counters)");
+  return counters;
+}
 
-PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& skip, const std::function<void()>& tick,
-                          const Dist* dist) {
-  const ExperimentConfig& c = pt.config;
-  std::vector<Contender> cs;
-  for (const auto& spec : c.strategies) {
-    if (std::find(skip.begin(), skip.end(), spec.label()) != skip.end()) continue;
-    Contender k;
-    k.m.spec = spec;
-    k.strategy = make_strategy(spec);
-    cs.push_back(std::move(k));
-  }
-  PointResult out;
-  if (cs.empty()) return out;
-  if (c.verify) {
-    std::vector<StrategySpec> specs;
-    for (const auto& k : cs) specs.push_back(k.m.spec);
-    const auto errors = verify_strategies(c, specs, dist);
-    for (size_t i = 0; i < cs.size(); ++i)
-      if (errors[i]) cs[i].m.grad_err = *errors[i], cs[i].m.verify_tolerance = verify_tolerance(c.dtype);
-  }
-  allocate(c, cs, dist);
-  run_steps(c, cs, tick, dist);
-
-  // Routing only: cheap next to a step. A real rank's routing is its own.
-  EmulatedRank er = make_emulated_rank(c, dist ? dist->rank() : c.rank);
-  er.real = dist != nullptr;
-  out.routing = point_routing(c, er, dist);
+// The model's prediction for the step whose peak each record reports (a schedule routes each
+// step differently; the step before the first timed one when none was measured), each step's
+// routing made once.
+void predict(const ExperimentConfig& c, const EmulatedRank& er, std::vector<Contender>& cs) {
+  std::map<int64_t, EmulatedRank> routed;
   for (auto& k : cs) {
-    k.m.counters = k.strategy->record_counters(k.step_counters, c.warmup);
-    // The prediction is for the step whose peak the record reports (a schedule routes each step
-    // differently); the step before the first timed one when none was measured.
+    if (!k.strategy) continue;
     const int64_t worst =
         k.m.peaks.empty() ? 0 : int64_t(std::max_element(k.m.peaks.begin(), k.m.peaks.end()) - k.m.peaks.begin());
-    EmulatedRank at = er;
-    route_step(at, c, c.warmup + worst);
+    auto it = routed.find(c.warmup + worst);
+    if (it == routed.end()) {
+      it = routed.emplace(c.warmup + worst, er).first;
+      route_step(it->second, c, c.warmup + worst);
+    }
     try {
-      const Prediction pr = k.strategy->predict(c, at);
+      const Prediction pr = k.strategy->predict(c, it->second);
       k.m.predicted_activation_bytes = pr.activation_bytes;
       if (pr.host_bytes > 0) k.m.predicted_host_bytes = pr.host_bytes;
     } catch (const std::exception& e) {  // not modelled, or nothing it may choose fits
       k.m.predicted_activation_bytes = nullptr;
       k.m.unpredicted_why = e.what();
     }
+  }
+}
+
+}  // namespace
+
+PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& skip, const std::function<void()>& tick,
+                          const Dist* dist) {
+  const ExperimentConfig& c = pt.config;
+  std::vector<Contender> cs = contenders(c, skip);
+  PointResult out;
+  if (cs.empty()) return out;
+  PointState point = make_point_state(c, dist);
+  const EmulatedRank er = point.state->rank;  // the records' routing, taken before any step
+  if (c.verify) verify(c, *point.state, cs, dist);
+  allocate(c, point, cs, dist);
+  point.state.reset();  // where no strategy runs
+  run_steps(c, cs, tick, dist);
+  out.routing = point_routing(c, er, dist);
+  predict(c, er, cs);
+  for (auto& k : cs) {
+    if (k.strategy) k.m.counters = declared_counters(k, c.warmup);
     out.strategies.push_back(std::move(k.m));
   }
   return out;

@@ -2,7 +2,7 @@
 // of the file's points, measured with that point's configuration (its strategies aside: adding a
 // strategy and resuming measures only it), so that a folder never mixes two configurations' numbers.
 // Training records must hold each run's steps once, from 0 and in order: they are the truth a
-// resumed run continues from (core/run/train/).
+// resumed run continues from (core/train/).
 #pragma once
 #include <nlohmann/json.hpp>
 

@@ -13,6 +13,30 @@
 
 namespace memfine {
 
+namespace {
+
+// What a point's typed results say of the run's exit status: a strategy that failed, or one that
+// does not compute what the reference computes; each said on stderr.
+bool failed(const SweepPoint& p, const std::vector<Measured>& ms, const Dist* dist) {
+  bool any = false;
+  const std::string at_rank = dist && dist->world() > 1 ? " rank " + std::to_string(dist->rank()) : "";
+  for (const auto& m : ms) {
+    if (m.status == "error") {
+      std::cerr << "memfine run: " << m.spec.label() << " at " << p.id << at_rank << " failed: " << m.error << "\n";
+      any = true;
+    }
+    if (m.grad_err >= 0 && m.grad_err > m.verify_tolerance) {
+      std::cerr << "memfine run: verify: " << m.spec.label() << " at " << p.id << at_rank
+                << " differs from the reference by " << m.grad_err << " (tolerance " << m.verify_tolerance << " for "
+                << p.config.dtype << ")\n";
+      any = true;
+    }
+  }
+  return any;
+}
+
+}  // namespace
+
 int run_experiment(const std::string& yaml, const RunOptions& opt) {
   int code = 0;
   const std::unique_ptr<Job> job = start_job(Command::Run, yaml, opt, code);
@@ -25,7 +49,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     total += todo * (p.config.warmup + p.config.repeats);
   }
   Progress progress(total, opt.progress && job->writer);
-  bool failed = false;
+  bool any_failed = false;
   std::vector<json> fresh;
   for (auto& p : job->points) {
     apply_threads(p.config.threads);
@@ -36,6 +60,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     try {
       const PointResult measured = measure_point(
           p, skip, [&] { progress.tick(p.id); }, dist);
+      any_failed |= failed(p, measured.strategies, dist);
       const PointContext ctx = point_context(p.config);
       const json& env = ctx.env;
       const double ceiling = matmul_ceiling_flops(p.config.device, env["device_name"].get<std::string>() + "|" +
@@ -51,7 +76,10 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
         std::cerr << "memfine run: rank " << dist->rank() << " failed at point " << p.id << ": " << e.what() << "\n";
         return 1;  // the other ranks' collectives time out and they exit too
       }
-      // A failure outside any one strategy's step: every strategy of the point records it.
+      // A failure outside any one strategy (the point's state could not be made): every strategy
+      // of the point records it.
+      std::cerr << "memfine run: point " << p.id << " failed: " << e.what() << "\n";
+      any_failed = true;
       const PointContext ctx = point_context(p.config);
       for (const auto& s : p.config.strategies)
         if (!job->has(p.id, s.label())) recs.push_back(new_record(p.config, ctx, p.id, s, "error", e.what()));
@@ -66,29 +94,14 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
       fresh.push_back(r);
     }
   }
-  if (!job->writer) return 0;
+  // Every rank's verdict: any rank's failure fails the job.
+  if (dist) any_failed = dist->allreduce_max(at::tensor({double(any_failed)}, at::kDouble)).item<double>() > 0;
+  if (!job->writer) return any_failed ? 1 : 0;
   std::cout << summary_table(job->results->records(), job->earlier);
   if (dist) std::cout << hottest_ranks(fresh);
   std::cout << "\nresults: " << job->results->path() << " (" << fresh.size() << " new records, "
             << job->results->records().size() << " in all)\n";
-  // What this run measured decides its exit status: an error, or a strategy that does not compute
-  // what the reference computes.
-  for (const auto& r : fresh) {
-    if (r["status"] == "error") {
-      std::cerr << "memfine run: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
-                << " failed: " << r["error"].get<std::string>() << "\n";
-      failed = true;
-    }
-    if (r.value("verified", json()) == false) {
-      std::cerr << "memfine run: verify: " << r["strategy"].get<std::string>() << " at "
-                << r["point"].get<std::string>()
-                << (r.value("world_size", 1) > 1 ? " rank " + std::to_string(r.value("rank", 0)) : std::string())
-                << " differs from the reference by " << r["grad_max_rel_err"].get<double>() << " (tolerance "
-                << r["verify_tolerance"].get<double>() << " for " << r["config"]["dtype"].get<std::string>() << ")\n";
-      failed = true;
-    }
-  }
-  return failed ? 1 : 0;
+  return any_failed ? 1 : 0;
 }
 
 }  // namespace memfine

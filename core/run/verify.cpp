@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/dist/dist.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
@@ -67,7 +67,28 @@ double state_err(const TrainState& got, double got_loss, const TrainState& ref, 
 
 bool dropless(const StrategySpec& spec) { return make_strategy(spec)->dropless(); }
 
+// A copy of the point's state whose input takes a gradient (its gradient is compared too).
+std::unique_ptr<TrainState> with_input_grad(const TrainState& fresh) {
+  auto st = copy_train_state(fresh);
+  st->input.requires_grad_(st->input.is_floating_point());
+  return st;
+}
+
 }  // namespace
+
+Verifier::Verifier(const TrainState& fresh, const Dist* dist) : fresh_(fresh), dist_(dist) {
+  ref_ = dist ? make_global_reference(fresh.cfg, true) : with_input_grad(fresh);
+  ref_loss_ = step_of(*ref_, reference_spec());
+}
+
+Verifier::~Verifier() = default;
+
+std::optional<double> Verifier::error_of(const StrategySpec& spec) const {
+  if (!dropless(spec)) return std::nullopt;
+  auto st = with_input_grad(fresh_);
+  const double loss = step_of(*st, spec);  // real ranks: the global batch's, summed over the ranks
+  return dist_ ? rank_err(*st, loss, *ref_, ref_loss_, dist_->rank()) : state_err(*st, loss, *ref_, ref_loss_);
+}
 
 std::optional<double> verify_on_state(const TrainState& fresh, const StrategySpec& spec) {
   if (!dropless(spec)) return std::nullopt;
@@ -76,28 +97,6 @@ std::optional<double> verify_on_state(const TrainState& fresh, const StrategySpe
   auto st = copy_train_state(fresh);
   const double loss = step_of(*st, spec);
   return state_err(*st, loss, *ref, ref_loss);
-}
-
-std::vector<std::optional<double>> verify_strategies(const ExperimentConfig& c, const std::vector<StrategySpec>& specs,
-                                                     const Dist* dist) {
-  std::vector<std::optional<double>> out;
-  if (!dist) {
-    const auto fresh = make_train_state(c, true);  // every state below copies it
-    for (const auto& spec : specs) out.push_back(verify_on_state(*fresh, spec));
-    return out;
-  }
-  auto ref = make_global_reference(c, true);
-  const double ref_loss = step_of(*ref, reference_spec());
-  for (const auto& spec : specs) {
-    if (!dropless(spec)) {
-      out.push_back(std::nullopt);
-      continue;
-    }
-    auto st = make_rank_state(c, *dist, true);
-    const double loss = step_of(*st, spec);  // the global batch's, summed over the ranks
-    out.push_back(rank_err(*st, loss, *ref, ref_loss, dist->rank()));
-  }
-  return out;
 }
 
 }  // namespace memfine

@@ -115,17 +115,4 @@ Prediction Strategy::predict(const ExperimentConfig& c, const EmulatedRank& rank
   return predict_step(c, rank, shape_);
 }
 
-std::optional<PaperChunks> Strategy::paper_chunks(double, double) const {
-  // The paper's Eq. 2 is a layer recomputed whole with its experts' rows kept; buffer-free experts
-  // keep fewer widths per received row in one pass.
-  if (shape_.capacity_factor > 0) return std::nullopt;
-  PaperChunks pc;
-  if (shape_.experts == ExpertStorage::BufferFree) {
-    pc.row_h = 1, pc.row_g = shape_.keep_act ? 3 : 2;
-    return pc;
-  }
-  if (shape_.recompute_layer && shape_.moe == MoeMode::Stored && shape_.experts == ExpertStorage::Stored) return pc;
-  return std::nullopt;
-}
-
 }  // namespace memfine

@@ -251,6 +251,21 @@ at::Tensor Offloader::mark_backward(const at::Tensor& hidden, int64_t layer) {
   return BackwardMark::apply(hidden, impl_, layer);
 }
 
+std::vector<FieldSpec> Offloader::counter_fields() {
+  return {
+      {"offload_to_host_bytes", "integer", "bytes", "moved to the host this step", "measured train"},
+      {"offload_to_device_bytes", "integer", "bytes", "and back", "measured train"},
+      {"offload_host_peak_bytes", "integer", "bytes", "held on the host at once (the host meter)", "measured train"},
+      {"offload_tensors", "integer", "", "saved tensors offloaded (a storage once)", "measured train"},
+      {"offload_bytes_by_module", "object", "bytes", "moved, by module", "measured train"},
+      {"offload_emulation_ms", "number", "ms", "measured: the CPU emulation's own copying, inside step_ms",
+       "measured train"},
+      {"offload_d2h_ms_modelled", "number", "ms", "modelled from d2h_gbps: the copies out", "measured train"},
+      {"offload_h2d_ms_modelled", "number", "ms", "modelled from h2d_gbps: the copies back", "measured train"},
+      {"copy_ms_modelled", "number", "ms", "modelled: what compute waits for the copies", "measured train"},
+      {"copy_d2h_exposed_ms_modelled", "number", "ms", "modelled: of that, the copies out's", "measured train"}};
+}
+
 json Offloader::counters() const {
   json j = json::object();
   if (!impl_) return j;

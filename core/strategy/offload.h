@@ -16,10 +16,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/moe/shape.h"
+#include "core/util/field_spec.h"
 
 namespace memfine {
 
@@ -31,8 +33,11 @@ class Offloader {
 
   // Forgets the last step's groups and counts.
   void begin_step();
-  // What this step moved, held and would have waited for (bytes, counts, milliseconds).
+  // What this step moved, held and would have waited for (bytes, counts, milliseconds): the
+  // fields of counter_fields().
   nlohmann::json counters() const;
+  // Those counters declared, for a strategy that offloads to declare with its own.
+  static std::vector<FieldSpec> counter_fields();
 
   // Captures what layer `layer`'s forward saves in the chosen modules while it lives.
   class LayerScope {

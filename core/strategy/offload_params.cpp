@@ -2,21 +2,21 @@
 
 #include <stdexcept>
 
+#include "core/config/reader.h"
+
 namespace memfine {
 
 using json = nlohmann::json;
 
 std::vector<Param> offload_params(std::vector<std::string> default_modules, bool named_modules) {
   std::string names;
-  for (const auto& [m, n] : offloadable_modules()) names += (names.empty() ? "" : ", ") + n;
-  auto read = [](const YAML::Node& n) -> json {
+  std::vector<std::string> choices;
+  for (const auto& [m, n] : offloadable_modules()) names += (names.empty() ? "" : ", ") + n, choices.push_back(n);
+  auto read = [choices](const YAML::Node& n) -> json {
     json out = json::array();
-    if (!n.IsSequence()) throw std::invalid_argument("expected a list of module names, e.g. [core_attn, expert_fc1]");
-    for (const auto& item : n) {
-      if (!item.IsScalar()) throw std::invalid_argument("expected a list of module names");
-      module_named(item.Scalar());  // throws naming the choices
-      out.push_back(item.Scalar());
-    }
+    if (!n.IsSequence() || n.size() > choices.size() * 4)
+      throw std::invalid_argument("expected a list of module names, e.g. [core_attn, expert_fc1]");
+    for (const auto& item : n) out.push_back(choice_value(item, choices));
     return out;
   };
   Param modules{"modules", "the modules whose saved activations leave the device (Megatron's names): " + names,

@@ -6,11 +6,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/strategy/params.h"
 #include "core/strategy/strategy.h"
+#include "core/util/field_spec.h"
 
 namespace memfine {
 
@@ -33,6 +35,9 @@ struct StrategyInfo {
   ShapeFn shape;  // declared as a shape: the executor runs it
   MakeFn make;    // or code of its own (throws on values that do not go together)
   CheckFn check_point;
+  // The counters its records carry (Strategy::record_counters), declared as the record schema's
+  // fields are (core/record/schema.h): `memfine schema` lists them, the runner refuses one undeclared.
+  std::vector<FieldSpec> counters;
 };
 
 // A strategy that is its shape.
@@ -42,13 +47,28 @@ StrategyInfo shaped(std::string name, std::string description, std::vector<Param
 StrategyInfo coded(std::string name, std::string description, std::vector<Param> params, MakeFn make,
                    CheckFn check_point = {});
 
+// The same with its counters declared.
+StrategyInfo with_counters(StrategyInfo info, std::vector<FieldSpec> counters);
+
 const std::map<std::string, StrategyInfo>& strategy_registry();
+// The counter `key` of strategy `name` as it declares it; nullptr where it does not.
+const FieldSpec* strategy_counter(const std::string& name, const std::string& key);
 bool register_strategy(StrategyInfo info);
 // The registered strategy of a role ("" when none is).
 std::string strategy_of_role(Role role);
 // `spec` typed by its strategy's declared parameters (StrategySpec::resolved and its role set on
 // success); problems are appended (an unknown strategy is one, key "").
 StrategySpec resolve_strategy(const StrategySpec& spec, std::vector<ParamProblem>& problems);
+// A label as records write it, "name(k=v,k=[a,b])", read back into its name and written
+// parameters; nullopt when it does not read so.
+std::optional<StrategySpec> parse_label(const std::string& label);
+// The label this build gives a strategy written as `label`, or by its `name` and `params` (a
+// record's typed fields, when given): labels written before they were canonical
+// (`memfine(bins=[1, 2, 4, 8],chunks=auto)`) resolve to today's (`memfine(chunks=auto)`). A strategy
+// this build does not know keeps its label.
+std::string canonical_label(const std::string& label, const std::string& name = "",
+                            const nlohmann::json& params = nlohmann::json());
+
 // Resolves `spec` if it is not yet (std::invalid_argument naming the first problem), then makes it.
 std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec);
 

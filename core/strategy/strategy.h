@@ -7,6 +7,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -20,7 +21,6 @@
 #include "core/moe/shape.h"
 #include "core/moe/stages.h"
 #include "core/predict/memory_model.h"
-#include "core/predict/paper_model.h"
 #include "core/strategy/offload.h"
 #include "core/workload/ep_rank.h"
 
@@ -41,6 +41,14 @@ struct LayerInput {
   // once per step (not again when backward recomputes the layer). `memfine train` records them.
   std::vector<at::Tensor>* expert_counts = nullptr;
 };
+
+// A strategy's choice among the shapes it may run a layer with, given which fit (core/strategy/
+// strategy.h: choose_shape).
+struct ShapeChoice {
+  StrategyShape shape;
+  bool found = true;  // false: it looked for a shape that fits and none did (then its most chunks)
+};
+using FitsFn = std::function<bool(const StrategyShape&)>;
 
 struct LayerOutput {
   at::Tensor hidden;    // [tokens, hidden]
@@ -96,9 +104,10 @@ class Strategy {
   // The model's prediction of one step on `rank` (a strategy that plans per step plans it);
   // throws NotModelled, or PlannedOutOfMemory where nothing it may choose fits the budget.
   virtual Prediction predict(const ExperimentConfig& c, const EmulatedRank& rank) const;
-  // Its chunk count under the paper's model (Eq. 8-9) for s' and s'_max; nullopt: not covered.
-  // Default: from the shape (full recomputation's one pass; buffer-free experts' row widths).
-  virtual std::optional<PaperChunks> paper_chunks(double received, double s_recv_max) const;
+  // The shape it runs a layer with where a model of memory (the paper's equations, `memfine
+  // project`'s) says which fit: a strategy of one shape runs it whatever fits; MACT takes the
+  // fewest chunks that fit, by its one rule (core/strategy/memfine/mact.h).
+  virtual ShapeChoice choose_shape(const FitsFn& fits) const { return {shape_, true}; }
 
  protected:
   StrategySpec spec_;

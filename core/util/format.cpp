@@ -14,4 +14,10 @@ std::string fmt_bytes(double b) {
   return buf;
 }
 
+std::string fmt_double(const char* format, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, format, v);
+  return b;
+}
+
 }  // namespace memfine

@@ -7,4 +7,10 @@ namespace memfine {
 // "1.5 MiB": bytes in the largest unit below 1024 of it.
 std::string fmt_bytes(double bytes);
 
+// A number through a printf format of one double ("%.3f", "%.1f%%").
+std::string fmt_double(const char* format, double v);
+
+// A rate or count as a person reads it: four significant digits ("773", "0.1235").
+inline std::string four_digits(double v) { return fmt_double("%.4g", v); }
+
 }  // namespace memfine

@@ -25,7 +25,7 @@
 #include "core/meter/timer.h"
 #include "core/moe/fused.h"
 #include "core/record/environment.h"
-#include "core/run/train_step.h"
+#include "core/run/rank_step.h"
 #include "core/run/validate.h"
 #include "core/strategy/registry.h"
 

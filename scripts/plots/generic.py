@@ -7,7 +7,6 @@ the peak per step against the budget, s' per layer, MACT's chunk grid. Titles an
 the records' configuration, never from the experiment's name; several folders are drawn side by side.
 """
 import argparse
-import math
 import os
 import sys
 

@@ -224,7 +224,7 @@ def figure5(path, out_dir, stem="figure5_mact_chunks", what="ours", how=None):
     fig, axes = S.figure(1, 2, figsize=(12, 4.8))
     steps = [i + 1 for i in rec.get("chunk_steps") or range(len(grid[0]))]  # from 1, as the paper counts
     ours_im, ours_v = chunk_grid(axes[0], grid, steps, f"{what} ({rec['point'].replace('memory.budget=', 'budget ')})")
-    paper_im, paper_v = chunk_grid(axes[1], pgrid, list(range(1, 21)), f"paper (Model I)", layer0=int(paper[0]["layer"]))
+    paper_im, paper_v = chunk_grid(axes[1], pgrid, list(range(1, 21)), "paper (Model I)", layer0=int(paper[0]["layer"]))
     axes[0].set_ylabel("our layer")
     axes[1].set_ylabel("the paper's layer (its MoE layers)")
     for ax, im, values in ((axes[0], ours_im, ours_v), (axes[1], paper_im, paper_v)):

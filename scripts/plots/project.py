@@ -20,6 +20,11 @@ LOOK = {"no_recompute": ("tab:blue", "-", "o"), "full_recompute": ("tab:orange",
         "offload": ("tab:olive", "-", "D"), "capacity": ("tab:gray", ":", "o")}
 
 
+def family(r):
+    """The strategy's registered name (a projection line's "name"; older lines wrote it as "strategy")."""
+    return r.get("name") or R.parse_label(r["strategy"])[0]
+
+
 def _load(path):
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -117,7 +122,7 @@ def _scaling(src):
     sizes = sorted({r["gpus"] for r in rows})
     by = {}
     for r in rows:
-        by.setdefault(r["strategy"], {})[r["gpus"]] = r
+        by.setdefault(family(r), {})[r["gpus"]] = r
     return rows, sizes, by
 
 

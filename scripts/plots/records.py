@@ -1,5 +1,7 @@
-"""Records as memfine writes them (results.jsonl, train.jsonl, predict --json), read strictly, and
-strategies picked by their registered name, role and parameters, never by a label's spelling."""
+"""Records as memfine writes them (results.jsonl, train.jsonl, predict --json), read strictly through
+the one record schema (schema.json: `memfine schema --json`, which a test holds to the C++
+declaration), and strategies picked by their registered name, role and parameters, never by a
+label's spelling."""
 import csv
 import json
 import os
@@ -13,6 +15,63 @@ MIB = 2.0 ** 20
 
 class ResultsError(Exception):
     pass
+
+
+with open(os.path.join(HERE, "schema.json")) as _f:
+    SCHEMA = json.load(_f)
+FIELDS = SCHEMA["fields"]  # key -> {type, unit, meaning, kinds}
+COUNTERS = {}  # a strategy's counter key -> its declaration (the first strategy's that declares it)
+for _name, _counters in sorted(SCHEMA["counters"].items()):
+    for _k, _v in _counters.items():
+        COUNTERS.setdefault(_k, _v)
+
+
+KNOWN = set(SCHEMA["strategies"])  # the strategies this checkout registers
+
+
+def field(key, name=None):
+    """A key's declaration: a record field's, or a strategy counter's (strategy `name`'s where
+    given); None for neither."""
+    if key in FIELDS:
+        return FIELDS[key]
+    if name is not None:
+        return SCHEMA["counters"].get(name, {}).get(key)
+    return COUNTERS.get(key)
+
+
+def unit(key):
+    """The unit the schema gives a key ('bytes', 'ms', ...; '' none)."""
+    f = field(key)
+    return f["unit"] if f else ""
+
+
+def _of_type(value, types):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    for t in types.split("|"):
+        if ((t == "string" and isinstance(value, str)) or (t == "boolean" and isinstance(value, bool))
+                or (t == "integer" and number and float(value).is_integer())
+                or (t == "number" and isinstance(value, (int, float)) and not isinstance(value, bool))
+                or (t == "object" and isinstance(value, dict)) or (t == "list" and isinstance(value, list))
+                or (t == "null" and value is None)
+                or (t == "spread" and isinstance(value, dict) and isinstance(value.get("median"), (int, float)))):
+            return True
+    return False
+
+
+def check(rec, where):
+    """A record against the schema: every key declared (a field, or its strategy's counter), each of
+    its type. A strategy this checkout does not register (a binary built with one of its own) keeps
+    its counters as its own."""
+    name = rec.get("name") or parse_label(rec.get("strategy", ""))[0]
+    for key, value in rec.items():
+        f = field(key, name if name in KNOWN else None)
+        if f is None and name not in KNOWN:
+            continue
+        if f is None:
+            raise ResultsError(f"{where}: '{key}' is not a field of the record schema, nor a counter '{name}' declares "
+                               "(memfine schema lists them)")
+        if not _of_type(value, f["type"]):
+            raise ResultsError(f"{where}: {key}: expected {f['type']}, got {json.dumps(value)[:60]}")
 
 
 def load(path, required=("experiment", "point", "strategy", "status")):
@@ -35,6 +94,7 @@ def load(path, required=("experiment", "point", "strategy", "status")):
             for key in required:
                 if key not in rec:
                     raise ResultsError(f"{path}:{n}: record has no '{key}'")
+            check(rec, f"{path}:{n}")
             records.append(rec)
     if not records:
         raise ResultsError(f"{path}: no records")

@@ -308,7 +308,7 @@ def strategies(path, out_dir, stem, title):
              "vs full = activation change and speed (full recomputation's step time / this one's) at the same point.",
              "s' = rows the hottest rank's experts receive per layer (the paper's s'); out-of-memory points are results (status "
              "oom); dropped = capacity capping's dropped share of assignments: it computes another model.",
-             ("TFLOP/s = the step's model FLOPs (core/meter/flops.cpp, recomputation not counted) / median step time; "
+             ("TFLOP/s = the step's model FLOPs (core/model/flops.cpp, recomputation not counted) / median step time; "
               + (f"% peak against the {peak_name}'s dense bf16 peak of {peak:.0f} TFLOP/s (experiments/data/device_peaks.csv)."
                  if peak else "no bf16 peak known for this device.")),
              R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; " + R.swept_line(recs),

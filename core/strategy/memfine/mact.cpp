@@ -9,6 +9,12 @@
 
 namespace memfine {
 
+int64_t first_fitting(const std::vector<int64_t>& bins, const std::function<bool(size_t)>& fits) {
+  for (size_t i = 0; i < bins.size(); ++i)
+    if (fits(i)) return int64_t(i);
+  return -1;
+}
+
 StrategyShape Mact::chunked(int64_t chunks) const {
   StrategyShape s = o_.stored;
   s.recompute_layer = true;
@@ -83,23 +89,22 @@ Plan Mact::plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
     pm.static_bytes = double(all_stored.static_bytes), pm.device_bytes = double(c.budget);
     for (int64_t l = 0; l < L; ++l) {
       const int64_t need = rank.layers[size_t(l)].tokens_received;  // notify: rows to receive
-      const int64_t b = chunks_for(double(need), pm.s_recv_max(), o_.bins);
-      if (b < 0)
+      const int64_t i = first_fitting(o_.bins, [&](size_t b) { return pm.fits(double(need), double(o_.bins[b])); });
+      if (i < 0)
         throw PlannedOutOfMemory("MACT (paper model): layer " + std::to_string(l) + " needs " +
                                  fmt_bytes(pm.activation(double(need), double(o_.bins.back()))) +
                                  " of activations even with " + std::to_string(o_.bins.back()) +
                                  " chunks; the budget " + fmt_bytes(double(c.budget)) + " leaves " +
                                  fmt_bytes(double(c.budget - all_stored.static_bytes)) + " after static " +
                                  fmt_bytes(double(all_stored.static_bytes)));
-      plan.chunks[size_t(l)] = b;
+      plan.chunks[size_t(l)] = o_.bins[size_t(i)];
     }
     return plan;
   }
   const auto per_bin = every_bin(c, rank);
   for (int64_t l = 0; l < L; ++l) {
-    size_t i = 0;
-    while (i < o_.bins.size() && per_bin[i].layer_peak[size_t(l)] > room) ++i;
-    if (i == o_.bins.size()) {
+    const int64_t i = first_fitting(o_.bins, [&](size_t b) { return per_bin[b].layer_peak[size_t(l)] <= room; });
+    if (i < 0) {
       const int64_t need = per_bin.back().layer_peak[size_t(l)];
       throw PlannedOutOfMemory(
           "MACT: layer " + std::to_string(l) + " needs " + fmt_bytes(double(need)) + " of activations even with " +
@@ -107,7 +112,7 @@ Plan Mact::plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
           fmt_bytes(double(room)) + " after static " + fmt_bytes(double(all_stored.static_bytes)) + " and " +
           std::to_string(int(o_.headroom * 100)) + "% headroom (short by " + fmt_bytes(double(need - room)) + ")");
     }
-    plan.chunks[size_t(l)] = o_.bins[i];
+    plan.chunks[size_t(l)] = o_.bins[size_t(i)];
   }
   return plan;
 }

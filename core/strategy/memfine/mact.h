@@ -7,6 +7,7 @@
 // is planned once its router has run, from every rank's counts.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,12 @@
 #include "core/strategy/strategy.h"
 
 namespace memfine {
+
+// MACT's rule, the one planner of chunk counts: the index of the first of `bins` (fewest chunks
+// first) whose layer `fits` (a model's answer for bins[i]), or -1 where none does. The
+// implementation model (per layer and step), the paper's Eq. 8-9 (c = ceil(s'' / s'_max), then
+// the smallest bin of at least c) and `memfine project`'s cluster-scale model all plan through it.
+int64_t first_fitting(const std::vector<int64_t>& bins, const std::function<bool(size_t)>& fits);
 
 struct MactOptions {
   std::vector<int64_t> bins = {1, 2, 4, 8};

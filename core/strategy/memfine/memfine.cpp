@@ -41,7 +41,7 @@ Param chunks_param() {
       v = read_int(n);
     } catch (const std::invalid_argument&) {
       throw std::invalid_argument("expected a count >= 1, 'auto' or a list of counts per layer, got '" +
-                                  label_value(yaml_to_json(n)) + "'");
+                                  shown_value(n) + "'");
     }
     if (v < 1) throw std::invalid_argument("must be 1 or more, or 'auto', got " + std::to_string(v));
     return v;
@@ -102,8 +102,8 @@ class MemFine : public Strategy {
         std::adjacent_find(bins.begin(), bins.end()) != bins.end())
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
     // Offloading acts in layers stored whole only: a plan must be able to store one.
-    const bool can_store = !fixed_.empty() || (tuned(spec_) && (mact_.options().store_when_fits ||
-                                                                mact_.options().objective == "time"));
+    const bool can_store =
+        !fixed_.empty() || (tuned(spec_) && (mact_.options().store_when_fits || mact_.options().objective == "time"));
     if (shape_.offload.any() && !can_store)
       throw std::invalid_argument(
           "modules: offloading acts in layers stored whole; give chunks: auto with store_when_fits: true or "
@@ -180,19 +180,16 @@ class MemFine : public Strategy {
     return mact_.predict(c, rank, fixed_.empty() ? mact_.plan(c, rank).chunks : fixed_);
   }
 
-  std::optional<PaperChunks> paper_chunks(double received, double s_recv_max) const override {
-    // s'_max comes with Eq. 2's row widths; buffer-free experts keep fewer, so MACT's choice here
-    // is conservative for them (the projection itself uses their widths).
-    const auto& bins = mact_.options().bins;
-    PaperChunks pc;
-    if (chunks_ > 0)
-      pc.chunks = pc.used = chunks_;
-    else if (!fixed_.empty())
-      pc.chunks = pc.used = std::max<int64_t>(1, *std::max_element(fixed_.begin(), fixed_.end()));
-    else
-      pc.chunks = chunks_for(received, s_recv_max, bins), pc.used = pc.chunks > 0 ? pc.chunks : bins.back();
-    if (shape_.experts == ExpertStorage::BufferFree) pc.row_h = 1, pc.row_g = shape_.keep_act ? 3 : 2;
-    return pc;
+  // A fixed count (or a fixed plan's largest) whatever fits; MACT's fewest chunks of its bins that
+  // fit, by its rule, after storing the layer whole where it may and that fits.
+  ShapeChoice choose_shape(const FitsFn& fits) const override {
+    if (chunks_ > 0) return {shape_, true};
+    if (!fixed_.empty())
+      return {mact_.chunked(std::max<int64_t>(1, *std::max_element(fixed_.begin(), fixed_.end()))), true};
+    const MactOptions& o = mact_.options();
+    if (o.store_when_fits && fits(o.stored)) return {o.stored, true};
+    const int64_t i = first_fitting(o.bins, [&](size_t b) { return fits(mact_.chunked(o.bins[b])); });
+    return {mact_.chunked(i < 0 ? o.bins.back() : o.bins[size_t(i)]), i >= 0};
   }
 
  private:
@@ -233,48 +230,66 @@ std::vector<Param> params() {
   return p;
 }
 
-MEMFINE_REGISTER_STRATEGY(coded(
-    "memfine",
-    "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer "
-    "recomputed",
-    params(),
-    [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); },
-    [](const StrategySpec& s, const ExperimentConfig& c) {
-      if (per_layer(s)) {
-        const auto plan = s.value("chunks").get<std::vector<int64_t>>();
-        if (int64_t(plan.size()) != c.model.layers)
-          throw std::invalid_argument("chunks: the per-layer list has " + std::to_string(plan.size()) + " counts for " +
-                                      std::to_string(c.model.layers) + " layers");
-        for (int64_t v : plan)
-          if (v > c.model.tokens())
-            throw std::invalid_argument("chunks: " + std::to_string(v) + " exceeds the tokens per rank (" +
-                                        std::to_string(c.model.tokens()) + ")");
-        return std::string();
-      }
-      if (tuned(s)) {
-        const auto bins = s.value("bins").get<std::vector<int64_t>>();
-        if (!bins.empty() && bins.back() > c.model.tokens())
-          throw std::invalid_argument("bins: " + std::to_string(bins.back()) + " chunks exceeds the tokens per rank (" +
-                                      std::to_string(c.model.tokens()) + ")");
-        if (s.value("objective") == "time" && c.cost_model.empty())
-          throw std::invalid_argument(
-              "objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
-              "writes results/<device>/cost_model.json)");
-        // MACT plans against the budget: without one, everything fits and it runs its smallest bin
-        // (store_when_fits: stores everything) in every layer and step.
-        if (c.budget < 0 && s.value("objective") == "memory" && !c.paper.enabled)
-          return std::string("chunks: auto without memory.budget: MACT then runs ") +
-                 (s.value("store_when_fits").get<bool>() ? "every layer stored"
-                                                         : std::to_string(bins.front()) + " chunk(s)") +
-                 " everywhere; set memory.budget for it to plan";
-        return std::string();
-      }
-      const int64_t chunks = s.value("chunks").get<int64_t>();
-      if (chunks > c.model.tokens())
-        throw std::invalid_argument("chunks (" + std::to_string(chunks) + ") exceeds the tokens per rank (" +
+// What makes a point invalid for it (a chunk count against the tokens, a per-layer plan against
+// the layers), and what is valid but likely not meant (MACT without a budget).
+std::string check_point(const StrategySpec& s, const ExperimentConfig& c) {
+  if (per_layer(s)) {
+    const auto plan = s.value("chunks").get<std::vector<int64_t>>();
+    if (int64_t(plan.size()) != c.model.layers)
+      throw std::invalid_argument("chunks: the per-layer list has " + std::to_string(plan.size()) + " counts for " +
+                                  std::to_string(c.model.layers) + " layers");
+    for (int64_t v : plan)
+      if (v > c.model.tokens())
+        throw std::invalid_argument("chunks: " + std::to_string(v) + " exceeds the tokens per rank (" +
                                     std::to_string(c.model.tokens()) + ")");
-      return std::string();
-    }));
+    return std::string();
+  }
+  if (tuned(s)) {
+    const auto bins = s.value("bins").get<std::vector<int64_t>>();
+    if (!bins.empty() && bins.back() > c.model.tokens())
+      throw std::invalid_argument("bins: " + std::to_string(bins.back()) + " chunks exceeds the tokens per rank (" +
+                                  std::to_string(c.model.tokens()) + ")");
+    if (s.value("objective") == "time" && c.cost_model.empty())
+      throw std::invalid_argument(
+          "objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
+          "writes results/<device>/cost_model.json)");
+    // MACT plans against the budget: without one, everything fits and it runs its smallest bin
+    // (store_when_fits: stores everything) in every layer and step.
+    if (c.budget < 0 && s.value("objective") == "memory" && !c.paper.enabled)
+      return std::string("chunks: auto without memory.budget: MACT then runs ") +
+             (s.value("store_when_fits").get<bool>() ? "every layer stored"
+                                                     : std::to_string(bins.front()) + " chunk(s)") +
+             " everywhere; set memory.budget for it to plan";
+    return std::string();
+  }
+  const int64_t chunks = s.value("chunks").get<int64_t>();
+  if (chunks > c.model.tokens())
+    throw std::invalid_argument("chunks (" + std::to_string(chunks) + ") exceeds the tokens per rank (" +
+                                std::to_string(c.model.tokens()) + ")");
+  return std::string();
+}
+
+std::vector<FieldSpec> counters() {
+  std::vector<FieldSpec> c = {
+      {"chunks", "integer|list|null", "",
+       "a fixed count; chosen per step (MACT, a per-layer plan): per timed step and layer, 0 a layer stored",
+       "measured train"},
+      {"chunk_steps", "list", "", "the timed steps whose chunks those are", "measured"},
+      {"step", "integer", "", "the step its chunks are of", "train"},
+      {"predicted_step_ms", "number", "ms", "objective: time: the cost model's step time of the plan", "measured"},
+      {"predicted_layer_peak_bytes", "list", "bytes",
+       "MACT over learned routing: the model's peak of each layer's backward with its chunks", "train"}};
+  for (const auto& f : Offloader::counter_fields()) c.push_back(f);
+  return c;
+}
+
+MEMFINE_REGISTER_STRATEGY(with_counters(
+    coded(
+        "memfine",
+        "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer "
+        "recomputed",
+        params(), [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); }, check_point),
+    counters()));
 
 }  // namespace
 }  // namespace memfine

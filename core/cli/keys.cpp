@@ -1,0 +1,35 @@
+// `memfine keys [WHICH]`: a key reference made from the declarations (experiments/README.md's are
+// this output; a test holds them to it).
+#include <iostream>
+
+#include "core/cli/commands.h"
+#include "core/config/config.h"
+
+namespace memfine::cli {
+
+Command keys_command() {
+  std::string which;
+  for (const auto& k : key_references()) which += (which.empty() ? "" : ", ") + k;
+  return {
+      "keys",
+      "[WHICH]",
+      "every key of an experiment file (or of a project file, a hardware preset)",
+      "Prints every key of a file with its type, range, default and meaning, as a Markdown table:\n"
+      "WHICH is one of " +
+          which +
+          " (default experiment; a model preset's keys are the\nexperiment's model.* keys). experiments/README.md's "
+          "key references are this output.\n",
+      {},
+      0,
+      1,
+      [](const Args& a) {
+        const std::string which = a.operands.empty() ? "experiment" : a.operands[0];
+        const auto& all = key_references();
+        if (std::find(all.begin(), all.end(), which) == all.end())
+          throw UsageError("keys: '" + which + "' is not one of experiment, project, hardware");
+        std::cout << key_reference_markdown(which);
+        return 0;
+      }};
+}
+
+}  // namespace memfine::cli

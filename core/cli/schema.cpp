@@ -1,0 +1,62 @@
+// `memfine schema`: the record schema (core/record/schema.h) and every registered strategy's own
+// counters, as a Markdown table for people or JSON for programs (scripts/plots/schema.json is this
+// output; a test holds it so).
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cli/commands.h"
+#include "core/record/schema.h"
+#include "core/strategy/registry.h"
+
+namespace memfine::cli {
+
+namespace {
+
+nlohmann::json field_json(const FieldSpec& f) {
+  nlohmann::json j = {{"type", f.type}, {"unit", f.unit}, {"meaning", f.meaning}, {"kinds", f.kinds}};
+  if (f.legacy) j["legacy"] = true;
+  return j;
+}
+
+int schema(const Args& a) {
+  if (a.has("--json")) {
+    nlohmann::json fields = nlohmann::json::object(), counters = nlohmann::json::object();
+    nlohmann::json strategies = nlohmann::json::array();
+    for (const auto& f : record_schema()) fields[f.key] = field_json(f);
+    for (const auto& [name, info] : strategy_registry()) {
+      strategies.push_back(name);
+      for (const auto& f : info.counters) counters[name][f.key] = field_json(f);
+    }
+    std::cout << nlohmann::json{{"fields", fields}, {"counters", counters}, {"strategies", strategies}}.dump(1) << "\n";
+    return 0;
+  }
+  std::cout << "| field | type | unit | records | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& f : record_schema())
+    std::cout << "| `" << f.key << "` | " << f.type << " | " << f.unit << " | " << f.kinds << " | " << f.meaning
+              << (f.legacy ? " (older records)" : "") << " |\n";
+  for (const auto& [name, info] : strategy_registry())
+    for (const auto& f : info.counters)
+      std::cout << "| `" << f.key << "` | " << f.type << " | " << f.unit << " | " << f.kinds << " | " << name
+                << "'s counter: " << f.meaning << " |\n";
+  return 0;
+}
+
+}  // namespace
+
+Command schema_command() {
+  return {"schema",
+          "",
+          "the record schema: every field of a record, its type, unit and meaning",
+          R"(Prints every field a record holds (results.jsonl's measured records, train.jsonl's steps, memfine
+predict --json's lines), with its JSON type, unit and meaning, then each registered strategy's own
+counters, as a Markdown table (the README's record reference is this output); --json for programs
+(scripts/plots/schema.json, which the plotting package reads, is this output).
+)",
+          {{"--json", "", "one JSON object: fields, counters by strategy, and the strategies registered"}},
+          0,
+          0,
+          schema};
+}
+
+}  // namespace memfine::cli

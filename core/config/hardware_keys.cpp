@@ -1,0 +1,95 @@
+// A hardware preset's keys (experiments/project/hardware.yaml, or a project file's `hardware:` map).
+#include <cmath>
+
+#include "core/config/project.h"
+#include "core/config/sections.h"
+
+namespace memfine {
+
+namespace {
+
+// `grouped_gemm_curve`: [rows, TFLOP/s] pairs, rows rising.
+Field<Hardware> curve_key() {
+  return {"grouped_gemm_curve",
+          "list of `[rows, TFLOP/s]`",
+          "none",
+          "the grouped expert GEMM's rate measured at rising rows per expert, interpolated log-linearly in rows "
+          "(flat beyond its ends); replaces the two rates and the knee",
+          [](MapReader& r, Hardware& h) {
+            YAML::Node c = r.child("grouped_gemm_curve");
+            if (!c.IsDefined()) return;
+            bool ok = c.IsSequence() && c.size() > 0 && c.size() <= 4096;
+            h.grouped_gemm_curve.clear();
+            for (size_t i = 0; ok && i < c.size(); ++i) {
+              ok = c[i].IsSequence() && c[i].size() == 2;
+              double rows = 0, tflops = 0;
+              try {
+                if (ok) rows = c[i][0].as<double>(), tflops = c[i][1].as<double>();
+              } catch (const YAML::Exception&) {
+                ok = false;
+              }
+              ok = ok && std::isfinite(rows) && std::isfinite(tflops) && rows > 0 && tflops > 0 &&
+                   (h.grouped_gemm_curve.empty() || rows > h.grouped_gemm_curve.back().first);
+              if (ok) h.grouped_gemm_curve.push_back({rows, tflops});
+            }
+            if (!ok) {
+              r.problems().add(c, r.key("grouped_gemm_curve"),
+                               "expected a list of [rows, TFLOP/s] pairs, rows rising, both above 0");
+              h.grouped_gemm_curve.clear();
+            }
+          },
+          [](const Hardware& h) { return nlohmann::json(h.grouped_gemm_curve); }};
+}
+
+}  // namespace
+
+bool Hardware::has_rates() const {
+  return gemm_tflops > 0 && attention_tflops > 0 &&
+         (!grouped_gemm_curve.empty() || (grouped_gemm_tflops > 0 && grouped_gemm_small_tflops > 0));
+}
+
+const Section<Hardware>& hardware_keys() {
+  using namespace fields;
+  using H = Hardware;
+  static const Section<H> s{
+      "hardware",
+      {number<H>("memory_gb", &H::memory_gb, 1e-3, 1e6, "a GPU's memory, GB (required)"),
+       integer<H>("gpus_per_node", &H::gpus_per_node, 1, 1 << 16, "GPUs a node's fast link (NVLink) joins"),
+       number<H>("bf16_dense_tflops", &H::bf16_dense_tflops, 0, 1e6,
+                 "the datasheet's dense bf16 peak: MFU's denominator, no rate divides by it"),
+       number<H>("gemm_tflops", &H::gemm_tflops, 0, 1e6, "a large dense bf16 GEMM's measured rate"),
+       number<H>("attention_tflops", &H::attention_tflops, 0, 1e6, "the attention kernel's measured rate"),
+       number<H>("grouped_gemm_tflops", &H::grouped_gemm_tflops, 0, 1e6,
+                 "grouped expert GEMMs at large rows per expert"),
+       number<H>("grouped_gemm_small_tflops", &H::grouped_gemm_small_tflops, 0, 1e6, "and at small ones"),
+       number<H>("grouped_gemm_knee_rows", &H::grouped_gemm_knee_rows, 1, 1e9,
+                 "rows per expert where the large rate is reached (linear below)"),
+       curve_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
+       number<H>("network_gb_s", &H::network_gb_s, 0, 1e6, "across nodes, per GPU and direction"),
+       number<H>("nvlink_latency_us", &H::nvlink_latency_us, 0, 1e6, "a message's latency inside a node"),
+       number<H>("network_latency_us", &H::network_latency_us, 0, 1e6, "and across nodes"),
+       number<H>("host_to_device_gb_s", &H::host_to_device_gb_s, 0, 1e6, "offloading's copies back"),
+       number<H>("device_to_host_gb_s", &H::device_to_host_gb_s, 0, 1e6, "offloading's copies out"),
+       number<H>("hbm_gb_s", &H::hbm_gb_s, 0, 1e7,
+                 "what memory-bound kernels (norms, SwiGLU's product, permutes, the loss) move"),
+       number<H>("all_to_all_nvlink_gb_s", &H::all_to_all_nvlink_gb_s, 0, 1e6,
+                 "a dispatcher's measured all-to-all rate inside a node (0: the link's)"),
+       number<H>("all_to_all_network_gb_s", &H::all_to_all_network_gb_s, 0, 1e6, "and across nodes (0: the link's)")}};
+  return s;
+}
+
+Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p) {
+  Hardware h;
+  h.name = path;
+  if (!n.IsMap()) {
+    p.add(n, path, "expected a map of hardware keys");
+    return h;
+  }
+  MapReader r(n, path, p);
+  read_section(hardware_keys(), r, h);
+  r.check_unknown();
+  if (!n["memory_gb"].IsDefined()) p.add(n, r.key("memory_gb"), "missing");
+  return h;
+}
+
+}  // namespace memfine

@@ -1,0 +1,116 @@
+// A project file (`memfine project`): a whole model on a cluster, what it is asked, and the presets
+// it names (experiments/project/models.yaml, hardware.yaml). Parsing only, typed and range-checked
+// from field tables as an experiment's keys are; what needs the strategies' registry or the
+// reliability presets is checked by core/project/check.h.
+#pragma once
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/config/fields.h"
+
+namespace memfine {
+
+// A GPU and its node: memory, the kernel-level rates FLOPs and bytes are divided by, the links.
+struct Hardware {
+  std::string name, source;
+  double memory_gb = 0;
+  int64_t gpus_per_node = 8;
+  double bf16_dense_tflops = 0;          // the datasheet's peak (MFU's denominator), not a rate used
+  double gemm_tflops = 0;                // a large dense bf16 GEMM's measured rate
+  double attention_tflops = 0;           // the attention kernel's measured rate
+  double grouped_gemm_tflops = 0;        // grouped expert GEMMs at large rows per expert
+  double grouped_gemm_small_tflops = 0;  // and at small ones
+  double grouped_gemm_knee_rows = 1024;  // rows per expert where the large rate is reached
+  // Or the rate measured at several rows per expert ({rows, TFLOP/s}, rows rising): it replaces the
+  // two rates and the knee above, interpolated log-linearly in rows.
+  std::vector<std::pair<double, double>> grouped_gemm_curve;
+  double nvlink_gb_s = 0, network_gb_s = 0;  // per GPU and direction
+  double nvlink_latency_us = 3, network_latency_us = 10;
+  double host_to_device_gb_s = 0, device_to_host_gb_s = 0;
+  double hbm_gb_s = 0;  // what memory-bound kernels (norms, SwiGLU's product, permutes, the loss) move
+  // The all-to-all's measured rate per GPU and direction, inside a node and across nodes (an
+  // expert-parallel dispatcher's own figure; 0: the link's rate above).
+  double all_to_all_nvlink_gb_s = 0, all_to_all_network_gb_s = 0;
+  bool has_rates() const;  // enough to time a step
+};
+
+// A named model of a presets file: its shape and the source its comment names.
+struct ModelPreset {
+  std::string name, source;
+  ModelConfig model;
+};
+
+// The layouts a projection tries: every combination that divides the GPUs, heads, experts,
+// layers and batch.
+struct SearchSpace {
+  std::vector<int64_t> tp = {1, 2, 4, 8}, pp = {1, 2, 4, 8, 16}, ep = {1, 8, 16, 32, 64}, cp = {1}, micro_batch = {1},
+                       vpp = {1}, grad_accumulation = {1};
+};
+
+struct ProjectConfig {
+  std::string name, file;
+  std::string presets_dir;  // where `model` and `hardware` presets are looked up
+  std::string model_name, model_source;
+  ModelConfig model;
+  Hardware hardware;
+  int64_t gpus = 0;
+  int64_t global_batch = 0;  // sequences per step
+  WorkloadConfig imbalance;  // the routing law (kind balanced: none)
+  double overload = 0;       // > 0: the hottest rank's s' over its share, given outright
+  uint64_t seed = 1;
+  double usable_memory = 0.9;  // share of a GPU's memory the job may use (context, fragmentation)
+  // Failures per node: a preset's name, or failures per 1000 node-days (`failure_rate` >= 0).
+  std::string reliability = "llama3";
+  double failure_rate = -1;
+  double restart_min = 10;
+  double checkpoint_gb_s_per_node = 5;
+  std::string sharding = "distributed_optimizer";  // or "fsdp"
+  std::string dtype = "bfloat16";                  // or "float32": an activation's element
+  std::string dispatcher = "alltoall";             // or "deepep": a token once per node across nodes
+  SearchSpace search;
+  // Every registered strategy at its defaults when the file names none (core/project/check.h).
+  std::vector<StrategySpec> strategies;
+  int64_t top = 12;  // rows of the ranked table
+  // What a source measured for this case, by strategy label and quantity (tokens_per_s_gpu,
+  // model_tflops_gpu, peak_gb): carried into the JSON beside the projection, for validation.
+  std::string published_source;
+  std::map<std::string, std::map<std::string, double>> published;
+  std::map<std::string, int> lines;  // the line of each key read, for later checks' FILE:LINE
+  std::string where(const std::string& key) const;
+};
+
+// Reads a project file's keys, appending problems as "FILE:LINE: key.path: what is wrong" (throws
+// std::invalid_argument only for a file that cannot be read or is not YAML).
+ProjectConfig parse_project(const std::string& file, const std::string& presets_dir,
+                            std::vector<std::string>& problems);
+// The same; problems as "FILE:LINE: key.path: what is wrong" (std::invalid_argument
+// with all of them, one per line). Presets are found in `presets_dir` (default_presets_dir).
+ProjectConfig read_project(const std::string& file, const std::string& presets_dir);
+
+// Where a project file's presets are by default: the first of its folder's project/, its folder
+// and its parent folder that holds models.yaml (experiments/project_X.yaml and
+// experiments/project/validation/X.yaml both find experiments/project/).
+std::string default_presets_dir(const std::string& file);
+
+// Whether a YAML file is a project file (it names a `hardware`), not an experiment.
+bool is_project_file(const std::string& file);
+
+// Every preset of a file; problems as "FILE:LINE: name.key: what is wrong".
+std::map<std::string, ModelPreset> read_model_presets(const std::string& path, std::vector<std::string>& problems);
+std::map<std::string, Hardware> read_hardware_presets(const std::string& path, std::vector<std::string>& problems);
+// One written out (a preset, or a project file's `model:` or `hardware:` map), at key `path`.
+ModelConfig read_model_preset(const YAML::Node& n, const std::string& path, Problems& p);
+Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p);
+
+// The key tables, for the key reference (`memfine keys project`, `memfine keys hardware`).
+const Section<ProjectConfig>& project_keys();
+const Section<SearchSpace>& search_keys();
+const Section<Hardware>& hardware_keys();
+
+}  // namespace memfine

@@ -1,0 +1,324 @@
+// A project file's keys (`memfine project`), each declared once: read, documented (`memfine keys
+// project`, experiments/README.md) and checked against its range as an experiment's keys are.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/config/project.h"
+#include "core/config/sections.h"
+
+namespace memfine {
+
+namespace {
+
+using P = ProjectConfig;
+
+std::string folder_of(const std::string& file) {
+  const std::string dir = std::filesystem::path(file).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+// `model` and `hardware`: a preset's name, or its keys written out.
+template <class T>
+void read_preset(MapReader& r, const std::string& key, const std::string& presets_file,
+                 std::map<std::string, T> (*read_file)(const std::string&, std::vector<std::string>&),
+                 const std::function<void(const T&, const std::string&)>& take,
+                 const std::function<void(const YAML::Node&)>& written) {
+  YAML::Node n = r.child(key);
+  Problems& p = r.problems();
+  if (!n.IsDefined()) return p.add(n, key, "missing");
+  if (n.IsMap()) return written(n);
+  const std::string name = n.IsScalar() ? n.Scalar() : "";
+  std::vector<std::string> problems;
+  const auto all = read_file(presets_file, problems);
+  for (const auto& x : problems) p.out.push_back(x);
+  if (!problems.empty()) return;
+  auto it = all.find(name);
+  if (it != all.end()) return take(it->second, name);
+  std::vector<std::string> names;
+  std::string list;
+  for (const auto& [k, v] : all) names.push_back(k), list += (list.empty() ? "" : ", ") + k;
+  p.add(n, key,
+        "'" + MapReader::dump(n) + "' is not a preset of " + presets_file + did_you_mean(name, names) +
+            " (its presets: " + list + "; --presets DIR reads another folder's models.yaml and hardware.yaml)");
+}
+
+Field<P> model_key() {
+  return {
+      "model",
+      "preset name or map",
+      "(required)",
+      "a preset of `project/models.yaml`, or its keys written out (the experiment files' `model:` keys, whole-model "
+      "ones included)",
+      [](MapReader& r, P& c) {
+        read_preset<ModelPreset>(
+            r, "model", c.presets_dir + "/models.yaml", read_model_presets,
+            [&](const ModelPreset& m, const std::string& name) {
+              c.model = m.model, c.model_name = name, c.model_source = m.source;
+            },
+            [&](const YAML::Node& n) { c.model = read_model_preset(n, "model", r.problems()); });
+      },
+      [](const P& c) { return nlohmann::json(c.model_name); }};
+}
+
+Field<P> hardware_key() {
+  return {"hardware",
+          "preset name or map",
+          "(required)",
+          "a preset of `project/hardware.yaml`, or its keys written out (below); naming it makes the file a project "
+          "file",
+          [](MapReader& r, P& c) {
+            read_preset<Hardware>(
+                r, "hardware", c.presets_dir + "/hardware.yaml", read_hardware_presets,
+                [&](const Hardware& h, const std::string&) { c.hardware = h; },
+                [&](const YAML::Node& n) { c.hardware = read_hardware(n, "hardware", r.problems()); });
+          },
+          [](const P& c) { return nlohmann::json(c.hardware.name); }};
+}
+
+Field<P> imbalance_key() {
+  return {
+      "imbalance",
+      "map",
+      "balanced",
+      "the routing: a workload section (`{kind: zipf, alpha: 1.2}`, `lognormal`, `hot`, `{kind: trace, trace: "
+      "FILE}` from `memfine train --trace-out`), its hottest expert-parallel rank's `s'` over the balanced share "
+      "drawn per EP over the model's MoE layers; or `{overload: X}`, that factor given outright (a percentile "
+      "of `s'`, as the paper's Figure 2 gives one)",
+      [](MapReader& r, P& c) {
+        YAML::Node n = r.child("imbalance");
+        if (!n.IsDefined()) return;
+        if (n.IsMap() && n["overload"].IsDefined()) {
+          MapReader ir(n, "imbalance", r.problems());
+          ir.read_number("overload", c.overload, 1, 1e6);
+          ir.check_unknown();
+        } else {
+          parse_workload(n, folder_of(c.file), c.imbalance, r.problems());
+        }
+      },
+      [](const P& c) {
+        return c.overload > 0 ? nlohmann::json{{"overload", c.overload}} : write_section(workload_keys(), c.imbalance);
+      }};
+}
+
+Field<P> reliability_key() {
+  return {
+      "reliability",
+      "preset name or number",
+      "`llama3`",
+      "failures per node: `llama3`, `rsc1`, `rsc2` (`core/project/goodput.h` names the sources), or failures per "
+      "1000 node-days",
+      [](MapReader& r, P& c) {
+        YAML::Node n = r.child("reliability");
+        if (!n.IsDefined()) return;
+        const std::string text = n.IsScalar() ? n.Scalar() : "";
+        if (!text.empty() && !std::isdigit(static_cast<unsigned char>(text[0])) && text[0] != '.') {
+          c.reliability = text;
+          return;
+        }
+        double rate = -1;
+        r.read_number("reliability", rate, 0, 1e6);
+        if (rate >= 0) c.failure_rate = rate, c.reliability.clear();
+      },
+      [](const P& c) { return c.failure_rate >= 0 ? nlohmann::json(c.failure_rate) : nlohmann::json(c.reliability); }};
+}
+
+// A list of positive integers (a search axis).
+Field<SearchSpace> axis(const std::string& key, std::vector<int64_t> SearchSpace::*m, const std::string& help) {
+  const SearchSpace defaults;
+  std::string fallback;
+  for (int64_t v : defaults.*m) fallback += (fallback.empty() ? "" : ", ") + std::to_string(v);
+  return {key,
+          "list of int, 1 .. 1048576",
+          fallback,
+          help,
+          [key, m](MapReader& r, SearchSpace& s) {
+            r.read_value(key, s.*m, [](const YAML::Node& n) { return int_list_value(n, 1, int64_t(1) << 20); });
+          },
+          [m](const SearchSpace& s) { return nlohmann::json(s.*m); }};
+}
+
+Field<P> search_key() {
+  return {"search",
+          "map",
+          "below",
+          "the layouts tried: every combination of its axes (below) that divides the GPUs, heads, experts, layers "
+          "and batch",
+          [](MapReader& r, P& c) {
+            MapReader sr(r.child("search"), "search", r.problems());
+            read_section(search_keys(), sr, c.search);
+            sr.check_unknown();
+          },
+          [](const P& c) { return write_section(search_keys(), c.search); }};
+}
+
+Field<P> strategies_key() {
+  return {"strategies",
+          "list",
+          "every registered strategy",
+          "names, or maps `{name: ..., param: value}` as an experiment's (`memfine strategies`): each is projected "
+          "from its shape; `{name: memfine, chunks: auto}` takes MACT's fewest chunks of its bins that fit; a "
+          "strategy that drops assignments (capacity) is ranked apart",
+          [](MapReader& r, P& c) {
+            YAML::Node n = r.child("strategies");
+            if (n.IsDefined()) parse_strategies(n, c.strategies, r.problems());
+          },
+          [](const P& c) {
+            nlohmann::json a = nlohmann::json::array();
+            for (const auto& s : c.strategies) a.push_back(s.label());
+            return a;
+          }};
+}
+
+Field<P> published_key() {
+  return {"published",
+          "map",
+          "none",
+          "validation only: `source`, and per strategy (its label) the measured `tokens_per_s_gpu`, "
+          "`model_tflops_gpu`, `peak_gb`, carried into `--json` beside the projection",
+          [](MapReader& r, P& c) {
+            YAML::Node n = r.child("published");
+            Problems& p = r.problems();
+            if (!n.IsDefined()) return;
+            if (!n.IsMap())
+              return p.add(n, "published", "expected a map: source, and measured quantities per strategy");
+            MapReader pr(n, "published", p);
+            pr.read("source", c.published_source, "a string");
+            for (const auto& kv : n) {
+              const std::string strategy = kv.first.IsScalar() ? kv.first.Scalar() : "";
+              if (strategy == "source" || strategy.empty()) continue;
+              const std::string key = "published." + strategy;
+              pr.child(strategy);
+              if (!kv.second.IsMap()) {
+                p.add(kv.second, key, "expected a map of tokens_per_s_gpu, model_tflops_gpu, peak_gb");
+                continue;
+              }
+              MapReader qr(kv.second, key, p);
+              auto& q = c.published[strategy];
+              for (const char* k : {"tokens_per_s_gpu", "model_tflops_gpu", "peak_gb"}) {
+                double v = -1;
+                if (kv.second[k].IsDefined()) qr.read_number(k, v, 1e-9, 1e12);
+                if (v > 0) q[k] = v;
+              }
+              qr.check_unknown();
+            }
+            pr.check_unknown();
+          },
+          [](const P& c) {
+            nlohmann::json j = {{"source", c.published_source}};
+            for (const auto& [k, v] : c.published) j[k] = v;
+            return j;
+          }};
+}
+
+// `mtp_layers` at the top: whether the run trains the model's MTP modules (after `model`).
+Field<P> mtp_key() {
+  return {"mtp_layers",
+          "int, 0 .. 1024",
+          "the model's",
+          "multi-token prediction modules trained with the model (DeepSeek-V3's card has 1; many runs train none)",
+          [](MapReader& r, P& c) { r.read_int("mtp_layers", c.model.mtp_layers, 0, 1024); },
+          [](const P& c) { return nlohmann::json(c.model.mtp_layers); }};
+}
+
+}  // namespace
+
+const Section<SearchSpace>& search_keys() {
+  using S = SearchSpace;
+  static const Section<S> s{
+      "search",
+      {axis("tp", &S::tp, "tensor-parallel sizes (within a node, dividing the heads)"),
+       axis("pp", &S::pp, "pipeline stages"), axis("ep", &S::ep, "expert-parallel sizes (dividing the experts)"),
+       axis("cp", &S::cp, "context-parallel sizes"), axis("micro_batch", &S::micro_batch, "sequences per micro-batch"),
+       axis("vpp", &S::vpp, "virtual stages per pipeline rank (interleaved 1F1B)"),
+       axis("grad_accumulation", &S::grad_accumulation, "pipeline schedules (fill and drain) per step")}};
+  return s;
+}
+
+const Section<ProjectConfig>& project_keys() {
+  using namespace fields;
+  static const Section<P> s{
+      "",
+      {text<P>("name", &P::name, "string", "the projection's name (default: the model's)"), model_key(), hardware_key(),
+       integer<P>("gpus", &P::gpus, 1, int64_t(1) << 24, "GPUs in the job, required (`--gpus N` overrides)"),
+       integer<P>("global_batch", &P::global_batch, 1, int64_t(1) << 30,
+                  "sequences per optimizer step, required (`--global-batch N` overrides)"),
+       imbalance_key(), unsigned_integer<P>("seed", &P::seed, "the routing law's draw"), mtp_key(),
+       choice<P>("sharding", &P::sharding, {"distributed_optimizer", "fsdp"},
+                 "Megatron's distributed optimizer (bf16 weights and fp32 gradients whole, 12 bytes of optimizer "
+                 "state a parameter sharded) or PyTorch FSDP's (16 bytes a parameter sharded, two layers' weights "
+                 "gathered)"),
+       choice<P>("dispatcher", &P::dispatcher, {"alltoall", "deepep"},
+                 "across nodes, a row per routed expert, or once per node (DeepEP)"),
+       number<P>("usable_memory", &P::usable_memory, 0.01, 1, "share of a GPU's memory the job may use"),
+       reliability_key(),
+       number<P>("restart_min", &P::restart_min, 0, 1e6, "what a failure costs besides the lost work, minutes"),
+       number<P>("checkpoint_gb_s_per_node", &P::checkpoint_gb_s_per_node, 1e-3, 1e6,
+                 "each node writes its share of the checkpoint (14 bytes a parameter) at this rate"),
+       search_key(), strategies_key(), integer<P>("top", &P::top, 1, 1 << 20, "rows of the ranked table"),
+       choice<P>("dtype", &P::dtype, {"bfloat16", "float32"},
+                 "activations' element (memory, memory-bound kernels, all-to-all bytes)"),
+       published_key()}};
+  return s;
+}
+
+std::string ProjectConfig::where(const std::string& key) const { return where_in(file, lines, key); }
+
+std::string default_presets_dir(const std::string& file) {
+  const std::string dir = folder_of(file);
+  for (const std::string& d : {dir + "/project", dir, dir + "/.."})
+    if (std::ifstream(d + "/models.yaml").good()) return d;
+  return dir + "/project";
+}
+
+ProjectConfig parse_project(const std::string& file, const std::string& presets_dir,
+                            std::vector<std::string>& problems) {
+  ProjectConfig c;
+  c.file = file, c.presets_dir = presets_dir;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::BadFile&) {
+    throw std::invalid_argument(file + ": cannot be read");
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument(file + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap()) throw std::invalid_argument(file + ": expected a map of project keys (it needs `hardware:`)");
+  Problems p{file, problems};
+  p.lines = &c.lines;
+  MapReader r(root, "", p);
+  read_section(project_keys(), r, c);
+  r.check_unknown();
+  if (c.gpus == 0) p.add(root, "gpus", "missing");
+  if (c.global_batch == 0) p.add(root, "global_batch", "missing");
+  if (c.name.empty()) c.name = c.model_name;
+  if (r.child("model").IsMap()) c.model_name = c.name + "'s model";
+  return c;
+}
+
+ProjectConfig read_project(const std::string& file, const std::string& presets_dir) {
+  std::vector<std::string> problems;
+  ProjectConfig c = parse_project(file, presets_dir, problems);
+  if (!problems.empty()) {
+    std::string all;
+    for (const auto& x : problems) all += (all.empty() ? "" : "\n") + x;
+    throw std::invalid_argument(all);
+  }
+  return c;
+}
+
+bool is_project_file(const std::string& file) {
+  // Only a regular file of a project file's size is read here: a FIFO, a device or a huge file is
+  // left to the experiment loader, which refuses it saying why (reading one here would block).
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec) || std::filesystem::file_size(file, ec) > (1u << 20) || ec)
+    return false;
+  try {
+    const YAML::Node root = YAML::LoadFile(file);
+    return root.IsMap() && root["hardware"].IsDefined();
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+}  // namespace memfine

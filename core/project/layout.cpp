@@ -1,0 +1,48 @@
+#include "core/project/layout.h"
+
+#include <sstream>
+
+namespace memfine {
+
+std::string Layout::text() const {
+  std::ostringstream o;
+  o << "TP" << tp << " PP" << pp;
+  if (vpp > 1) o << "x" << vpp;
+  o << " EP" << ep << " DP" << dp << " CP" << cp << " mb" << micro_batch;
+  if (grad_accumulation > 1) o << " GA" << grad_accumulation;
+  return o.str();
+}
+
+std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l) {
+  if (l.tp > hw.gpus_per_node) return "TP spans nodes";
+  if (m.heads % l.tp || m.kv_heads % l.tp) return "TP does not divide the heads";
+  if (m.experts % l.ep) return "EP does not divide the experts";
+  if ((l.dp * l.cp * l.tp) % l.ep) return "EP does not divide DP x CP x TP";
+  if (l.pp * l.vpp > m.layers) return "PP x VPP exceeds the layers";
+  if (l.global_batch % (l.dp * l.micro_batch * l.grad_accumulation))
+    return "DP x micro-batch x gradient accumulation does not divide the global batch";
+  if (m.seq % (l.cp * l.tp)) return "CP x TP does not divide the sequence";
+  if (l.vpp > 1 && l.pp == 1) return "VPP needs PP";
+  return "";
+}
+
+std::vector<Layout> layouts(const SearchSpace& s, int64_t gpus, int64_t global_batch) {
+  std::vector<Layout> out;
+  for (int64_t tp : s.tp)
+    for (int64_t pp : s.pp)
+      for (int64_t cp : s.cp) {
+        if (gpus % (tp * pp * cp)) continue;
+        for (int64_t ep : s.ep)
+          for (int64_t mb : s.micro_batch)
+            for (int64_t vpp : s.vpp)
+              for (int64_t ga : s.grad_accumulation) {
+                Layout l;
+                l.tp = tp, l.pp = pp, l.cp = cp, l.dp = gpus / (tp * pp * cp), l.ep = ep, l.micro_batch = mb;
+                l.vpp = vpp, l.grad_accumulation = ga, l.global_batch = global_batch;
+                out.push_back(l);
+              }
+      }
+  return out;
+}
+
+}  // namespace memfine

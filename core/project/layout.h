@@ -1,0 +1,43 @@
+// A parallel layout of a whole model on a cluster, what makes one impossible, and what the cluster
+// and the run add to every layout of a projection (`memfine project`).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/config/project.h"
+#include "core/project/goodput.h"
+
+namespace memfine {
+
+struct Layout {
+  int64_t tp = 1, pp = 1, ep = 1, dp = 1, cp = 1;  // gpus = tp * pp * dp * cp; ep divides dp * cp * tp
+  int64_t vpp = 1;                                 // virtual stages per rank (interleaved 1F1B)
+  int64_t micro_batch = 1;                         // sequences per micro-batch
+  int64_t grad_accumulation = 1;                   // pipeline schedules (fill and drain) per step
+  int64_t global_batch = 1;                        // sequences per step
+  int64_t gpus() const { return tp * pp * dp * cp; }
+  std::string text() const;  // "TP2 PP8 EP32 DP16 CP1 mb1"
+};
+
+// Why a layout cannot run the model on the hardware ("" when it can): TP within a node and dividing
+// the heads, EP dividing the experts and DP x CP x TP, PP x VPP at most the layers, the batch and
+// the sequence divided.
+std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l);
+
+// Every layout of the search space that the GPU count allows (TP x PP x CP dividing it), possible
+// or not.
+std::vector<Layout> layouts(const SearchSpace& s, int64_t gpus, int64_t global_batch);
+
+// What the cluster and the run add to a layout.
+struct ProjectSetting {
+  double usable_memory = 0.9;  // share of a GPU's memory the job may use (context, fragmentation)
+  double overload = 1;         // s' on the hottest expert-parallel rank over its balanced share
+  Reliability reliability;
+  double restart_h = 10.0 / 60;         // a restart's cost
+  double checkpoint_gb_s_per_node = 5;  // what each node writes its share of the state at
+  bool node_dedup = false;              // the dispatcher sends a token once per node (DeepEP), not once per expert
+  bool fsdp = false;         // FSDP (weights and gradients sharded too), not Megatron's distributed optimizer
+  double element_bytes = 2;  // an activation's element: bf16 (the default) or float32's 4
+};
+
+}  // namespace memfine

@@ -1,0 +1,135 @@
+#include "core/project/memory.h"
+
+#include <algorithm>
+
+#include "core/model/flops.h"
+#include "core/predict/profile.h"
+
+namespace memfine {
+
+StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received)
+    : m_(m), l_(l), set_(set), received_(received) {
+  const double h = double(m.hidden), g = double(m.ffn_hidden), E = double(m.experts), V = double(m.vocab);
+  const double tp = double(l.tp);
+  tokens_ = double(l.micro_batch) * double(m.seq) / double(l.cp);  // a micro-batch's tokens on a CP rank
+  tokens_gpu_ = tokens_ / tp;                                      // sequence parallel inside TP
+  const int64_t micro = l.global_batch / (l.dp * l.micro_batch);   // micro-batches per step and DP rank
+  const int64_t per_flush = micro / l.grad_accumulation;           // per pipeline schedule
+  const int64_t mtp = m.mtp_layers;
+  // Layers per virtual stage, the last ones shorter when PP x VPP does not divide them (Megatron's
+  // and NeMo's uneven layouts).
+  const int64_t per_chunk = (m.layers + l.pp * l.vpp - 1) / (l.pp * l.vpp);
+  const int64_t stage_layers = std::min(m.layers, per_chunk * l.vpp);
+  const int64_t stage_dense = std::min(m.dense_layers, per_chunk), stage_moe = stage_layers - stage_dense;
+  // Micro-batches whose activations a rank keeps at once, in whole-rank units: 1F1B's warm-up keeps
+  // PP - rank; interleaved 1F1B keeps 2 (PP - rank - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches
+  // of 1 / VPP of the rank's layers each (Megatron's schedule); fewer if the schedule has fewer.
+  auto inflight_at = [&](int64_t rank) {
+    const double warm =
+        l.vpp == 1 ? double(l.pp - rank) : double(2 * (l.pp - rank - 1) + (l.vpp - 1) * l.pp + 1) / double(l.vpp);
+    return std::min(warm, double(per_flush));
+  };
+  // Parameters (bf16 weights of every kind) per layer on one GPU.
+  const double attn_params = attention_proj_flops(m) / 2 / tp;
+  const double dense_layer_params = attn_params + 3 * h * double(m.dense_ffn_hidden) / tp;
+  const double moe_layer_params = attn_params + h * E + 3 * h * g * double(m.shared_experts) / tp;
+  const double local_experts = E / double(l.ep);
+  layer_expert_params_ = local_experts * 3 * h * g;
+  layer_params_ = moe_layer_params + layer_expert_params_;
+  const double table = V * h / tp;           // the embedding, or the output head
+  const double mtp_params = 2 * h * h / tp;  // an MTP module's projection beside its MoE layer
+  dp_shard_ = double(l.dp * l.cp), expert_dp_ = double(l.dp * l.cp * l.tp) / double(l.ep);
+  const double logits = tokens_ * V / tp * (2 + 4);  // one micro-batch's, bf16 and the fp32 softmax
+  const double last_layers =
+      double((l.vpp - 1) * per_chunk + std::max<int64_t>(0, m.layers - (l.pp * l.vpp - 1) * per_chunk));
+  if (l.pp == 1) {
+    stages_.push_back({double(m.dense_layers), double(m.moe_layers() + mtp),
+                       (double(m.dense_layers) * dense_layer_params + double(m.moe_layers() + mtp) * moe_layer_params +
+                        2 * table + double(mtp) * mtp_params),
+                       double(m.moe_layers() + mtp) * layer_expert_params_, inflight_at(0), logits * double(1 + mtp)});
+  } else {
+    stages_.push_back({double(stage_dense), double(stage_moe),
+                       double(stage_dense) * dense_layer_params + double(stage_moe) * moe_layer_params + table,
+                       double(stage_moe) * layer_expert_params_, inflight_at(0), 0});
+    const double moe_last = last_layers + double(mtp);
+    stages_.push_back({0, moe_last, moe_last * moe_layer_params + table + double(mtp) * (table + mtp_params),
+                       moe_last * layer_expert_params_, inflight_at(l.pp - 1), logits * double(1 + mtp)});
+  }
+}
+
+// Megatron's distributed optimizer keeps bf16 weights and fp32 gradients whole and shards the fp32
+// master weights and Adam's moments (12 bytes a parameter); FSDP (PyTorch's, in mixed precision)
+// shards fp32 weights, fp32 gradients and the moments (16 bytes) and gathers two layers' bf16
+// weights at a time (the one running and the one prefetched).
+double StageMemory::static_of(const Stage& st) const {
+  if (set_.fsdp) return st.params * 16 / dp_shard_ + st.expert_params * 16 / expert_dp_ + 2 * 2 * layer_params_;
+  return st.params * (2 + 4 + 12 / dp_shard_) + st.expert_params * (2 + 4 + 12 / expert_dp_);
+}
+
+double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
+  const double kB = set_.element_bytes, tp = double(l_.tp);
+  const LayerWidths w = layer_widths(m_, s);
+  const double outside = kB * tokens_gpu_ * w.attention + kB * tokens_gpu_ * w.router + kB * tokens_ * w.shared / tp;
+  const double dense_layer = kB * tokens_gpu_ * w.attention + kB * tokens_ * w.dense_ffn / tp;
+  const double input = kB * tokens_gpu_ * w.input;
+  const double chunks = s.moe == MoeMode::Chunked ? double(s.chunks) : 1;
+  const double experts = kB * w.row * received_;  // the experts' rows, the MoE in one pass
+  // Kept until backward, and the largest transient of one layer's backward, per layer kind.
+  double moe_kept = outside + experts, moe_transient = 0, dense_kept = dense_layer, dense_transient = 0;
+  if (s.recompute_layer) {
+    moe_kept = dense_kept = input;
+    moe_transient = outside + experts / chunks, dense_transient = dense_layer;
+  } else if (s.moe != MoeMode::Stored) {
+    moe_kept = outside, moe_transient = experts / chunks;
+  }
+  const double transient = std::max(st.dense > 0 ? dense_transient : 0.0, st.moe > 0 ? moe_transient : 0.0);
+  const double kept = st.inflight * (st.dense * dense_kept + st.moe * moe_kept);
+  if (!s.offload.any()) return kept + transient + st.logits;
+  // Offloading: every layer's modules leave for the host but the layer running and those prefetched.
+  const double moved = offloaded(st, s);
+  const double moe_off = kB * tokens_gpu_ * w.offload_token + kB * received_ * w.offload_row;
+  return kept - moved + std::min(moved, double(1 + s.offload.prefetch) * moe_off) + transient + st.logits;
+}
+
+double StageMemory::offloaded(const Stage& st, const StrategyShape& s) const {
+  if (!s.offload.any()) return 0;
+  const double kB = set_.element_bytes;
+  const LayerWidths w = layer_widths(m_, s);
+  const double dense = kB * tokens_gpu_ * w.offload_token;
+  const double moe = dense + kB * received_ * w.offload_row;
+  // The last `margin` layers keep theirs.
+  const double kept = std::min(st.dense + st.moe, double(s.offload.margin));
+  const double moe_moved = std::max(0.0, st.moe - kept),
+               dense_moved = std::max(0.0, st.dense - (kept - (st.moe - moe_moved)));
+  return st.inflight * moe_moved * moe + st.inflight * dense_moved * dense;
+}
+
+StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
+  Peak best;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const double st = static_of(stages_[i]), b = st + activations(stages_[i], s);
+    if (i == 0 || b > best.bytes) {
+      best.bytes = b, best.static_bytes = st, best.host_bytes = offloaded(stages_[i], s);
+      best.layers_in_flight = stages_[i].inflight * (stages_[i].dense + stages_[i].moe);
+      best.stage = stages_.size() == 1 ? "only" : i == 0 ? "first" : "last";
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const {
+  std::vector<std::string> out;
+  out.push_back(std::string(set_.fsdp ? "static: FSDP: fp32 weights, gradients and Adam moments sharded over DP x CP "
+                                        "(experts: DP x CP x TP / EP), two layers' weights gathered"
+                                      : "static: bf16 weights, fp32 gradients, fp32 master weights and Adam moments "
+                                        "sharded over DP x CP (experts: over DP x CP x TP / EP) by the distributed "
+                                        "optimizer") +
+                "; the hotter of the first stage (embedding, dense layers, most micro-batches in flight) and the "
+                "last (head, logits, MTP)");
+  out.push_back("activations: the paper's Eq. 2 s term per layer (t = TP, c = CP) plus " + row_text(s) +
+                " per received row (memfine's profile: this suite's implementation model), x the micro-batches the "
+                "schedule keeps in flight on the rank; the logits in bf16 and fp32");
+  return out;
+}
+
+}  // namespace memfine

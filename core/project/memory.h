@@ -1,0 +1,51 @@
+// The hottest GPU's memory in a projection: static bytes of a pipeline stage (bf16 weights, fp32
+// gradients, fp32 master weights and Adam moments sharded by the distributed optimizer, or FSDP's
+// shards) and its activations under a strategy's shape, from a framework profile's widths per
+// token and per routed row (core/predict/profile.h) times the micro-batches the schedule keeps in
+// flight. The first stage holds the embedding, the dense leading layers and the most micro-batches
+// in flight; the last the output head, the loss's logits and DeepSeek's multi-token prediction
+// (MTP) layers with their own copy of the embedding.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/moe/shape.h"
+#include "core/project/layout.h"
+
+namespace memfine {
+
+class StageMemory {
+ public:
+  // `received`: the rows the hottest rank's experts receive per micro-batch.
+  StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received);
+  struct Peak {
+    double bytes = 0, static_bytes = 0, host_bytes = 0;
+    double layers_in_flight = 1;  // its layers x the micro-batches it keeps in flight
+    std::string stage;            // "first", "last" or "only"
+  };
+  // The hotter stage's peak with a layer run as `s`; what it offloads to the host.
+  Peak peak(const StrategyShape& s) const;
+  // The first stage's parameters, and its routed experts', per GPU (data-parallel communication).
+  double stage_params() const { return stages_.front().params; }
+  double stage_expert_params() const { return stages_.front().expert_params; }
+  // What it assumes, for the table's notes.
+  std::vector<std::string> assumptions(const StrategyShape& s) const;
+
+ private:
+  struct Stage {
+    double dense, moe, params, expert_params, inflight, logits;
+  };
+  // Bytes a stage's layers keep from forward to backward, the largest transient of one layer's
+  // backward, and what offloading moves to the host, per micro-batch in flight.
+  double activations(const Stage& st, const StrategyShape& s) const;
+  double offloaded(const Stage& st, const StrategyShape& s) const;
+  double static_of(const Stage& st) const;
+  ModelConfig m_;
+  Layout l_;
+  ProjectSetting set_;
+  double received_ = 0, tokens_ = 0, tokens_gpu_ = 0;
+  double dp_shard_ = 1, expert_dp_ = 1, layer_params_ = 0, layer_expert_params_ = 0;
+  std::vector<Stage> stages_;
+};
+
+}  // namespace memfine

@@ -1,0 +1,17 @@
+// What `memfine project` prints: the ranked table for a person (the suite's one table renderer,
+// core/record/table.h) with the rejected layouts counted by reason and each part's assumptions,
+// and one JSON line per estimate for programs.
+#pragma once
+#include <map>
+#include <string>
+
+#include "core/project/project.h"
+
+namespace memfine {
+
+std::string project_table(const ProjectConfig& c, const ProjectResult& r);
+// `stamp`'s keys (the commit and date the projection was made at) are added to each line.
+std::string project_json(const ProjectConfig& c, const ProjectResult& r,
+                         const std::map<std::string, std::string>& stamp = {});
+
+}  // namespace memfine

@@ -1,0 +1,179 @@
+#include "core/project/step_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/model/flops.h"
+#include "core/project/comm.h"
+#include "core/project/pipeline.h"
+
+#include "core/util/format.h"
+
+namespace memfine {
+
+double grouped_rate(const Hardware& hw, double rows) {
+  const auto& c = hw.grouped_gemm_curve;
+  if (!c.empty()) {
+    if (rows <= c.front().first) return c.front().second * 1e12;
+    for (size_t i = 1; i < c.size(); ++i)
+      if (rows <= c[i].first) {
+        const double f = std::log(rows / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+        return (c[i - 1].second + f * (c[i].second - c[i - 1].second)) * 1e12;
+      }
+    return c.back().second * 1e12;
+  }
+  const double f = std::min(1.0, rows / hw.grouped_gemm_knee_rows);
+  return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
+}
+
+namespace {
+
+Link nvlink(const Hardware& hw) { return {hw.nvlink_latency_us * 1e-6, hw.nvlink_gb_s * 1e9}; }
+Link network(const Hardware& hw) { return {hw.network_latency_us * 1e-6, hw.network_gb_s * 1e9}; }
+
+// A rate or count as a person reads it: four significant digits.
+
+// One micro-batch's compute on one stage (the model's work spread over the stages), by part.
+struct Compute {
+  double total = 0;    // dense and grouped GEMMs, attention, memory-bound kernels
+  double chunk = 0;    // of it, what MemFine's chunks add: the expert GEMMs at fewer rows per expert
+  double experts = 0;  // the routed experts' GEMMs and their rows' memory-bound kernels
+  double act_hbm = 0;  // SiLU(a) * b of the routed rows recomputed, at the HBM rate
+};
+
+Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
+                   const ProjectSetting& set, double received) {
+  const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp), pp = double(l.pp);
+  const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp);
+  const TokenFlops tf = token_flops(m);
+  const double dense_flops = 3 * (tf.attention_proj + tf.dense_ffn + tf.shared + tf.lm_head) * tokens / tp / pp;
+  const double core_flops = 3 * tf.attention_core * tokens / tp / pp;
+  const double moe_layers = double(m.moe_layers() + m.mtp_layers) / pp;
+  const double expert_flops = 3 * moe_layers * expert_forward_flops(received, h, g);
+  const double rows_per_expert = received / (double(m.experts) / double(l.ep));
+  const double dense_t = dense_flops / (hw.gemm_tflops * 1e12) + tf.router * 3 * tokens / pp / (hw.gemm_tflops * 1e12);
+  const double core_t = core_flops / (hw.attention_tflops * 1e12);
+  const double chunks = s.moe == MoeMode::Chunked ? double(std::max<int64_t>(s.chunks, 1)) : 1;
+  const double expert_t = expert_flops / grouped_rate(hw, rows_per_expert / chunks);
+  // Memory-bound kernels at the HBM rate: what the layers on this stage move per token, the routed
+  // rows on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
+  const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
+  const double token_bytes = double(m.layers) * mb.attention + double(m.dense_layers) * mb.dense_ffn +
+                             double(m.moe_layers()) * mb.moe_token + mb.head;
+  const double hbm = hw.hbm_gb_s * 1e9;
+  const double memory_t =
+      hw.hbm_gb_s > 0 ? 3 * (token_bytes * tokens / tp / pp + moe_layers * mb.routed_row * received) / hbm : 0;
+  Compute c;
+  c.total = dense_t + core_t + expert_t + memory_t;
+  c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
+  c.experts = expert_t + (hw.hbm_gb_s > 0 ? 3 * moe_layers * mb.routed_row * received / hbm : 0);
+  if (hw.hbm_gb_s > 0) c.act_hbm = moe_layers * received * set.element_bytes * 3 * g / hbm;
+  return c;
+}
+
+// The expert-parallel dispatch and combine of one micro-batch on one stage (4 all-to-alls per MoE
+// layer: forward and backward, each way).
+double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const ProjectSetting& set,
+                     double received) {
+  const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
+  const bool ep_in_node = l.ep * l.tp <= hw.gpus_per_node;
+  Link ep_link = ep_in_node ? nvlink(hw) : network(hw);
+  if (const double r = ep_in_node ? hw.all_to_all_nvlink_gb_s : hw.all_to_all_network_gb_s; r > 0)
+    ep_link.beta = r * 1e9;
+  const double bytes = std::max(received, tokens_gpu * double(m.topk)) * double(m.hidden) * set.element_bytes;
+  double one = all_to_all_time(ep_link, l.ep, bytes);
+  if (!ep_in_node) {
+    // Across nodes the network carries the rows bound for other nodes; a node-aware dispatcher
+    // (DeepEP) sends a token once per node it needs and forwards it over NVLink there: of a
+    // token's topk experts spread evenly over n nodes, it reaches n (1 - (1 - 1/n)^topk) nodes.
+    const double n = std::ceil(double(l.ep * l.tp) / double(hw.gpus_per_node)), k = double(m.topk);
+    const double per_node = set.node_dedup ? n * (1 - std::pow(1 - 1 / n, k)) / k : 1;
+    one = (n - 1) * ep_link.alpha + bytes * (n - 1) / n * per_node / ep_link.beta;
+  }
+  const double moe_layers = double(m.moe_layers() + m.mtp_layers) / double(l.pp);
+  return 4 * moe_layers * one;
+}
+
+// What a shape runs again: a layer recomputed whole runs its forward again with its dispatch and
+// combine; a MoE recomputed as a block or in chunks, its experts' forward and the all-to-alls;
+// moe_act and buffer-free experts SiLU(a) * b of the routed rows (memory-bound).
+double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
+  if (s.recompute_layer) return c.total / 3 + a2a / 2;
+  if (s.moe != MoeMode::Stored) return c.experts / 3 + a2a / 2;
+  if (s.experts == ExpertStorage::ActRecomputed || (s.experts == ExpertStorage::BufferFree && !s.keep_act))
+    return c.act_hbm;
+  return 0;
+}
+
+}  // namespace
+
+StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
+                    const ProjectSetting& set, double received, const StepMemory& mem) {
+  const double h = double(m.hidden), pp = double(l.pp), kB = set.element_bytes;
+  const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp), tokens_gpu = tokens / double(l.tp);
+  const int64_t micro = l.global_batch / (l.dp * l.micro_batch);  // micro-batches per step and DP rank
+  const Compute c = compute_of(m, hw, l, s, set, received);
+  const double a2a = all_to_all_of(m, hw, l, set, received);
+  const double tp_comm =
+      l.tp > 1 ? 4 * double(m.layers) / pp * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
+  const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw);
+  const double pp_comm = l.pp > 1 ? 2 * send_time(pp_link, tokens_gpu * h * kB) : 0;
+  const double comm = a2a + tp_comm + pp_comm;
+  const double recompute = recompute_of(s, c, a2a);
+  // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
+  double wait = 0;
+  if (s.offload.any()) {
+    const double off_layer = mem.host_bytes / std::max(1.0, mem.layers_in_flight);
+    const double layer_fwd = c.total / 3 / std::max(1.0, double(m.layers) / pp);
+    wait = double(m.layers) / pp *
+           std::max({0.0, off_layer / (hw.device_to_host_gb_s * 1e9) - layer_fwd,
+                     off_layer / (hw.host_to_device_gb_s * 1e9) - 2 * layer_fwd});
+  }
+  const double expert_dp = double(l.dp * l.cp * l.tp) / double(l.ep);
+  // FSDP gathers every layer's weights for the forward and again for the backward, behind the
+  // micro-batch's compute where it can.
+  double fsdp_exposed = 0;
+  if (set.fsdp) {
+    const double gather =
+        2 * (all_gather_time(network(hw), l.dp * l.cp, mem.stage_params * 2) +
+             (expert_dp > 1 ? all_gather_time(network(hw), int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
+    fsdp_exposed = std::max(0.0, gather - c.total - recompute);
+  }
+  const double per_micro = c.total + recompute + comm + fsdp_exposed + wait;
+  // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
+  // micro-batch's backward.
+  const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
+  const double dp_t = reduce_scatter_time(network(hw), l.dp * l.cp, grads) +
+                      all_gather_time(network(hw), l.dp * l.cp, grads / 2) +
+                      (expert_dp > 1 ? reduce_scatter_time(network(hw), int64_t(expert_dp), expert_grads) : 0);
+  const double dp_exposed = std::max(0.0, dp_t - per_micro * 2 / 3);
+  StepParts p;
+  p.compute = double(micro) * (c.total - c.chunk), p.chunk_overhead = double(micro) * c.chunk;
+  p.recompute = double(micro) * recompute, p.offload_wait = double(micro) * wait;
+  p.comm = double(micro) * (comm + fsdp_exposed) + dp_exposed;
+  p.all_to_all = double(micro) * a2a;
+  p.bubble =
+      double(l.grad_accumulation) * pipeline_bubble_time(l.pp, l.vpp, per_micro);  // a fill and drain per schedule
+  return p;
+}
+
+std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l) {
+  const bool ep_in_node = l.ep * l.tp <= hw.gpus_per_node;
+  return {"compute: dense GEMMs at " + four_digits(hw.gemm_tflops) + " TFLOP/s, attention at " +
+              four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + four_digits(hw.grouped_gemm_small_tflops) +
+              "-" + four_digits(hw.grouped_gemm_tflops) + " by rows per expert (knee " +
+              four_digits(hw.grouped_gemm_knee_rows) +
+              "); MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
+              "permutes, SwiGLU's product, the loss) at " +
+              four_digits(hw.hbm_gb_s) +
+              " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers",
+          "communication: the all-to-all (4 per MoE layer, " +
+              std::string(ep_in_node       ? "NVLink"
+                          : set.node_dedup ? "network, once per node (DeepEP)"
+                                           : "network") +
+              ") and TP's sequence-parallel collectives exposed; pipeline sends exposed; CP's ring and DP's gradient "
+              "reduce-scatter and weight all-gather hidden behind compute but for the last micro-batch"};
+}
+
+}  // namespace memfine

@@ -1,0 +1,37 @@
+// A projected step's time in parts: compute (FLOPs over a rate per operation class: dense GEMM,
+// grouped expert GEMM as a function of rows per expert, attention; memory-bound kernels at the HBM
+// rate), what a strategy's shape recomputes, the chunks' cost, communication exposed where the
+// layout cannot hide it (core/project/comm.h), offloading's copy wait and the pipeline bubble
+// (core/project/pipeline.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/moe/shape.h"
+#include "core/project/layout.h"
+
+namespace memfine {
+
+struct StepParts {
+  double compute = 0, chunk_overhead = 0, recompute = 0, comm = 0, all_to_all = 0, offload_wait = 0, bubble = 0;
+  double step() const { return compute + chunk_overhead + recompute + comm + offload_wait + bubble; }
+};
+
+// What the step time needs of the memory side: the stage's parameters (data-parallel traffic)
+// and what offloading moves per micro-batch in flight.
+struct StepMemory {
+  double stage_params = 0, stage_expert_params = 0, host_bytes = 0, layers_in_flight = 1;
+};
+
+// Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.
+StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
+                    const ProjectSetting& set, double received, const StepMemory& mem);
+
+// What it assumes, for the table's notes.
+std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l);
+
+// The grouped expert GEMM's rate (FLOP/s) at `rows` per expert: a measured curve, log-linear in
+// rows between its points; or the small shapes' rate rising linearly to the large shapes' at the knee.
+double grouped_rate(const Hardware& hw, double rows);
+
+}  // namespace memfine
