@@ -89,6 +89,8 @@ def main(argv=None):
             "gpus": ep,
             "global_batch": ep * m.get("micro_batch", 1),
             "imbalance": {"overload": max(1.0, max(r["overload_factor"] for r in rs))},
+            # This suite's own layer, on a CPU: no CUDA context, NCCL or caching allocator beside it.
+            "framework": {"name": "memfine_layer", "workspace_gb": 0, "fragmentation": 0},
             "dtype": c.get("dtype", "float32"),
             "usable_memory": 1.0,
             "search": {"tp": [1], "pp": [1], "ep": [ep], "cp": [1], "micro_batch": [m.get("micro_batch", 1)], "vpp": [1]},

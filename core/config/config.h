@@ -40,6 +40,9 @@ struct ModelConfig {
   int64_t q_lora_rank = 0;     // MLA's low-rank query projection (0: none)
   int64_t kv_lora_rank = 0;    // MLA's low-rank key-value projection
   int64_t rope_head_dim = 64;  // MLA: the shared rotary key's width
+  bool qk_norm = false;        // a per-head RMSNorm of queries and keys (Qwen3): what it keeps, projections only
+  int64_t sliding_window = 0;  // tokens a windowed layer's queries attend to (0: every layer attends to all)
+  double sliding_share = 0;    // the share of layers windowed (gpt-oss alternates: 0.5)
   int64_t tokens() const { return seq * micro_batch; }
   int64_t moe_layers() const { return layers - dense_layers; }
   int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }

@@ -48,6 +48,12 @@ bool Hardware::has_rates() const {
          (!grouped_gemm_curve.empty() || (grouped_gemm_tflops > 0 && grouped_gemm_small_tflops > 0));
 }
 
+double Hardware::dispatcher_gb_s(const std::string& dispatcher, bool in_node) const {
+  if (dispatcher == "deepep") return in_node ? deepep_nvlink_gb_s : deepep_network_gb_s;
+  if (dispatcher == "hybridep") return in_node ? hybridep_nvlink_gb_s : hybridep_network_gb_s;
+  return in_node ? all_to_all_nvlink_gb_s : all_to_all_network_gb_s;
+}
+
 const Section<Hardware>& hardware_keys() {
   using namespace fields;
   using H = Hardware;
@@ -73,8 +79,14 @@ const Section<Hardware>& hardware_keys() {
        number<H>("hbm_gb_s", &H::hbm_gb_s, 0, 1e7,
                  "what memory-bound kernels (norms, SwiGLU's product, permutes, the loss) move"),
        number<H>("all_to_all_nvlink_gb_s", &H::all_to_all_nvlink_gb_s, 0, 1e6,
-                 "a dispatcher's measured all-to-all rate inside a node (0: the link's)"),
-       number<H>("all_to_all_network_gb_s", &H::all_to_all_network_gb_s, 0, 1e6, "and across nodes (0: the link's)")}};
+                 "NCCL's all-to-all (dispatcher `alltoall`), its measured rate inside a node (0: the link's)"),
+       number<H>("all_to_all_network_gb_s", &H::all_to_all_network_gb_s, 0, 1e6, "and across nodes (0: the link's)"),
+       number<H>("deepep_nvlink_gb_s", &H::deepep_nvlink_gb_s, 0, 1e6,
+                 "DeepEP's dispatch and combine, measured, inside a node (0: the link's)"),
+       number<H>("deepep_network_gb_s", &H::deepep_network_gb_s, 0, 1e6, "and across nodes (0: the link's)"),
+       number<H>("hybridep_nvlink_gb_s", &H::hybridep_nvlink_gb_s, 0, 1e6,
+                 "HybridEP's dispatch and combine, measured, inside a node (0: the link's)"),
+       number<H>("hybridep_network_gb_s", &H::hybridep_network_gb_s, 0, 1e6, "and across nodes (0: the link's)")}};
   return s;
 }
 

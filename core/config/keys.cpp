@@ -46,8 +46,8 @@ const std::vector<std::string>& key_references() {
 std::string key_reference_markdown(const std::string& which) {
   if (which == "project") {
     std::vector<KeyDoc> rows = section_docs(project_keys());
-    const auto search = section_docs(search_keys());
-    rows.insert(rows.end(), search.begin(), search.end());
+    for (const auto& more : {section_docs(search_keys()), section_docs(framework_keys())})
+      rows.insert(rows.end(), more.begin(), more.end());
     return table(rows);
   }
   if (which == "hardware") {

@@ -44,7 +44,16 @@ const Section<ModelConfig>& model_keys() {
        when_set(integer<M>("kv_lora_rank", &M::kv_lora_rank, 0, 1 << 20, whole + "MLA's low-rank key-value width"),
                 &M::kv_lora_rank),
        when_set(integer<M>("rope_head_dim", &M::rope_head_dim, 0, 4096, whole + "MLA's shared rotary key width"),
-                &M::rope_head_dim)}};
+                &M::rope_head_dim),
+       when_set(boolean<M>("qk_norm", &M::qk_norm,
+                           whole + "a per-head RMSNorm of queries and keys (Qwen3): its inputs are kept for backward"),
+                &M::qk_norm),
+       when_set(integer<M>("sliding_window", &M::sliding_window, 0, 1 << 24,
+                           whole + "tokens a windowed layer's queries attend to (gpt-oss: 128); 0: none"),
+                &M::sliding_window),
+       when_set(number<M>("sliding_share", &M::sliding_share, 0, 1,
+                          whole + "the share of layers with the window (gpt-oss alternates: 0.5)"),
+                &M::sliding_share)}};
   return s;
 }
 
@@ -62,6 +71,9 @@ void check_model(const ModelConfig& m, MapReader& r) {
   if (m.dense_layers >= m.layers)
     p.add(r.child("dense_layers"), r.key("dense_layers"),
           "must be below layers (" + std::to_string(m.layers) + "): a MoE model has MoE layers");
+  if ((m.sliding_window > 0) != (m.sliding_share > 0))
+    p.add(r.child(m.sliding_window > 0 ? "sliding_window" : "sliding_share"), r.key("sliding_share"),
+          "sliding_window and sliding_share go together: the window's width and the share of layers that have it");
   if (m.dense_layers > 0 && m.dense_ffn_hidden == 0)
     p.add(r.child("dense_layers"), r.key("dense_ffn_hidden"), "missing: dense_layers > 0 needs their width");
 }

@@ -34,9 +34,13 @@ struct Hardware {
   double nvlink_latency_us = 3, network_latency_us = 10;
   double host_to_device_gb_s = 0, device_to_host_gb_s = 0;
   double hbm_gb_s = 0;  // what memory-bound kernels (norms, SwiGLU's product, permutes, the loss) move
-  // The all-to-all's measured rate per GPU and direction, inside a node and across nodes (an
-  // expert-parallel dispatcher's own figure; 0: the link's rate above).
+  // Each dispatcher's measured all-to-all rate per GPU and direction, inside a node and across nodes
+  // (its own figure; 0: the link's rate above): NCCL's all-to-all, DeepEP's, HybridEP's.
   double all_to_all_nvlink_gb_s = 0, all_to_all_network_gb_s = 0;
+  double deepep_nvlink_gb_s = 0, deepep_network_gb_s = 0;
+  double hybridep_nvlink_gb_s = 0, hybridep_network_gb_s = 0;
+  // The dispatcher's rate (GB/s; 0: the link's) for "alltoall", "deepep" or "hybridep".
+  double dispatcher_gb_s(const std::string& dispatcher, bool in_node) const;
   bool has_rates() const;  // enough to time a step
 };
 
@@ -53,6 +57,22 @@ struct SearchSpace {
                        vpp = {1}, grad_accumulation = {1};
 };
 
+// The training framework a run uses (core/project/framework.h): what its layers keep for backward
+// (a profile, core/predict/profile.h), its loss, what its process holds beside its tensors, how much
+// the caching allocator reserves over what it hands out, and whether it overlaps the all-to-all.
+// "auto" and negative numbers: the framework's own (core/project/framework.cpp names the sources).
+struct FrameworkConfig {
+  std::string name = "megatron_te";  // megatron_te | fsdp_te | memfine_layer
+  std::string loss = "auto";         // auto | vocab_fp32 | vocab_bf16 | chunked
+  std::string reshard = "auto";      // FSDP: gathered weights let go after forward: auto | true | false
+  std::string grad_dtype = "fp32";   // the distributed optimizer's gradient buffer: fp32 | bf16
+  std::string moment_dtype = "fp32";  // Adam's moments: fp32 | bf16 (the precision-aware optimizer)
+  double workspace_gb = -1;          // outside the allocator: CUDA context, NCCL's buffers
+  double fragmentation = -1;         // reserved over allocated, less 1
+  double margin = 0.1;               // a peak this close to the limit (share of the peak) is borderline
+  bool ep_overlap = false;           // the all-to-all hidden behind another micro-batch (Megatron's 1F1B overlap)
+};
+
 struct ProjectConfig {
   std::string name, file;
   std::string presets_dir;  // where `model` and `hardware` presets are looked up
@@ -64,21 +84,23 @@ struct ProjectConfig {
   WorkloadConfig imbalance;  // the routing law (kind balanced: none)
   double overload = 0;       // > 0: the hottest rank's s' over its share, given outright
   uint64_t seed = 1;
-  double usable_memory = 0.9;  // share of a GPU's memory the job may use (context, fragmentation)
+  double usable_memory = 1;  // share of a GPU's memory the job may use (the framework's terms besides)
   // Failures per node: a preset's name, or failures per 1000 node-days (`failure_rate` >= 0).
   std::string reliability = "llama3";
   double failure_rate = -1;
   double restart_min = 10;
   double checkpoint_gb_s_per_node = 5;
-  std::string sharding = "distributed_optimizer";  // or "fsdp"
+  std::string sharding = "auto";  // the framework's, or "distributed_optimizer", "fsdp"
   std::string dtype = "bfloat16";                  // or "float32": an activation's element
-  std::string dispatcher = "alltoall";             // or "deepep": a token once per node across nodes
+  std::string dispatcher = "alltoall";             // or "deepep", "hybridep": a token once per node across nodes
+  FrameworkConfig framework;
   SearchSpace search;
   // Every registered strategy at its defaults when the file names none (core/project/check.h).
   std::vector<StrategySpec> strategies;
   int64_t top = 12;  // rows of the ranked table
   // What a source measured for this case, by strategy label and quantity (tokens_per_s_gpu,
-  // model_tflops_gpu, peak_gb): carried into the JSON beside the projection, for validation.
+  // model_tflops_gpu, peak_gb allocated, reserved_gb, step_s): carried into the JSON beside the
+  // projection, for validation.
   std::string published_source;
   std::map<std::string, std::map<std::string, double>> published;
   std::map<std::string, int> lines;  // the line of each key read, for later checks' FILE:LINE
@@ -112,5 +134,6 @@ Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p
 const Section<ProjectConfig>& project_keys();
 const Section<SearchSpace>& search_keys();
 const Section<Hardware>& hardware_keys();
+const Section<FrameworkConfig>& framework_keys();
 
 }  // namespace memfine

@@ -175,7 +175,8 @@ Field<P> published_key() {
           "map",
           "none",
           "validation only: `source`, and per strategy (its label) the measured `tokens_per_s_gpu`, "
-          "`model_tflops_gpu`, `peak_gb`, carried into `--json` beside the projection",
+          "`model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` (allocated), `reserved_gb`, "
+          "carried into `--json` beside the projection",
           [](MapReader& r, P& c) {
             YAML::Node n = r.child("published");
             Problems& p = r.problems();
@@ -190,12 +191,12 @@ Field<P> published_key() {
               const std::string key = "published." + strategy;
               pr.child(strategy);
               if (!kv.second.IsMap()) {
-                p.add(kv.second, key, "expected a map of tokens_per_s_gpu, model_tflops_gpu, peak_gb");
+                p.add(kv.second, key, "expected a map of measured quantities (tokens_per_s_gpu, peak_gb, ...)");
                 continue;
               }
               MapReader qr(kv.second, key, p);
               auto& q = c.published[strategy];
-              for (const char* k : {"tokens_per_s_gpu", "model_tflops_gpu", "peak_gb"}) {
+              for (const char* k : {"tokens_per_s_gpu", "model_tflops_gpu", "step_s", "peak_gb", "reserved_gb"}) {
                 double v = -1;
                 if (kv.second[k].IsDefined()) qr.read_number(k, v, 1e-9, 1e12);
                 if (v > 0) q[k] = v;
@@ -211,6 +212,30 @@ Field<P> published_key() {
           }};
 }
 
+// `framework`: a name, or a map of the framework's keys (framework_keys, below).
+Field<P> framework_key() {
+  return {"framework",
+          "name or map",
+          "`megatron_te`",
+          "the training framework whose memory and time are projected: `megatron_te` (Megatron-Core with Transformer "
+          "Engine, what NVIDIA's and most published MoE recipes run), `fsdp_te` (PyTorch FSDP2 with TE kernels, NeMo "
+          "AutoModel's), or `memfine_layer` (this suite's own layer, as `memfine run` measures it); or a map of "
+          "`name` and "
+          "the keys below",
+          [](MapReader& r, P& c) {
+            YAML::Node n = r.child("framework");
+            if (!n.IsDefined()) return;
+            if (n.IsMap()) {
+              MapReader fr(n, "framework", r.problems());
+              read_section(framework_keys(), fr, c.framework);
+              fr.check_unknown();
+            } else {
+              r.read_choice("framework", c.framework.name, {"megatron_te", "fsdp_te", "memfine_layer"});
+            }
+          },
+          [](const P& c) { return write_section(framework_keys(), c.framework); }};
+}
+
 // `mtp_layers` at the top: whether the run trains the model's MTP modules (after `model`).
 Field<P> mtp_key() {
   return {"mtp_layers",
@@ -219,6 +244,16 @@ Field<P> mtp_key() {
           "multi-token prediction modules trained with the model (DeepSeek-V3's card has 1; many runs train none)",
           [](MapReader& r, P& c) { r.read_int("mtp_layers", c.model.mtp_layers, 0, 1024); },
           [](const P& c) { return nlohmann::json(c.model.mtp_layers); }};
+}
+
+// `seq` at the top: the run's sequence length where it is not the model preset's.
+Field<P> seq_key() {
+  return {"seq",
+          "int, 1 .. 16777216",
+          "the model's",
+          "tokens per sequence in this run (a long-context run of a preset trained at another length)",
+          [](MapReader& r, P& c) { r.read_int("seq", c.model.seq, 1, int64_t(1) << 24); },
+          [](const P& c) { return nlohmann::json(c.model.seq); }};
 }
 
 }  // namespace
@@ -235,6 +270,42 @@ const Section<SearchSpace>& search_keys() {
   return s;
 }
 
+const Section<FrameworkConfig>& framework_keys() {
+  using namespace fields;
+  using F = FrameworkConfig;
+  static const Section<F> s{
+      "framework",
+      {choice<F>("name", &F::name, {"megatron_te", "fsdp_te", "memfine_layer"}, "the framework (above)"),
+       choice<F>("loss", &F::loss, {"auto", "vocab_fp32", "vocab_bf16", "chunked"},
+                 "what the loss holds per token at its peak: `auto` (the framework's: vocab_fp32), `vocab_fp32` "
+                 "(bf16 logits and their fp32 softmax: Megatron's vocab-parallel cross-entropy, TE's fused one from "
+                 "2.18, AutoModel's MaskedCrossEntropy with fp32_upcast, this suite's), `vocab_bf16` (two bf16 "
+                 "vocabulary-wide tensors: TE's fused loss before 2.18, MaskedCrossEntropy without fp32_upcast), "
+                 "`chunked` (torchtitan's chunked loss, cut cross-entropy: an fp32 gradient of the hidden state and "
+                 "one of 8 chunks' logits)"),
+       choice<F>("reshard", &F::reshard, {"auto", "true", "false"},
+                 "FSDP: whether a layer's gathered bf16 weights are let go after its forward (`false`, NeMo "
+                 "AutoModel's default: every layer's stay until backward; `auto`: the framework's)"),
+       choice<F>("grad_dtype", &F::grad_dtype, {"fp32", "bf16"},
+                 "the distributed optimizer's gradient buffer, kept whole: fp32 (Megatron's default with bf16 "
+                 "weights) or bf16 (--grad-reduce-in-bf16; Megatron-Bridge's grad_reduce_in_fp32: false)"),
+       choice<F>("moment_dtype", &F::moment_dtype, {"fp32", "bf16"},
+                 "Adam's moments, sharded: fp32, or bf16 (Megatron's precision-aware optimizer, "
+                 "--exp-avg-dtype and --exp-avg-sq-dtype bf16)"),
+       number<F>("workspace_gb", &F::workspace_gb, -1, 1e6,
+                 "GB a GPU's process holds outside PyTorch's allocator (CUDA context, NCCL's buffers); -1: the "
+                 "framework's"),
+       number<F>("fragmentation", &F::fragmentation, -1, 10,
+                 "what the caching allocator reserves beyond what it hands out, a share of it; -1: the framework's"),
+       number<F>("margin", &F::margin, 0, 1,
+                 "a layout whose need is within this share of its peak of the memory limit is `borderline`, "
+                 "neither a plain yes nor no (the profile's own uncertainty)"),
+       boolean<F>("ep_overlap", &F::ep_overlap,
+                  "the all-to-all hidden behind another micro-batch's compute (Megatron's "
+                  "--overlap-moe-expert-parallel-comm)")}};
+  return s;
+}
+
 const Section<ProjectConfig>& project_keys() {
   using namespace fields;
   static const Section<P> s{
@@ -243,13 +314,15 @@ const Section<ProjectConfig>& project_keys() {
        integer<P>("gpus", &P::gpus, 1, int64_t(1) << 24, "GPUs in the job, required (`--gpus N` overrides)"),
        integer<P>("global_batch", &P::global_batch, 1, int64_t(1) << 30,
                   "sequences per optimizer step, required (`--global-batch N` overrides)"),
-       imbalance_key(), unsigned_integer<P>("seed", &P::seed, "the routing law's draw"), mtp_key(),
-       choice<P>("sharding", &P::sharding, {"distributed_optimizer", "fsdp"},
-                 "Megatron's distributed optimizer (bf16 weights and fp32 gradients whole, 12 bytes of optimizer "
-                 "state a parameter sharded) or PyTorch FSDP's (16 bytes a parameter sharded, two layers' weights "
-                 "gathered)"),
-       choice<P>("dispatcher", &P::dispatcher, {"alltoall", "deepep"},
-                 "across nodes, a row per routed expert, or once per node (DeepEP)"),
+       imbalance_key(), unsigned_integer<P>("seed", &P::seed, "the routing law's draw"), mtp_key(), seq_key(),
+       choice<P>("sharding", &P::sharding, {"auto", "distributed_optimizer", "fsdp"},
+                 "the framework's (`fsdp_te`: fsdp; the others: distributed_optimizer), Megatron's distributed "
+                 "optimizer (bf16 weights and fp32 gradients whole, 12 bytes of optimizer state a parameter sharded) "
+                 "or FSDP's (16 bytes a parameter sharded, the weights gathered as `framework.reshard` says)"),
+       choice<P>("dispatcher", &P::dispatcher, {"alltoall", "deepep", "hybridep"},
+                 "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
+                 "(across nodes a token once per node), each at the hardware preset's measured rate"),
+       framework_key(),
        number<P>("usable_memory", &P::usable_memory, 0.01, 1, "share of a GPU's memory the job may use"),
        reliability_key(),
        number<P>("restart_min", &P::restart_min, 0, 1e6, "what a failure costs besides the lost work, minutes"),

@@ -1,5 +1,7 @@
 #include "core/model/flops.h"
 
+#include <algorithm>
+
 namespace memfine {
 
 StepFlops step_flops(const ModelConfig& m, int64_t received_rows) {
@@ -32,8 +34,13 @@ double attention_proj_flops(const ModelConfig& m) {
 }
 
 double attention_core_flops(const ModelConfig& m) {
-  const double qk = double(m.head_dim), v = double(m.v_dim());
-  return 0.5 * 2 * double(m.seq) * double(m.heads) * (qk + v);
+  const double qk = double(m.head_dim), v = double(m.v_dim()), s = double(m.seq);
+  // Keys a query attends to on average: half the causal sequence; in a windowed layer the window
+  // (less the first window's queries, which see fewer).
+  const double w = std::min(double(m.sliding_window), s);
+  const double windowed = m.sliding_window > 0 ? w - w * w / (2 * s) + w / (2 * s) : s / 2;
+  const double keys = (1 - m.sliding_share) * s / 2 + m.sliding_share * windowed;
+  return 2 * keys * double(m.heads) * (qk + v);
 }
 
 TokenFlops token_flops(const ModelConfig& m) {

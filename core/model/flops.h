@@ -55,7 +55,8 @@ LayerBytes memory_bound_bytes(const ModelConfig& m, double element_bytes = 2);
 
 // The whole model's, per token of a `seq`-long sequence.
 TokenFlops token_flops(const ModelConfig& m);
-// One layer's attention (projections, core) per token; the core causal: half the square.
+// One layer's attention (projections, core) per token; the core causal: half the square (a windowed
+// layer's: its window).
 double attention_proj_flops(const ModelConfig& m);
 double attention_core_flops(const ModelConfig& m);
 // The parameters a token's matmuls read (2 FLOPs each): the "active" count a model card gives,

@@ -1,57 +1,78 @@
 #include "core/predict/profile.h"
 
+#include <stdexcept>
+
+#include "core/predict/profile_parts.h"
+
 namespace memfine {
 
-LayerWidths layer_widths(const ModelConfig& m, const StrategyShape& s) {
+Profile parse_profile(const std::string& name) {
+  if (name == "memfine_layer") return Profile::Memfine;
+  if (name == "megatron_te") return Profile::MegatronTe;
+  if (name == "fsdp_te") return Profile::FsdpTe;
+  throw std::invalid_argument("no framework profile '" + name + "' (memfine_layer, megatron_te, fsdp_te)");
+}
+
+std::string profile_name(Profile p) {
+  switch (p) {
+    case Profile::MegatronTe:
+      return "megatron_te";
+    case Profile::FsdpTe:
+      return "fsdp_te";
+    default:
+      return "memfine_layer";
+  }
+}
+
+LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes) {
+  switch (p) {
+    case Profile::MegatronTe:
+      return megatron_widths(m, s, element_bytes);
+    case Profile::FsdpTe:
+      return fsdp_widths(m, s, element_bytes);
+    default:
+      return memfine_widths(m, s, element_bytes);
+  }
+}
+
+LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB) {
   const double h = double(m.hidden), g = double(m.ffn_hidden);
   const double q = double(m.heads * m.head_dim), kv = double(m.kv_heads * m.head_dim);
-  LayerWidths w;
-  w.attention = 5 * h + q + 2 * kv;  // Eq. 2's s term (its router term apart)
-  w.router = double(m.experts);
-  w.input = h;
-  w.shared = 4 * g * double(m.shared_experts);
-  w.dense_ffn = 4 * double(m.dense_ffn_hidden);
+  // Outside the experts: Eq. 2's s term (its router term apart), the router's probabilities, the
+  // shared experts' SwiGLU (input rows aside); this layer recomputes its MoE block without them.
+  ProfileParts p;
+  p.outside = kB * (5 * h + q + 2 * kv + double(m.experts) + 4 * g * double(m.shared_experts));
+  p.layer_input = kB * h;
+  p.dense = kB * (5 * h + q + 2 * kv + 4 * double(m.dense_ffn_hidden));
   // Per received row: the input, output and weighted rows (3 h) and the expert's g widths: z,
   // SiLU(a) and their product (4); moe_act recomputes the last two (z alone); buffer-free experts
   // keep z (and the product with keep_act) and the arrived row once.
+  std::string row;
   switch (s.experts) {
     case ExpertStorage::Stored:
-      w.row = 3 * h + 4 * g;
+      p.row = kB * (3 * h + 4 * g), row = "3h + 4g";
       break;
     case ExpertStorage::ActRecomputed:
-      w.row = 3 * h + 2 * g;
+      p.row = kB * (3 * h + 2 * g), row = "3h + 2g";
       break;
     case ExpertStorage::BufferFree:
-      w.row = h + (s.keep_act ? 3 : 2) * g;
+      p.row = kB * (h + (s.keep_act ? 3 : 2) * g), row = s.keep_act ? "h + 3g" : "h + 2g";
       break;
   }
+  LayerWidths w = assemble(p, s);
+  w.row_text = row;
   // Offloading: attention's core keeps q, k and v (a fused kernel's, no scores); the experts'
-  // first GEMM its input rows, where the layer keeps its experts' activations.
-  const OffloadSpec& o = s.offload;
-  if (o.has(Module::AttnNorm)) w.offload_token += h;
-  if (o.has(Module::QkvLinear)) w.offload_token += h;
-  if (o.has(Module::CoreAttn)) w.offload_token += q + 2 * kv;
-  if (o.has(Module::AttnProj)) w.offload_token += q;
-  if (o.has(Module::MlpNorm)) w.offload_token += h;
-  if (!s.recompute_layer && s.moe == MoeMode::Stored && s.experts != ExpertStorage::BufferFree) {
-    if (o.has(Module::ExpertFc1)) w.offload_row += h;
-    if (o.has(Module::MoeAct)) w.offload_row += s.experts == ExpertStorage::ActRecomputed ? 2 * g : 3 * g;
-    if (o.has(Module::ExpertFc2) && s.experts != ExpertStorage::ActRecomputed) w.offload_row += g;
-  }
+  // activation keeps z and SiLU(a) (3g), or z alone where moe_act recomputes the rest.
+  add_offload(m, s, kB, s.experts == ExpertStorage::ActRecomputed ? 2 * g : 3 * g, w);
   return w;
 }
 
-std::string row_text(const StrategyShape& s) {
-  switch (s.experts) {
-    case ExpertStorage::ActRecomputed:
-      return "3h + 2g";
-    case ExpertStorage::BufferFree:
-      return s.keep_act ? "h + 3g" : "h + 2g";
-    default:
-      return "3h + 4g";
-  }
+double loss_bytes_per_token(const ModelConfig& m, const std::string& loss, double kB) {
+  const double V = double(m.vocab), h = double(m.hidden);
+  if (loss == "vocab_bf16") return 2 * kB * V;
+  // The hidden state's fp32 gradient, accumulated over the chunks, and one chunk's logits at a time.
+  if (loss == "chunked") return 4 * h + (kB + 4) * V / 8;
+  return (kB + 4) * V;
 }
-
-double logits_bytes_per_token(const ModelConfig& m) { return double(m.vocab) * (2 + 4); }
 
 }  // namespace memfine

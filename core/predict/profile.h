@@ -1,10 +1,16 @@
 // What a decoder layer keeps for its backward at cluster scale, per token and per routed row, under
-// a strategy's shape: the widths `memfine project` multiplies by a layout's tokens and rows. A
-// framework profile says it for the code a run uses; `memfine` is this suite's own layer, the
-// widths its implementation model (memory_model.h) accounts to the byte at the benchmark's scale:
-// the paper's Eq. 2 s term outside the experts, and per received row the expert's input, output
-// and weighted rows (3 h) with z = [a | b], SiLU(a) and their product (4 g), fewer as the shape's
-// expert storage keeps fewer.
+// a strategy's shape: the bytes `memfine project` multiplies by a layout's tokens and rows. A
+// framework profile says it for the code a run uses:
+//  * `memfine_layer`: this suite's own layer, the widths its implementation model (memory_model.h)
+//    accounts to the byte at the benchmark's scale: the paper's Eq. 2 s term outside the experts,
+//    and per received row the expert's input, output and weighted rows (3 h) with z = [a | b],
+//    SiLU(a) and their product (4 g), fewer as the shape's expert storage keeps fewer;
+//  * `megatron_te`: Megatron-Core's layers with Transformer Engine's fused kernels
+//    (profile_megatron.cpp, each term's source beside it);
+//  * `fsdp_te`: NeMo AutoModel's layers under FSDP2 with TE's attention and linears
+//    (profile_fsdp.cpp).
+// A strategy's shape is priced in each framework's own terms: what the framework keeps when it
+// stores, recomputes or offloads the same modules.
 #pragma once
 #include <string>
 
@@ -13,30 +19,39 @@
 
 namespace memfine {
 
-// Elements (not bytes) of one layer's activations.
+enum class Profile { Memfine, MegatronTe, FsdpTe };
+
+// "memfine_layer", "megatron_te", "fsdp_te"; throws std::invalid_argument for another name.
+Profile parse_profile(const std::string& name);
+std::string profile_name(Profile p);
+
+// Bytes one layer keeps (activations of `element_bytes`; fp32 statistics and index maps at their
+// own widths): per token of the rank's sequence-parallel share (TP x CP) and per row the hottest
+// rank's experts receive.
 struct LayerWidths {
-  // Per token of a rank's sequence-parallel share (split by TP x CP).
-  double attention = 0;  // norms, attention's saved tensors and the residual: Eq. 2's s term
-  double router = 0;     // the router's probabilities
-  double input = 0;      // the layer's input: what a layer recomputed in backward keeps
-  // Per token, split by TP alone (the shared and dense experts' width is).
-  double shared = 0;     // the shared experts' SwiGLU (input rows aside)
-  double dense_ffn = 0;  // a dense layer's SwiGLU
-  // Per row the hottest rank's experts receive.
-  double row = 0;
-  // Of the above, what offloading moves to the host where the shape's modules say (per token of
-  // the sequence-parallel share; per routed row where its experts keep their rows).
+  // A MoE layer's, from its forward to its backward, and what its backward holds again while it
+  // runs (what recomputation rebuilds: one chunk's rows where the MoE runs in chunks).
+  double token = 0, row = 0;
+  double token_again = 0, row_again = 0;
+  // A dense layer's, per token, the same two ways.
+  double dense = 0, dense_again = 0;
+  // Of what a MoE layer keeps, what offloading moves to the host (the shape's modules): per token,
+  // and per routed row where its experts keep their rows. A dense layer moves the per-token part.
   double offload_token = 0, offload_row = 0;
+  // The row's width as the projection's notes say it: "h + 3F bf16 + 1 fp32".
+  std::string row_text;
 };
 
-// The `memfine` profile's widths of a MoE layer under `s` (a dense layer's are the same but for
-// the router, the experts and what offloading takes of them).
-LayerWidths layer_widths(const ModelConfig& m, const StrategyShape& s);
+LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes);
 
-// Its row widths as the projection's notes say them: "3h + 4g".
-std::string row_text(const StrategyShape& s);
+// What the loss holds per token of the last stage (split by TP) at its peak, by what it keeps:
+// "vocab_fp32" (bf16 logits and their fp32 softmax), "vocab_bf16" (two bf16 vocabulary-wide
+// tensors), "chunked" (an fp32 gradient of the hidden state and one of 8 chunks' logits).
+double loss_bytes_per_token(const ModelConfig& m, const std::string& loss, double element_bytes);
 
-// The loss's logits per token in bytes (bf16 and the fp32 softmax), split by TP.
-double logits_bytes_per_token(const ModelConfig& m);
+// The widths in the three profiles (profile.cpp, profile_megatron.cpp, profile_fsdp.cpp).
+LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB);
+LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB);
+LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 
 }  // namespace memfine

@@ -83,8 +83,8 @@ ProjectSetting project_setting(const ProjectConfig& c) {
                                         : reliability_preset(c.reliability);
   s.restart_h = c.restart_min / 60;
   s.checkpoint_gb_s_per_node = c.checkpoint_gb_s_per_node;
-  s.node_dedup = c.dispatcher == "deepep";
-  s.fsdp = c.sharding == "fsdp";
+  s.dispatcher = c.dispatcher;
+  s.framework = framework_setting(c);
   s.element_bytes = c.dtype == "float32" ? 4 : 2;
   return s;
 }

@@ -39,30 +39,35 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   // Rows the hottest rank's experts receive per micro-batch; a capacity caps its overload.
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
   const double cap = s.shape().capacity_factor;
-  const double overload = cap > 0 ? std::min(set.overload, cap) : set.overload;
-  const double received = overload * tokens_gpu * double(m.topk);
+  auto capped = [&](double x) { return cap > 0 ? std::min(x, cap) : x; };
+  const double received = capped(set.overload) * tokens_gpu * double(m.topk);
+  const double received_on_average = capped(set.time_overload) * tokens_gpu * double(m.topk);
   const StageMemory memory(m, l, set, received);
   const double usable = set.usable_memory * hw.memory_gb * 1e9;
-  e.shape = s.choose_shape([&](const StrategyShape& shape) { return memory.peak(shape).bytes <= usable; }).shape;
+  e.shape = s.choose_shape([&](const StrategyShape& shape) { return memory.peak(shape).need <= usable; }).shape;
   if (e.shape.moe == MoeMode::Chunked) e.chunks = e.shape.chunks;
   const StageMemory::Peak peak = memory.peak(e.shape);
   e.hottest_stage = peak.stage, e.host_gb = peak.host_bytes / 1e9;
   e.static_gb = peak.static_bytes / 1e9, e.peak_gb = peak.bytes / 1e9;
+  e.reserved_gb = peak.reserved / 1e9, e.need_gb = peak.need / 1e9;
   e.activation_gb = (peak.bytes - peak.static_bytes) / 1e9;
-  e.fits = peak.bytes <= usable;
+  e.fits = peak.need <= usable;
+  const double margin = set.framework.margin * peak.bytes;
+  e.fit = peak.need > usable + margin ? "no" : peak.need < usable - margin ? "yes" : "borderline";
   if (!e.fits) {
     std::ostringstream o;
     o.precision(3);
-    o << "out of memory: needs " << e.peak_gb << " GB (static " << e.static_gb << ") of " << usable / 1e9
-      << " usable on the " << e.hottest_stage << " stage";
+    o << (e.fit == "borderline" ? "out of memory, borderline: needs " : "out of memory: needs ") << e.need_gb << " GB (allocated " << e.peak_gb << ", static " << e.static_gb
+      << ") of " << usable / 1e9 << " usable on the " << e.hottest_stage << " stage";
     e.why = o.str();
   }
   e.assumptions = memory.assumptions(e.shape);
+  for (const auto& a : framework_assumptions(set.framework)) e.assumptions.push_back(a);
   if (e.shape.offload.any())
     e.assumptions.push_back("offload: " + offload_modules_text(e.shape.offload) +
                             " of every layer but the one running and those prefetched");
   const StepParts t =
-      step_time(m, hw, l, e.shape, set, received,
+      step_time(m, hw, l, e.shape, set, received_on_average,
                 {memory.stage_params(), memory.stage_expert_params(), e.host_gb * 1e9, peak.layers_in_flight});
   for (const auto& a : step_assumptions(hw, set, l)) e.assumptions.push_back(a);
   e.compute = t.compute, e.chunk_overhead = t.chunk_overhead, e.recompute = t.recompute, e.comm = t.comm;

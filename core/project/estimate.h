@@ -18,10 +18,12 @@ struct Estimate {
   std::string strategy, name;  // its label and registered name ("" for a layout rejected before any)
   bool drops = false;          // it drops assignments (capacity capping): another model, ranked apart
   StrategyShape shape;         // the shape it runs a layer with here
-  bool fits = false;
+  bool fits = false;          // what it needs (reserved, and the process's own) is within the usable memory
+  std::string fit;            // "yes", "no", or "borderline": within the framework's margin of the limit
   std::string why;            // why it does not fit (or "")
   std::string hottest_stage;  // "first", "last" or "only": the pipeline rank whose memory is given
-  double static_gb = 0, activation_gb = 0, peak_gb = 0, host_gb = 0;  // the hottest GPU
+  double static_gb = 0, activation_gb = 0, peak_gb = 0, host_gb = 0;  // the hottest GPU, allocated
+  double reserved_gb = 0, need_gb = 0;  // the allocator's reserve; with what the process holds beside
   int64_t chunks = 0;  // the MoE's chunk count where it runs in chunks (MACT: its choice); 0: not chunked
   // Seconds per step, by part.
   double compute = 0, recompute = 0, comm = 0, bubble = 0, offload_wait = 0, step = 0;

@@ -18,7 +18,9 @@ std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layou
   if (m.heads % l.tp || m.kv_heads % l.tp) return "TP does not divide the heads";
   if (m.experts % l.ep) return "EP does not divide the experts";
   if ((l.dp * l.cp * l.tp) % l.ep) return "EP does not divide DP x CP x TP";
-  if (l.pp * l.vpp > m.layers) return "PP x VPP exceeds the layers";
+  // Megatron may count the embedding and the loss as a layer each when it splits the pipeline
+  // (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split).
+  if (l.pp * l.vpp > m.layers + 2) return "PP x VPP exceeds the layers (and the embedding and loss)";
   if (l.global_batch % (l.dp * l.micro_batch * l.grad_accumulation))
     return "DP x micro-batch x gradient accumulation does not divide the global batch";
   if (m.seq % (l.cp * l.tp)) return "CP x TP does not divide the sequence";

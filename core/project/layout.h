@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/config/project.h"
+#include "core/project/framework.h"
 #include "core/project/goodput.h"
 
 namespace memfine {
@@ -30,13 +31,14 @@ std::vector<Layout> layouts(const SearchSpace& s, int64_t gpus, int64_t global_b
 
 // What the cluster and the run add to a layout.
 struct ProjectSetting {
-  double usable_memory = 0.9;  // share of a GPU's memory the job may use (context, fragmentation)
-  double overload = 1;         // s' on the hottest expert-parallel rank over its balanced share
+  double usable_memory = 1;  // share of a GPU's memory the job may use
+  double overload = 1;         // s' on the hottest expert-parallel rank over its balanced share (its worst layer)
+  double time_overload = 1;    // and over the layers on average: what the step waits for
   Reliability reliability;
   double restart_h = 10.0 / 60;         // a restart's cost
   double checkpoint_gb_s_per_node = 5;  // what each node writes its share of the state at
-  bool node_dedup = false;              // the dispatcher sends a token once per node (DeepEP), not once per expert
-  bool fsdp = false;         // FSDP (weights and gradients sharded too), not Megatron's distributed optimizer
+  std::string dispatcher = "alltoall";  // alltoall | deepep | hybridep (core/project/step_time.h)
+  FrameworkSetting framework;
   double element_bytes = 2;  // an activation's element: bf16 (the default) or float32's 4
 };
 

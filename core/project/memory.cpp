@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/model/flops.h"
+#include "core/util/format.h"
 #include "core/predict/profile.h"
 
 namespace memfine {
@@ -39,7 +40,8 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   const double table = V * h / tp;           // the embedding, or the output head
   const double mtp_params = 2 * h * h / tp;  // an MTP module's projection beside its MoE layer
   dp_shard_ = double(l.dp * l.cp), expert_dp_ = double(l.dp * l.cp * l.tp) / double(l.ep);
-  const double logits = tokens_ * V / tp * (2 + 4);  // one micro-batch's, bf16 and the fp32 softmax
+  // One micro-batch's loss at its peak (its logits; the framework's loss says how wide).
+  const double logits = tokens_ / tp * loss_bytes_per_token(m, set.framework.loss, set.element_bytes);
   const double last_layers =
       double((l.vpp - 1) * per_chunk + std::max<int64_t>(0, m.layers - (l.pp * l.vpp - 1) * per_chunk));
   if (l.pp == 1) {
@@ -57,46 +59,47 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   }
 }
 
-// Megatron's distributed optimizer keeps bf16 weights and fp32 gradients whole and shards the fp32
-// master weights and Adam's moments (12 bytes a parameter); FSDP (PyTorch's, in mixed precision)
-// shards fp32 weights, fp32 gradients and the moments (16 bytes) and gathers two layers' bf16
-// weights at a time (the one running and the one prefetched).
+// Megatron's distributed optimizer keeps bf16 weights and the gradient buffer (fp32, or bf16) whole
+// and shards the fp32 master weights and Adam's moments (fp32, or bf16 with the precision-aware
+// optimizer): theoretical_memory_usage.py's 6 + 12 / d bytes a parameter by default;
+// FSDP shards the weights, gradients and moments (the framework's bytes a parameter) and gathers the bf16 weights of the layer running and the one prefetched, or, not
+// resharding after forward, of every layer on the stage until its backward. The framework's own
+// allocations (TE's cuBLAS workspaces) besides.
 double StageMemory::static_of(const Stage& st) const {
-  if (set_.fsdp) return st.params * 16 / dp_shard_ + st.expert_params * 16 / expert_dp_ + 2 * 2 * layer_params_;
-  return st.params * (2 + 4 + 12 / dp_shard_) + st.expert_params * (2 + 4 + 12 / expert_dp_);
+  const FrameworkSetting& f = set_.framework;
+  if (f.fsdp) {
+    const double gathered = f.reshard ? 2 * 2 * layer_params_ : 2 * (st.params + st.expert_params);
+    return (st.params / dp_shard_ + st.expert_params / expert_dp_) * f.fsdp_state_bytes + gathered + f.allocated_extra;
+  }
+  const double whole = 2 + f.grad_bytes, sharded = 4 + 2 * f.moment_bytes;
+  return st.params * (whole + sharded / dp_shard_) + st.expert_params * (whole + sharded / expert_dp_) +
+         f.allocated_extra;
+}
+
+LayerWidths StageMemory::widths(const StrategyShape& s) const {
+  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes);
 }
 
 double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
-  const double kB = set_.element_bytes, tp = double(l_.tp);
-  const LayerWidths w = layer_widths(m_, s);
-  const double outside = kB * tokens_gpu_ * w.attention + kB * tokens_gpu_ * w.router + kB * tokens_ * w.shared / tp;
-  const double dense_layer = kB * tokens_gpu_ * w.attention + kB * tokens_ * w.dense_ffn / tp;
-  const double input = kB * tokens_gpu_ * w.input;
-  const double chunks = s.moe == MoeMode::Chunked ? double(s.chunks) : 1;
-  const double experts = kB * w.row * received_;  // the experts' rows, the MoE in one pass
-  // Kept until backward, and the largest transient of one layer's backward, per layer kind.
-  double moe_kept = outside + experts, moe_transient = 0, dense_kept = dense_layer, dense_transient = 0;
-  if (s.recompute_layer) {
-    moe_kept = dense_kept = input;
-    moe_transient = outside + experts / chunks, dense_transient = dense_layer;
-  } else if (s.moe != MoeMode::Stored) {
-    moe_kept = outside, moe_transient = experts / chunks;
-  }
-  const double transient = std::max(st.dense > 0 ? dense_transient : 0.0, st.moe > 0 ? moe_transient : 0.0);
+  const LayerWidths w = widths(s);
+  // Kept until backward, and the largest of what one layer's backward holds again, per layer kind.
+  const double moe_kept = tokens_gpu_ * w.token + received_ * w.row, dense_kept = tokens_gpu_ * w.dense;
+  const double moe_again = tokens_gpu_ * w.token_again + received_ * w.row_again;
+  const double transient =
+      std::max(st.dense > 0 ? tokens_gpu_ * w.dense_again : 0.0, st.moe > 0 ? moe_again : 0.0);
   const double kept = st.inflight * (st.dense * dense_kept + st.moe * moe_kept);
   if (!s.offload.any()) return kept + transient + st.logits;
   // Offloading: every layer's modules leave for the host but the layer running and those prefetched.
   const double moved = offloaded(st, s);
-  const double moe_off = kB * tokens_gpu_ * w.offload_token + kB * received_ * w.offload_row;
+  const double moe_off = tokens_gpu_ * w.offload_token + received_ * w.offload_row;
   return kept - moved + std::min(moved, double(1 + s.offload.prefetch) * moe_off) + transient + st.logits;
 }
 
 double StageMemory::offloaded(const Stage& st, const StrategyShape& s) const {
   if (!s.offload.any()) return 0;
-  const double kB = set_.element_bytes;
-  const LayerWidths w = layer_widths(m_, s);
-  const double dense = kB * tokens_gpu_ * w.offload_token;
-  const double moe = dense + kB * received_ * w.offload_row;
+  const LayerWidths w = widths(s);
+  const double dense = tokens_gpu_ * w.offload_token;
+  const double moe = dense + received_ * w.offload_row;
   // The last `margin` layers keep theirs.
   const double kept = std::min(st.dense + st.moe, double(s.offload.margin));
   const double moe_moved = std::max(0.0, st.moe - kept),
@@ -114,21 +117,30 @@ StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
       best.stage = stages_.size() == 1 ? "only" : i == 0 ? "first" : "last";
     }
   }
+  const FrameworkSetting& f = set_.framework;
+  best.reserved = best.bytes * (1 + f.fragmentation);
+  best.need = best.reserved + f.workspace;
   return best;
 }
 
 std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const {
   std::vector<std::string> out;
-  out.push_back(std::string(set_.fsdp ? "static: FSDP: fp32 weights, gradients and Adam moments sharded over DP x CP "
-                                        "(experts: DP x CP x TP / EP), two layers' weights gathered"
-                                      : "static: bf16 weights, fp32 gradients, fp32 master weights and Adam moments "
-                                        "sharded over DP x CP (experts: over DP x CP x TP / EP) by the distributed "
-                                        "optimizer") +
+  const FrameworkSetting& f = set_.framework;
+  out.push_back(std::string(f.fsdp ? "static: FSDP: weights, gradients and Adam moments (" +
+                                         four_digits(f.fsdp_state_bytes) +
+                                         " bytes a parameter) sharded over DP x CP (experts: DP x CP x TP / EP), " +
+                                         std::string(f.reshard ? "two layers' weights gathered"
+                                                               : "every layer's weights gathered until backward")
+                                   : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +
+                                         " gradients whole, fp32 master weights and " +
+                                         (f.moment_bytes == 2 ? "bf16" : "fp32") +
+                                         " Adam moments sharded over DP x CP (experts: over DP x CP x TP / EP) by the "
+                                         "distributed optimizer") +
                 "; the hotter of the first stage (embedding, dense layers, most micro-batches in flight) and the "
-                "last (head, logits, MTP)");
-  out.push_back("activations: the paper's Eq. 2 s term per layer (t = TP, c = CP) plus " + row_text(s) +
-                " per received row (memfine's profile: this suite's implementation model), x the micro-batches the "
-                "schedule keeps in flight on the rank; the logits in bf16 and fp32");
+                "last (head, loss, MTP)");
+  out.push_back("activations (" + f.name + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
+                widths(s).row_text + " per received row, x the micro-batches the schedule keeps in flight on the rank; "
+                "the loss " + f.loss);
   return out;
 }
 

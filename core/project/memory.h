@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/moe/shape.h"
+#include "core/predict/profile.h"
 #include "core/project/layout.h"
 
 namespace memfine {
@@ -19,7 +20,9 @@ class StageMemory {
   // `received`: the rows the hottest rank's experts receive per micro-batch.
   StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received);
   struct Peak {
-    double bytes = 0, static_bytes = 0, host_bytes = 0;
+    double bytes = 0, static_bytes = 0, host_bytes = 0;  // allocated: what the tensors take
+    double reserved = 0;                                 // what the caching allocator holds for them
+    double need = 0;                                     // and with what the process holds beside
     double layers_in_flight = 1;  // its layers x the micro-batches it keeps in flight
     std::string stage;            // "first", "last" or "only"
   };
@@ -37,6 +40,7 @@ class StageMemory {
   };
   // Bytes a stage's layers keep from forward to backward, the largest transient of one layer's
   // backward, and what offloading moves to the host, per micro-batch in flight.
+  LayerWidths widths(const StrategyShape& s) const;
   double activations(const Stage& st, const StrategyShape& s) const;
   double offloaded(const Stage& st, const StrategyShape& s) const;
   double static_of(const Stage& st) const;

@@ -8,15 +8,15 @@
 
 namespace memfine {
 
-double project_overload(const ProjectConfig& c, int64_t ep) {
-  if (c.overload > 0) return c.overload;
-  if (c.imbalance.kind == "balanced" || ep == 1) return 1;
+Overload project_overload(const ProjectConfig& c, int64_t ep) {
+  if (c.overload > 0) return {c.overload, c.overload};
+  if (c.imbalance.kind == "balanced" || ep == 1) return {};
   // The law's routing of one micro-batch-sized draw per MoE layer over `ep` ranks.
   ModelConfig m;
   m.experts = c.model.experts, m.topk = c.model.topk, m.seq = c.model.seq, m.micro_batch = 1,
   m.layers = c.model.moe_layers();
   m.hidden = 8, m.ffn_hidden = 8, m.heads = 1, m.kv_heads = 1, m.head_dim = 8;
-  double worst = 1;
+  double worst = 1, sum = 0;
   const int64_t local = m.experts / ep;
   for (int64_t l = 0; l < m.layers; ++l) {
     const auto counts = expert_counts(c.imbalance, m, ep, l, c.seed);
@@ -26,9 +26,10 @@ double project_overload(const ProjectConfig& c, int64_t ep) {
       for (int64_t e = r * local; e < (r + 1) * local; ++e) rank += double(counts[size_t(e)]);
       hottest = std::max(hottest, rank), total += rank;
     }
-    if (total > 0) worst = std::max(worst, hottest * double(ep) / total);
+    const double x = total > 0 ? hottest * double(ep) / total : 1;
+    worst = std::max(worst, x), sum += x;
   }
-  return worst;
+  return {worst, m.layers > 0 ? sum / double(m.layers) : 1};
 }
 
 ProjectResult run_project(const ProjectConfig& c) {
@@ -47,9 +48,9 @@ ProjectResult run_project(const ProjectConfig& c) {
     if (!out.overload.count(l.ep)) out.overload[l.ep] = project_overload(c, l.ep);
     for (const auto& s : strategies) {
       ProjectSetting set = setting;
-      set.overload = out.overload[l.ep];
+      set.overload = out.overload[l.ep].worst, set.time_overload = out.overload[l.ep].mean;
       Estimate e = estimate(c.model, c.hardware, l, *s, set);
-      set.overload = 1;
+      set.overload = set.time_overload = 1;
       e.balanced_tokens_per_s_gpu = estimate(c.model, c.hardware, l, *s, set).tokens_per_s_gpu;
       (e.fits ? out.ranked : out.rejected).push_back(e);
     }

@@ -12,15 +12,20 @@
 
 namespace memfine {
 
-// The hottest expert-parallel rank's received rows over its balanced share, for `ep` ranks: the
-// largest over the model's MoE layers of the law's draw (core/workload), or the given factor.
-double project_overload(const ProjectConfig& c, int64_t ep);
+// The hottest expert-parallel rank's received rows over its balanced share, for `ep` ranks, from
+// the law's draw per MoE layer (core/workload), or the given factor: the largest over the layers
+// (what the memory of the hottest layer holds) and their mean (what the step waits for: each
+// layer waits for its own hottest rank).
+struct Overload {
+  double worst = 1, mean = 1;
+};
+Overload project_overload(const ProjectConfig& c, int64_t ep);
 
 struct ProjectResult {
   std::vector<Estimate> ranked;        // fitting, dropless first, best goodput first
   std::vector<Estimate> rejected;      // each with its reason
   int64_t layouts = 0;                 // layouts tried (before strategies)
-  std::map<int64_t, double> overload;  // the hottest rank's s' over its share, by EP
+  std::map<int64_t, Overload> overload;  // the hottest rank's s' over its share, by EP
 };
 ProjectResult run_project(const ProjectConfig& c);
 

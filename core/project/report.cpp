@@ -23,8 +23,11 @@ std::string heading(const ProjectConfig& c, const ProjectResult& r) {
   else
     o << ", imbalance: " << c.imbalance.kind
       << (c.imbalance.kind == "zipf" ? " alpha " + fmt_double("%g", c.imbalance.alpha) : "");
-  o << "\nthe hottest rank's s' over its balanced share:";
-  for (const auto& [ep, x] : r.overload) o << " EP" << ep << " " << fmt_double("%.2f", x) << "x";
+  o << "\nframework: " << c.framework.name << " (memory by its profile; `framework:` in the file says which)";
+  o << "\nthe hottest rank's s' over its balanced share (worst layer, mean over layers):";
+  for (const auto& [ep, x] : r.overload)
+    o << (ep == r.overload.begin()->first ? " EP" : ", EP") << ep << " " << fmt_double("%.2f", x.worst) << "x/"
+      << fmt_double("%.2f", x.mean) << "x";
   o << "\n"
     << r.layouts << " layouts x " << c.strategies.size() << " strategies: " << r.ranked.size() << " fit, "
     << r.rejected.size() << " rejected; ranked by goodput (tokens/s per GPU that survive failures)\n";
@@ -33,9 +36,10 @@ std::string heading(const ProjectConfig& c, const ProjectResult& r) {
 
 Grid ranked_grid() {
   Grid g;
-  g.header = {"#",       "layout",   "strategy", "peak",   "static",    "act",      "host",    "chunk", "step",
-              "compute", "overhead", "comm",     "bubble", "tok/s/GPU", "balanced", "TFLOP/s", "ETTR",  "goodput"};
-  g.units = {"", "", "", "GB", "GB", "GB", "GB", "", "s", "s", "s", "s", "s", "", "", "", "", "tok/s/GPU"};
+  g.header = {"#",     "layout", "strategy", "fit",     "need",     "alloc",     "static",   "act",
+              "host",  "chunk",  "step",     "compute", "overhead", "comm",      "bubble",   "tok/s/GPU",
+              "balanced", "TFLOP/s", "ETTR", "goodput"};
+  g.units = {"", "", "", "", "GB", "GB", "GB", "GB", "GB", "", "s", "s", "s", "s", "s", "", "", "", "", "tok/s/GPU"};
   g.left = 3;
   return g;
 }
@@ -44,6 +48,8 @@ std::vector<std::string> row_of(const Estimate& e, int64_t n) {
   return {std::to_string(n),
           e.layout.text(),
           e.strategy + (e.drops ? "*" : ""),
+          e.fit,
+          fmt_double("%.1f", e.need_gb),
           fmt_double("%.1f", e.peak_gb),
           fmt_double("%.1f", e.static_gb),
           fmt_double("%.1f", e.activation_gb),
@@ -99,7 +105,9 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   if (reasons.empty()) out += " none";
   for (const auto& [why, count] : reasons) out += "\n  " + std::to_string(count) + " x " + why;
   out +=
-      "\n\noverhead = recomputation (with its all-to-alls), MemFine's chunks and offloading's copy wait; comm = "
+      "\n\nneed = alloc (what the tensors take) with the allocator's reserve and what the process holds beside "
+      "(CUDA context, NCCL), against the usable memory; fit: borderline within the framework's margin of it\n"
+      "overhead = recomputation (with its all-to-alls), MemFine's chunks and offloading's copy wait; comm = "
       "exposed communication; balanced = tok/s/GPU with balanced routing; goodput = ETTR x tok/s/GPU\n"
       "* drops assignments (capacity capping): another model, not comparable with the dropless rows\n";
   if (!r.ranked.empty()) {
@@ -132,15 +140,20 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
                         {"name", e.name},
                         {"drops", e.drops},
                         {"fits", e.fits},
+                        {"fit", e.fit},
+                        {"framework", c.framework.name},
+                        {"ep_overlap", c.framework.ep_overlap},
                         {"hottest_stage", e.hottest_stage},
                         {"why", e.why},
                         {"rank", rank}};
     for (const auto& [k, v] : stamp) j[k] = v;
+    if (auto it = r.overload.find(l.ep); it != r.overload.end())
+      j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}};
     if (auto it = c.published.find(e.strategy); it != c.published.end())
       j["published"] = {{"source", c.published_source}, {"values", it->second}};
     if (!e.strategy.empty()) {
       j["peak_gb"] = e.peak_gb, j["static_gb"] = e.static_gb, j["activation_gb"] = e.activation_gb,
-      j["host_gb"] = e.host_gb;
+      j["host_gb"] = e.host_gb, j["reserved_gb"] = e.reserved_gb, j["need_gb"] = e.need_gb;
       j["chunks"] = e.chunks, j["step_s"] = e.step;
       j["step_parts_s"] = {
           {"compute", e.compute}, {"recompute", e.recompute},       {"comm", e.comm},

@@ -79,16 +79,15 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
   const bool ep_in_node = l.ep * l.tp <= hw.gpus_per_node;
   Link ep_link = ep_in_node ? nvlink(hw) : network(hw);
-  if (const double r = ep_in_node ? hw.all_to_all_nvlink_gb_s : hw.all_to_all_network_gb_s; r > 0)
-    ep_link.beta = r * 1e9;
+  if (const double r = hw.dispatcher_gb_s(set.dispatcher, ep_in_node); r > 0) ep_link.beta = r * 1e9;
   const double bytes = std::max(received, tokens_gpu * double(m.topk)) * double(m.hidden) * set.element_bytes;
   double one = all_to_all_time(ep_link, l.ep, bytes);
   if (!ep_in_node) {
     // Across nodes the network carries the rows bound for other nodes; a node-aware dispatcher
-    // (DeepEP) sends a token once per node it needs and forwards it over NVLink there: of a
+    // (DeepEP, HybridEP) sends a token once per node it needs and forwards it over NVLink there: of a
     // token's topk experts spread evenly over n nodes, it reaches n (1 - (1 - 1/n)^topk) nodes.
     const double n = std::ceil(double(l.ep * l.tp) / double(hw.gpus_per_node)), k = double(m.topk);
-    const double per_node = set.node_dedup ? n * (1 - std::pow(1 - 1 / n, k)) / k : 1;
+    const double per_node = set.dispatcher != "alltoall" ? n * (1 - std::pow(1 - 1 / n, k)) / k : 1;
     one = (n - 1) * ep_link.alpha + bytes * (n - 1) / n * per_node / ep_link.beta;
   }
   const double moe_layers = double(m.moe_layers() + m.mtp_layers) / double(l.pp);
@@ -119,8 +118,12 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
       l.tp > 1 ? 4 * double(m.layers) / pp * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
   const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw);
   const double pp_comm = l.pp > 1 ? 2 * send_time(pp_link, tokens_gpu * h * kB) : 0;
-  const double comm = a2a + tp_comm + pp_comm;
-  const double recompute = recompute_of(s, c, a2a);
+  // Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's
+  // forward beside another's backward, each one's dispatch and combine behind the other's compute:
+  // what is longer than that compute stays exposed.
+  const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? std::max(0.0, a2a - c.total) : a2a;
+  const double comm = a2a_exposed + tp_comm + pp_comm;
+  const double recompute = recompute_of(s, c, a2a_exposed);
   // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
   double wait = 0;
   if (s.offload.any()) {
@@ -134,7 +137,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   // FSDP gathers every layer's weights for the forward and again for the backward, behind the
   // micro-batch's compute where it can.
   double fsdp_exposed = 0;
-  if (set.fsdp) {
+  if (set.framework.fsdp) {
     const double gather =
         2 * (all_gather_time(network(hw), l.dp * l.cp, mem.stage_params * 2) +
              (expert_dp > 1 ? all_gather_time(network(hw), int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
@@ -169,9 +172,10 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               four_digits(hw.hbm_gb_s) +
               " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers",
           "communication: the all-to-all (4 per MoE layer, " +
-              std::string(ep_in_node       ? "NVLink"
-                          : set.node_dedup ? "network, once per node (DeepEP)"
-                                           : "network") +
+              std::string(ep_in_node                        ? "NVLink"
+                          : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"
+                                                          : "network") +
+              (set.framework.ep_overlap ? ", behind another micro-batch's compute where it is shorter" : "") +
               ") and TP's sequence-parallel collectives exposed; pipeline sends exposed; CP's ring and DP's gradient "
               "reduce-scatter and weight all-gather hidden behind compute but for the last micro-batch"};
 }

@@ -1,0 +1,60 @@
+#include "core/project/framework.h"
+
+#include "core/util/format.h"
+
+namespace memfine {
+
+namespace {
+
+// Transformer Engine allocates a cuBLAS workspace of 32 MiB + 1 KiB on Hopper for each of its 4
+// compute streams (transformer_engine/pytorch/cpp_extensions/gemm.py; common/util/multi_stream.cpp).
+constexpr double kTeWorkspaces = 4 * (32.0 * 1024 * 1024 + 1024);
+
+// The CUDA context and NCCL's buffers, outside PyTorch's allocator: NCCL issues 864 and 964 measure
+// 0.5 to 1.6 GB for each communicator that carries data, and a MoE run holds several (data,
+// expert, expert-data and pipeline parallel); assumed 3 GB, not measured here.
+constexpr double kWorkspaceGb = 3;
+
+// What PyTorch's caching allocator reserves beyond what it hands out, with expandable segments
+// (which Megatron's MoE README sets to prevent fragmentation): assumed 5%, not measured here.
+constexpr double kFragmentation = 0.05;
+
+}  // namespace
+
+FrameworkSetting framework_setting(const ProjectConfig& c) {
+  const FrameworkConfig& f = c.framework;
+  FrameworkSetting s;
+  s.name = f.name;
+  s.profile = parse_profile(f.name);
+  // Megatron's vocab-parallel cross-entropy (and TE's fused one from 2.18) and AutoModel's
+  // MaskedCrossEntropy (fp32_upcast) hold the bf16 logits and their fp32 softmax at the loss's peak,
+  // as this suite's loss does.
+  s.loss = f.loss == "auto" ? "vocab_fp32" : f.loss;
+  s.fsdp = c.sharding == "auto" ? f.name == "fsdp_te" : c.sharding == "fsdp";
+  // NeMo AutoModel keeps every layer's gathered weights until backward (parallelizer.py apply_fsdp:
+  // reshard_after_forward=False); torchtitan lets them go but under pipeline parallelism.
+  s.reshard = f.reshard == "auto" ? f.name != "fsdp_te" : f.reshard == "true";
+  // PyTorch FSDP in mixed precision keeps fp32 weights, gradients and Adam moments (16 bytes a
+  // parameter's shard); NeMo AutoModel loads its models in bf16 (its recipes' torch_dtype), so its
+  // FSDP2 shards hold bf16 weights and gradients and Adam its moments in the weights' dtype (8).
+  s.fsdp_state_bytes = f.name == "fsdp_te" ? 8 : 16;
+  s.grad_bytes = f.grad_dtype == "bf16" ? 2 : 4;
+  s.moment_bytes = f.moment_dtype == "bf16" ? 2 : 4;
+  s.allocated_extra = s.profile == Profile::Memfine ? 0 : kTeWorkspaces;
+  s.workspace = (f.workspace_gb >= 0 ? f.workspace_gb : kWorkspaceGb) * 1e9;
+  s.fragmentation = f.fragmentation >= 0 ? f.fragmentation : kFragmentation;
+  s.margin = f.margin;
+  s.ep_overlap = f.ep_overlap;
+  return s;
+}
+
+std::vector<std::string> framework_assumptions(const FrameworkSetting& f) {
+  return {"rests on: the " + f.name + " profile (what each layer keeps; core/predict/profile_*.cpp name the code), "
+              "the loss (" + f.loss + "), " + four_digits(f.workspace / 1e9) +
+              " GB outside the allocator (CUDA context, NCCL) and " + four_digits(100 * f.fragmentation) +
+              "% reserved beyond allocated, the all-to-all " + (f.ep_overlap ? "overlapped" : "not overlapped") +
+              "; a layout within " + four_digits(100 * f.margin) +
+              "% of its peak of the limit is borderline (framework.margin)"};
+}
+
+}  // namespace memfine

@@ -1,0 +1,172 @@
+// memfine project's framework profiles and terms: what each framework keeps, worked by hand from
+// the code the profile names; the terms a run can change (loss, optimizer dtypes, workspace,
+// fragmentation) and the borderline verdict; the routing's worst layer for memory and its mean
+// for time.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/config/project.h"
+#include "core/predict/profile.h"
+#include "core/project/project.h"
+#include "core/strategy/registry.h"
+
+namespace memfine {
+namespace {
+
+std::unique_ptr<Strategy> strategy(const std::string& label) { return make_strategy(*parse_label(label)); }
+
+// Qwen3-30B-A3B's shape: h 2048, 32 query and 4 key-value heads of 128, per-head q/k norms, 128
+// experts of 768, top 8.
+ModelConfig qwen3_30b() {
+  ModelConfig m;
+  m.layers = 48, m.hidden = 2048, m.heads = 32, m.kv_heads = 4, m.head_dim = 128, m.ffn_hidden = 768;
+  m.experts = 128, m.topk = 8, m.vocab = 151936, m.seq = 4096, m.qk_norm = true;
+  return m;
+}
+
+// Megatron-Core with TE, bf16, no recomputation, by hand from the files profile_megatron.cpp and
+// profile_te.cpp name. Per token: the layer input and the fused norm's output (2h), q, k, v and the
+// core's output (2 x 4096 + 2 x 512), the q/k norms' inputs (4096 + 512), all bf16; rsigma, 32
+// softmax statistics and the q/k norms' 36 rsigma in fp32; the MoE norm's input and output (2h
+// bf16, 1 fp32); the router's 2E fp32 and E routing-map bytes; the permutation map's 2E + 1 int32.
+// Per routed row: fc1's input (h), z (2F), fc2's input (F) in bf16, a probability and a row index.
+TEST(Framework, MegatronKeepsWhatItsCodeSaves) {
+  const ModelConfig m = qwen3_30b();
+  const StrategyShape none;
+  const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2);
+  const double attention = 2 * (2 * 2048 + 2 * 4096 + 2 * 512 + 4096 + 512) + 4 * (1 + 32 + 36);
+  const double moe_token = 2 * (2 * 2048) + 4 * 1 + 4 * 2 * 128 + 128 + 4 * (2 * 128 + 1);
+  EXPECT_DOUBLE_EQ(w.token, attention + moe_token);
+  EXPECT_DOUBLE_EQ(w.row, 2 * (2048 + 3 * 768) + 4 + 4);
+  EXPECT_EQ(w.token_again, 0);
+  // moe_act discards fc2's input (F a row); full recomputation keeps the layer's input alone and
+  // holds one layer's whole again in its backward; `moe` keeps the block's input (the norm's
+  // output) and the norm's own input.
+  StrategyShape act;
+  act.experts = ExpertStorage::ActRecomputed;
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, m, act, 2).row, w.row - 2 * 768);
+  StrategyShape full;
+  full.recompute_layer = true;
+  const LayerWidths f = layer_widths(Profile::MegatronTe, m, full, 2);
+  EXPECT_DOUBLE_EQ(f.token, 2 * 2048);
+  EXPECT_EQ(f.row, 0);
+  EXPECT_DOUBLE_EQ(f.token_again, w.token);
+  EXPECT_DOUBLE_EQ(f.row_again, w.row);
+  StrategyShape block;
+  block.moe = MoeMode::RecomputedBlock;
+  const LayerWidths b = layer_widths(Profile::MegatronTe, m, block, 2);
+  EXPECT_DOUBLE_EQ(b.token, attention + 2 * (2 * 2048) + 4);
+  EXPECT_DOUBLE_EQ(b.token + b.token_again, w.token);
+  // NeMo AutoModel keeps the same routed rows but eager shared and dense MLPs (4 widths) and its
+  // gate's softmax and top-k; this suite's layer keeps the paper's Eq. 2 s term and 3h + 4g a row.
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::FsdpTe, m, none, 2).row, 2 * (2048 + 3 * 768) + 4);
+  const LayerWidths mine = layer_widths(Profile::Memfine, m, none, 2);
+  EXPECT_DOUBLE_EQ(mine.row, 2 * (3 * 2048 + 4 * 768));
+  EXPECT_DOUBLE_EQ(mine.token, 2 * (5 * 2048 + 4096 + 2 * 512 + 128));
+}
+
+// The loss at its peak: bf16 logits and their fp32 softmax; two bf16 vocabulary-wide tensors; or
+// a chunked loss's fp32 hidden-state gradient and one of 8 chunks.
+TEST(Framework, TheLossByWhatItKeeps) {
+  const ModelConfig m = qwen3_30b();
+  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, "vocab_fp32", 2), 6.0 * 151936);
+  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, "vocab_bf16", 2), 4.0 * 151936);
+  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, "chunked", 2), 4.0 * 2048 + 6.0 * 151936 / 8);
+}
+
+const std::string kExperiments = std::string(MEMFINE_TESTS_DIR) + "/../experiments";
+
+// A project file written here, loaded as `memfine project` loads it; removed after.
+ProjectConfig load(const std::string& text) {
+  const std::string file = ::testing::TempDir() + "/framework_project.yaml";
+  std::ofstream(file) << text;
+  try {
+    ProjectConfig c = load_project(file, kExperiments + "/project");
+    std::remove(file.c_str());
+    return c;
+  } catch (...) {
+    std::remove(file.c_str());
+    throw;
+  }
+}
+
+const char* kBase =
+    "model: qwen3_30b_a3b\nhardware: h100_80gb\ngpus: 16\nglobal_batch: 1024\nimbalance: {overload: 1}\n"
+    "search: {tp: [1], pp: [1], ep: [16], cp: [1], micro_batch: [1], vpp: [1]}\n";
+
+// What the process needs is the allocator's reserve over the tensors plus what it holds beside;
+// a need within the margin (a share of the peak) of the limit is borderline, either side.
+TEST(Framework, NeedAndTheBorderline) {
+  const ProjectConfig c =
+      load(std::string(kBase) + "strategies: [no_recompute]\nusable_memory: 1.0\n"
+                                "framework: {name: megatron_te, workspace_gb: 2, fragmentation: 0.1, margin: 0.05}\n");
+  const ProjectResult r = run_project(c);
+  const Estimate& e = r.ranked.empty() ? r.rejected.front() : r.ranked.front();
+  EXPECT_NEAR(e.reserved_gb, 1.1 * e.peak_gb, 1e-9);
+  EXPECT_NEAR(e.need_gb, e.reserved_gb + 2, 1e-9);
+  const double limit = 80, margin = 0.05 * e.peak_gb;
+  EXPECT_EQ(e.fits, e.need_gb <= limit);
+  EXPECT_EQ(e.fit, e.need_gb > limit + margin ? "no" : e.need_gb < limit - margin ? "yes" : "borderline");
+  // Moving the limit across the need moves the verdict through borderline.
+  ProjectConfig tight = c;
+  for (double usable : {e.need_gb / 80 * 1.2, e.need_gb / 80 * 1.001, e.need_gb / 80 * 0.999})
+    if (usable <= 1) {
+      tight.usable_memory = usable;
+      const ProjectResult t = run_project(tight);
+      const Estimate& x = t.ranked.empty() ? t.rejected.front() : t.ranked.front();
+      EXPECT_EQ(x.fit, usable > e.need_gb / 80 * 1.1 ? "yes" : "borderline") << usable;
+    }
+}
+
+// The distributed optimizer's bytes a parameter: bf16 weights and the gradient buffer whole, fp32
+// master weights and Adam's two moments sharded over DP: 6 + 12/d by default, 4 + 8/d with bf16
+// gradients and moments. At EP 16 of 16 GPUs the experts' data-parallel group is 1.
+TEST(Framework, OptimizerDtypesSetTheStaticBytes) {
+  const std::string s = std::string(kBase) + "strategies: [no_recompute]\n";
+  const Estimate fp32 = run_project(load(s)).ranked.front();
+  const Estimate bf16 =
+      run_project(load(s + "framework: {name: megatron_te, grad_dtype: bf16, moment_dtype: bf16}\n")).ranked.front();
+  // Per GPU: 1.81e9 expert parameters (48 layers x 8 local experts x 3 x 2048 x 768) at 18 and 12
+  // bytes; the rest at 6 + 12/16 and 4 + 8/16.
+  const double experts = 48.0 * 8 * 3 * 2048 * 768;
+  const double rest_fp32 = fp32.static_gb * 1e9 - experts * 18, rest_bf16 = bf16.static_gb * 1e9 - experts * 12;
+  EXPECT_NEAR((rest_fp32 - 4 * 33554432.0 - 4096) / (rest_bf16 - 4 * 33554432.0 - 4096), 6.75 / 4.5, 1e-9);
+}
+
+// Under a routing law, memory is the worst layer's (its hottest rank's rows) and time the mean over
+// the layers (each layer waits for its own hottest rank); given outright, the factor is both.
+TEST(Framework, WorstLayerForMemoryMeanForTime) {
+  ProjectConfig c = load(std::string(kBase) + "strategies: [no_recompute]\n");
+  c.imbalance.kind = "lognormal", c.imbalance.sigma = 0.77, c.overload = 0;
+  const Overload o = project_overload(c, 16);
+  EXPECT_GT(o.worst, o.mean);
+  EXPECT_GT(o.mean, 1);
+  c.overload = 1.5;
+  const Overload given = project_overload(c, 16);
+  EXPECT_EQ(given.worst, 1.5);
+  EXPECT_EQ(given.mean, 1.5);
+}
+
+// The framework as a name or a map; a wrong name is refused at its line.
+TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
+  EXPECT_EQ(load(std::string(kBase) + "framework: fsdp_te\n").framework.name, "fsdp_te");
+  EXPECT_TRUE(load(std::string(kBase) + "framework: {name: megatron_te, ep_overlap: true}\n").framework.ep_overlap);
+  try {
+    load(std::string(kBase) + "framework: deepspeed\n");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("framework_project.yaml:7: framework"), std::string::npos) << m;
+  }
+  try {
+    load(std::string(kBase) + "framework: {name: megatron_te, los: chunked}\n");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("framework.los"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace memfine
