@@ -8,6 +8,7 @@
 #include "core/dist/process.h"
 #include "core/meter/memory_meter.h"
 #include "core/record/environment.h"
+#include "core/util/say.h"
 
 namespace memfine::cli {
 
@@ -67,10 +68,10 @@ int run_command_line(int argc, char** argv) {
     std::cerr << "memfine: " << e.what() << "\n\n" << help(cmd);
     return 2;
   } catch (const c10::Error& e) {  // LibTorch's own, without its stack of frames
-    std::cerr << "memfine " << cmd.name << ": " << e.what_without_backtrace() << "\n";
+    say("memfine " + cmd.name + ": " + e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "memfine " << cmd.name << ": " << e.what() << "\n";
+    say("memfine " + cmd.name + ": " + e.what());
     return 1;
   }
 }

@@ -1,6 +1,7 @@
 #include "core/run/runner.h"
 
 #include <iostream>
+#include <sstream>
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
@@ -10,6 +11,7 @@
 #include "core/run/measure.h"
 #include "core/run/progress.h"
 #include "core/run/threads.h"
+#include "core/util/say.h"
 
 namespace memfine {
 
@@ -22,13 +24,14 @@ bool failed(const SweepPoint& p, const std::vector<Measured>& ms, const Dist* di
   const std::string at_rank = dist && dist->world() > 1 ? " rank " + std::to_string(dist->rank()) : "";
   for (const auto& m : ms) {
     if (m.status == "error") {
-      std::cerr << "memfine run: " << m.spec.label() << " at " << p.id << at_rank << " failed: " << m.error << "\n";
+      say("memfine run: " + m.spec.label() + " at " + p.id + at_rank + " failed: " + m.error);
       any = true;
     }
     if (m.grad_err >= 0 && m.grad_err > m.verify_tolerance) {
-      std::cerr << "memfine run: verify: " << m.spec.label() << " at " << p.id << at_rank
-                << " differs from the reference by " << m.grad_err << " (tolerance " << m.verify_tolerance << " for "
-                << p.config.dtype << ")\n";
+      std::ostringstream line;
+      line << "memfine run: verify: " << m.spec.label() << " at " << p.id << at_rank << " differs from the reference by "
+           << m.grad_err << " (tolerance " << m.verify_tolerance << " for " << p.config.dtype << ")";
+      say(line.str());
       any = true;
     }
   }

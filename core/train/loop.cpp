@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
@@ -18,6 +19,7 @@
 #include "core/run/threads.h"
 #include "core/run/verify.h"
 #include "core/strategy/registry.h"
+#include "core/util/say.h"
 #include "core/train/checkpoint.h"
 #include "core/train/data.h"
 #include "core/train/schedule.h"
@@ -252,16 +254,19 @@ int train_experiment(const std::string& yaml, const RunOptions& opt) {
             << records.size() << " in all)\n";
   for (size_t i = before; i < records.size(); ++i) {
     const json& r = records[i];
-    if (r["status"] == "error")
-      std::cerr << "memfine train: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
-                << " failed: " << r["error"].get<std::string>() << "\n",
-          failed = true;
-    if (r.value("verified", json()) == false)
-      std::cerr << "memfine train: verify: " << r["strategy"].get<std::string>() << " at "
-                << r["point"].get<std::string>() << " differs from the reference by "
-                << r["grad_max_rel_err"].get<double>() << " (tolerance " << r["verify_tolerance"].get<double>()
-                << ")\n",
-          failed = true;
+    if (r["status"] == "error") {
+      say("memfine train: " + r["strategy"].get<std::string>() + " at " + r["point"].get<std::string>() +
+          " failed: " + r["error"].get<std::string>());
+      failed = true;
+    }
+    if (r.value("verified", json()) == false) {
+      std::ostringstream line;
+      line << "memfine train: verify: " << r["strategy"].get<std::string>() << " at " << r["point"].get<std::string>()
+           << " differs from the reference by " << r["grad_max_rel_err"].get<double>() << " (tolerance "
+           << r["verify_tolerance"].get<double>() << ")";
+      say(line.str());
+      failed = true;
+    }
   }
   return failed ? 1 : 0;
 }
