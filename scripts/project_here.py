@@ -48,6 +48,15 @@ def hardware(bench, memory_gb):
     }
 
 
+def measured_memory_gb(bench, previous_hardware):
+    """The memory of the machine that measured: the benchmark's context names it; records measured
+    before it did have it only in the hardware preset written beside them then."""
+    if "memory_gb" in bench.get("context", {}):
+        return float(bench["context"]["memory_gb"])
+    with open(previous_hardware) as f:
+        return float(yaml.safe_load(f)["this_machine"]["memory_gb"])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="project_here.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,14 +72,15 @@ def main(argv=None):
             if os.path.exists(p):
                 os.replace(p, p + ".old")  # kept beside, never lost
         sh([f"{a.build}/memfine", "run", EXPERIMENT, "--out", a.out, "--no-progress"])
-        sh([f"{a.build}/memfine_bench", f"--moe_config={EXPERIMENT}",
+        meminfo = open("/proc/meminfo").read().split()
+        memory_gb = float(meminfo[meminfo.index("MemTotal:") + 1]) * 1024 / 1e9
+        sh([f"{a.build}/memfine_bench", f"--moe_config={EXPERIMENT}", f"--benchmark_context=memory_gb={memory_gb}",
             "--benchmark_filter=BM_Matmul/512|BM_ExpertGemm|BM_Copy", "--benchmark_repetitions=3",
             "--benchmark_report_aggregates_only=true", f"--benchmark_out={bench_path}", "--benchmark_out_format=json"])
     with open(bench_path) as f:
         bench = json.load(f)
     recs = [json.loads(l) for l in open(records) if l.strip()]
-    meminfo = open("/proc/meminfo").read().split()
-    hw = hardware(bench, float(meminfo[meminfo.index("MemTotal:") + 1]) * 1024 / 1e9)
+    hw = hardware(bench, measured_memory_gb(bench, os.path.join(a.out, "hardware.yaml")))
     with open(os.path.join(a.out, "hardware.yaml"), "w") as f:
         f.write("# This machine's rates, from bench.json (memfine_bench at experiments/project_here.yaml's shapes)\n")
         yaml.safe_dump({"this_machine": hw}, f, sort_keys=False)
