@@ -19,10 +19,7 @@ std::vector<Param> params() {
                            "how each expert keeps its activations: 'stored' or 'moe_act' (SiLU(a)*b recomputed in "
                            "backward, as moe_act_recompute)",
                            "stored", {"stored", "moe_act"}));
-  p.push_back(int_param("chunks",
-                        "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
-                        "FCDA), the rest of the layer stored",
-                        1, 1, int64_t(1) << 30));
+  p.push_back(moe_chunks_param("the rest of the layer stored"));
   return p;
 }
 
@@ -35,14 +32,11 @@ StrategyInfo info() {
         StrategyShape s;
         s.offload = offload_spec(spec);
         s.experts = parse_expert_storage(spec.value("experts").get<std::string>());
-        s.chunks = spec.value("chunks").get<int64_t>();
-        if (s.chunks > 1) s.moe = MoeMode::Chunked;
+        set_moe_chunks(spec, s);
         return s;
       });
   i.check_point = [](const StrategySpec& spec, const ExperimentConfig& c) {
-    if (spec.value("chunks").get<int64_t>() > c.model.tokens())
-      throw std::invalid_argument("chunks: " + std::to_string(spec.value("chunks").get<int64_t>()) +
-                                  " exceeds the tokens per rank (" + std::to_string(c.model.tokens()) + ")");
+    check_moe_chunks(spec, c);
     if (spec.value("margin").get<int64_t>() >= c.model.layers)
       return std::string("margin keeps every layer's activations on the device: nothing is offloaded");
     return std::string();

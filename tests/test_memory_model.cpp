@@ -45,6 +45,10 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
   specs.push_back(spec("offload", {{"modules", all}, {"experts", "moe_act"}, {"margin", "1"}}));
   specs.push_back(spec("offload", {{"modules", all}, {"chunks", "4"}}));
   specs.push_back(spec("memfine", {{"chunks", "[0, 4]"}, {"modules", all}, {"prefetch", "0"}}));
+  // 8-bit storage: each format, a scale per block of rows, composed with chunks.
+  specs.push_back(spec("compress", {{"format", "fp8_e5m2"}, {"scale", "rows"}, {"rows", "16"}}));
+  specs.push_back(spec("compress", {{"format", "bf16"}, {"modules", "[core_attn, expert_fc1, moe_act]"}}));
+  specs.push_back(spec("compress", {{"chunks", "4"}}));
   double worst = 0;
   for (const char* kind : {"balanced", "zipf"}) {
     for (const char* attention : {"gqa", "none"}) {

@@ -10,14 +10,28 @@
 
 namespace memfine {
 
+// Where what the chosen modules save goes: the host (offloading), or the device itself, encoded in a
+// narrower format and decoded for backward (8-bit activation storage, core/strategy/codec.h).
+enum class StoredAs { Host, Fp8E4m3, Fp8E5m2, Bf16 };
+
 // Activation offloading (core/strategy/offload.h): what autograd saves inside the chosen modules
-// leaves the device after their forward and comes back for their backward.
+// leaves the device after their forward and comes back for their backward; or, encoded, stays.
 struct OffloadSpec {
   uint32_t modules = 0;                 // a bit per Module
   int64_t min_bytes = 0;                // smaller saved tensors stay (Megatron's min_offloaded_tensor_size)
   int64_t margin = 0;                   // the last `margin` layers keep theirs (their backward comes first)
   int64_t prefetch = 1;                 // backward brings a layer's group back this many layers ahead
   double h2d_gbps = 35, d2h_gbps = 53;  // host bandwidth each way, for the modelled copy times
+  StoredAs stored_as = StoredAs::Host;
+  int64_t scale_rows = 0;  // encoded in FP8: a scale per this many rows of a saved tensor; 0: per tensor
+  bool encodes() const { return stored_as != StoredAs::Host; }
+  // Of a saved floating tensor of `element_bytes` per element, the share the device still holds:
+  // none when it goes to the host, the codes' bytes when encoded (its scales aside).
+  double kept_fraction(double element_bytes) const {
+    if (!encodes()) return 0;
+    const double code = stored_as == StoredAs::Bf16 ? 2 : 1;
+    return code < element_bytes ? code / element_bytes : 1;
+  }
   bool any() const { return modules != 0; }
   bool has(Module m) const { return modules & (1u << unsigned(m)); }
   void add(Module m) { modules |= 1u << unsigned(m); }

@@ -44,7 +44,7 @@ OffloadedBytes offloaded_bytes(const Sizes& z, const StrategyShape& sl, const Mo
     if (spec.has(Module::CoreAttn)) {
       for (int i = 0; i < 3; ++i) add(hd, &b.own);  // q, k and v as contiguous copies
       add(z.E * z.b * z.H * z.s * z.s, &b.own);     // the softmax output
-      add(z.s * z.s, &b.own);                       // the causal mask
+      if (!spec.encodes()) add(z.s * z.s, &b.own);  // the causal mask (boolean: never encoded)
     }
     if (spec.has(Module::AttnProj)) add(hd, &b.own);  // the context as a contiguous copy
   }

@@ -63,12 +63,16 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   }
   e.assumptions = memory.assumptions(e.shape);
   for (const auto& a : framework_assumptions(set.framework)) e.assumptions.push_back(a);
-  if (e.shape.offload.any())
+  if (e.shape.offload.encodes())
+    e.assumptions.push_back("encoded: " + offload_modules_text(e.shape.offload) +
+                            " of every layer but the one running, encoded and decoded at the HBM rate");
+  else if (e.shape.offload.any())
     e.assumptions.push_back("offload: " + offload_modules_text(e.shape.offload) +
                             " of every layer but the one running and those prefetched");
   const StepParts t =
       step_time(m, hw, l, e.shape, set, received_on_average,
-                {memory.stage_params(), memory.stage_expert_params(), e.host_gb * 1e9, peak.layers_in_flight});
+                {memory.stage_params(), memory.stage_expert_params(), e.host_gb * 1e9, peak.layers_in_flight,
+                 peak.encoded_bytes});
   for (const auto& a : step_assumptions(hw, set, l)) e.assumptions.push_back(a);
   e.compute = t.compute, e.chunk_overhead = t.chunk_overhead, e.recompute = t.recompute, e.comm = t.comm;
   e.all_to_all = t.all_to_all, e.offload_wait = t.offload_wait, e.bubble = t.bubble, e.step = t.step();

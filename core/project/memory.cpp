@@ -90,9 +90,11 @@ double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
   const double kept = st.inflight * (st.dense * dense_kept + st.moe * moe_kept);
   if (!s.offload.any()) return kept + transient + st.logits;
   // Offloading: every layer's modules leave for the host but the layer running and those prefetched.
+  // Encoding: they stay as codes, all but the running layer's, decoded.
   const double moved = offloaded(st, s);
   const double moe_off = tokens_gpu_ * w.offload_token + received_ * w.offload_row;
-  return kept - moved + std::min(moved, double(1 + s.offload.prefetch) * moe_off) + transient + st.logits;
+  const double away = 1 - s.offload.kept_fraction(set_.element_bytes);
+  return kept - away * (moved - std::min(moved, double(1 + s.offload.prefetch) * moe_off)) + transient + st.logits;
 }
 
 double StageMemory::offloaded(const Stage& st, const StrategyShape& s) const {
@@ -112,7 +114,8 @@ StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
   for (size_t i = 0; i < stages_.size(); ++i) {
     const double st = static_of(stages_[i]), b = st + activations(stages_[i], s);
     if (i == 0 || b > best.bytes) {
-      best.bytes = b, best.static_bytes = st, best.host_bytes = offloaded(stages_[i], s);
+      best.bytes = b, best.static_bytes = st;
+      (s.offload.encodes() ? best.encoded_bytes : best.host_bytes) = offloaded(stages_[i], s);
       best.layers_in_flight = stages_[i].inflight * (stages_[i].dense + stages_[i].moe);
       best.stage = stages_.size() == 1 ? "only" : i == 0 ? "first" : "last";
     }

@@ -21,6 +21,7 @@ class StageMemory {
   StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received);
   struct Peak {
     double bytes = 0, static_bytes = 0, host_bytes = 0;  // allocated: what the tensors take
+    double encoded_bytes = 0;  // what encoding stores as codes (their size before it)
     double reserved = 0;                                 // what the caching allocator holds for them
     double need = 0;                                     // and with what the process holds beside
     double layers_in_flight = 1;  // its layers x the micro-batches it keeps in flight

@@ -126,7 +126,12 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   const double recompute = recompute_of(s, c, a2a_exposed);
   // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
   double wait = 0;
-  if (s.offload.any()) {
+  if (s.offload.encodes() && hw.hbm_gb_s > 0) {
+    // Encoding reads each element and writes its code; decoding reads the code and writes it back.
+    const double code = s.offload.kept_fraction(kB) * kB;
+    const double per_layer = mem.encoded_bytes / std::max(1.0, mem.layers_in_flight);
+    wait = double(m.layers) / pp * per_layer * 2 * (1 + code / kB) / (hw.hbm_gb_s * 1e9);
+  } else if (s.offload.any()) {
     const double off_layer = mem.host_bytes / std::max(1.0, mem.layers_in_flight);
     const double layer_fwd = c.total / 3 / std::max(1.0, double(m.layers) / pp);
     wait = double(m.layers) / pp *

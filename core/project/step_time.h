@@ -21,6 +21,7 @@ struct StepParts {
 // and what offloading moves per micro-batch in flight.
 struct StepMemory {
   double stage_params = 0, stage_expert_params = 0, host_bytes = 0, layers_in_flight = 1;
+  double encoded_bytes = 0;  // what encoding stores as codes, in their own dtype's bytes
 };
 
 // Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.

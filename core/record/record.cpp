@@ -78,8 +78,10 @@ std::vector<json> measured_records(const SweepPoint& pt, const PointContext& ctx
     put_times(r, c, rt, k, ceiling);
     // The verdict: against the tolerance of the dtype (core/run/verify.h); null when not checked.
     put(r, "grad_max_rel_err", k.grad_err < 0 ? json(nullptr) : json(k.grad_err));
-    put(r, "verify_tolerance", k.grad_err < 0 ? json(nullptr) : json(k.verify_tolerance));
-    put(r, "verified", k.grad_err < 0 ? json(nullptr) : json(k.grad_err <= k.verify_tolerance));
+    // A lossy strategy's error is its result: held to no tolerance.
+    const bool verdict = k.grad_err >= 0 && !k.lossy;
+    put(r, "verify_tolerance", verdict ? json(k.verify_tolerance) : json(nullptr));
+    put(r, "verified", verdict ? json(k.grad_err <= k.verify_tolerance) : json(nullptr));
     for (const auto& [key, value] : k.counters.items()) r[key] = value;  // the strategy's, declared by it
     records.push_back(std::move(r));
   }

@@ -27,6 +27,7 @@ struct Measured {
   std::string unpredicted_why;      // why there is no prediction
   double grad_err = -1;             // verify: largest relative gradient error; -1: not checked
   double verify_tolerance = 0;      // what verify accepts for the dtype
+  bool lossy = false;               // Strategy::lossy: grad_err is its result, not held to the tolerance
 };
 
 // The routing of a point as this rank saw it.

@@ -67,9 +67,11 @@ const std::vector<FieldSpec>& record_schema() {
       {"loss", "number|null", "", "the step's loss (measured: the last timed step's)", "measured train"},
       // Correctness.
       {"grad_max_rel_err", "number|null", "",
-       "verify: the largest relative difference of loss and gradients against the reference", "measured train"},
+       "verify: the largest relative difference of loss and gradients against the reference (a lossy strategy's: "
+       "measured in every run, its result)",
+       "measured train"},
       {"verify_tolerance", "number|null", "", "what verify accepts for the dtype", "measured train"},
-      {"verified", "boolean|null", "", "grad_max_rel_err within verify_tolerance; null: not checked", "measured train"},
+      {"verified", "boolean|null", "", "grad_max_rel_err within verify_tolerance; null: not checked, or lossy (held to none)", "measured train"},
       // Training.
       {"step", "integer", "", "the training step", "train"},
       {"lr", "number", "", "the step's learning rate", "train"},

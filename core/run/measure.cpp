@@ -33,6 +33,7 @@ std::vector<Contender> contenders(const ExperimentConfig& c, const std::vector<s
     k.m.spec = spec;
     try {
       k.strategy = make_strategy(spec);
+      k.m.lossy = k.strategy->lossy();
     } catch (const std::exception& e) {
       k.m.status = "error", k.m.error = e.what();
     }
@@ -90,13 +91,15 @@ void allocate(const ExperimentConfig& c, PointState& point, std::vector<Contende
     if (k.state && k.m.status != "ok") k.state.reset();
 }
 
-// `verify: true`: each dropless strategy against the reference computed once on the point's state.
-// On one process, a strategy whose check runs out of memory (MACT finding nothing that fits) is not
-// verified, and is measured, or out of memory, on its own; one that fails otherwise is its own error.
-void verify(const ExperimentConfig& c, const TrainState& point, std::vector<Contender>& cs, const Dist* dist) {
+// `verify: true`: each dropless strategy against the reference computed once on the point's state
+// (`all` false: the lossy ones only, whose error is measured in every run). On one process, a
+// strategy whose check runs out of memory (MACT finding nothing that fits) is not verified, and is
+// measured, or out of memory, on its own; one that fails otherwise is its own error.
+void verify(const ExperimentConfig& c, const TrainState& point, std::vector<Contender>& cs, const Dist* dist,
+            bool all) {
   const Verifier verifier(point, dist);
   for (auto& k : cs) {
-    if (!k.runs()) continue;
+    if (!k.runs() || (!all && !k.m.lossy)) continue;
     try {
       if (const auto err = verifier.error_of(k.m.spec))
         k.m.grad_err = *err, k.m.verify_tolerance = verify_tolerance(c.dtype);
@@ -209,7 +212,8 @@ PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& 
   if (cs.empty()) return out;
   PointState point = make_point_state(c, dist);
   const EmulatedRank er = point.state->rank;  // the records' routing, taken before any step
-  if (c.verify) verify(c, *point.state, cs, dist);
+  const bool lossy = std::any_of(cs.begin(), cs.end(), [](const Contender& k) { return k.runs() && k.m.lossy; });
+  if (c.verify || lossy) verify(c, *point.state, cs, dist, c.verify);
   allocate(c, point, cs, dist);
   point.state.reset();  // where no strategy runs
   run_steps(c, cs, tick, dist);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <new>
 
+#include "core/strategy/codec.h"
 #include "core/strategy/recompute.h"
 
 namespace memfine {
@@ -18,12 +19,15 @@ namespace memfine {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// One saved storage's host copy (shared by every view of it saved), then its device copy.
+// One saved storage's host copy, or its encoded copy (shared by every view of it saved), then its
+// device copy.
 struct Entry {
   std::weak_ptr<Offloader::Impl> owner;
   int64_t bytes = 0;
   at::Device device_type = at::kCPU;  // where it came from
   at::Tensor host, device;
+  Encoded encoded;                          // encoding: the codes, on the device
+  at::ScalarType dtype = at::kFloat;        // encoding: the storage's element type
   // Keeps the key's address (the storage's) from being reused while the entry lives.
   c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
   ~Entry();
@@ -47,6 +51,7 @@ struct Offloader::Impl {
   Clock::time_point start;
   double hook_ms = 0;  // the emulation's own copying, taken out of every event's time
   int64_t host_current = 0, host_peak = 0, to_host = 0, to_device = 0, tensors = 0;
+  int64_t encoded_in = 0, encoded_kept = 0, decoded = 0;  // encoding: bytes in, codes and scales, decoded
   std::map<Module, int64_t> by_module;
 
   // Layer l's group and backward mark, grown to the layers a step reaches.
@@ -61,6 +66,12 @@ struct Offloader::Impl {
   }
   // Brings an entry's copy back to the device (the metered allocator) and frees the host one.
   void fetch(Entry& e) {
+    if (e.encoded.codes.defined()) {
+      e.device = decode(e.encoded, spec.stored_as, e.dtype);
+      e.encoded = Encoded{};
+      decoded += e.bytes;
+      return;
+    }
     if (e.device.defined() || !e.host.defined()) return;
     e.device = e.device_type.is_cpu() ? e.host.clone() : e.host.to(e.device_type);
     e.host = at::Tensor();
@@ -131,8 +142,10 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
   Offloaded(std::shared_ptr<Offloader::Impl> o, int64_t group) : o_(std::move(o)), group_(group) {}
   void call_pack_hook(const at::Tensor& t) override {
     // Not the parameters (leaves that need a gradient), nor small tensors.
+    // Encoding keeps integer and boolean tensors (indices, masks) as they are.
     if (!t.defined() || (t.is_leaf() && t.requires_grad()) || !t.has_storage() ||
-        int64_t(t.storage().nbytes()) < o_->spec.min_bytes || t.storage().nbytes() == 0) {
+        int64_t(t.storage().nbytes()) < o_->spec.min_bytes || t.storage().nbytes() == 0 ||
+        (o_->spec.encodes() && !t.is_floating_point())) {
       kept_ = t.detach();  // as the tensor is: holding it with its graph would keep its node alive
       return;
     }
@@ -148,6 +161,14 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
     const int64_t bytes = int64_t(t.storage().nbytes());
     entry_ = std::make_shared<Entry>();
     entry_->owner = o_, entry_->bytes = bytes, entry_->device_type = t.device();
+    entry_->storage = c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl());
+    if (o_->spec.encodes()) {
+      encode_storage(t, bytes);
+      g.entries[key] = entry_;
+      g.fetch_list.push_back(entry_);
+      ++o_->tensors, o_->by_module[current_module()] += bytes;
+      return;
+    }
     if (t.is_cpu()) {
       // The host copy is allocated outside ATen's allocator (the meter counts the device's).
       entry_->host = HostBuffers::get().take(bytes);
@@ -160,12 +181,25 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
       entry_->host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
       entry_->host.copy_(whole);
     }
-    entry_->storage = c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl());
     g.entries[key] = entry_;
     g.fetch_list.push_back(entry_);
     g.bytes += bytes, g.packs.emplace_back(ms, bytes);
     o_->host_add(bytes), o_->to_host += bytes, ++o_->tensors, o_->by_module[current_module()] += bytes;
   }
+  // The whole storage as its elements, encoded on the device; its rows are the saved tensor's last
+  // dimension (the scale's blocks).
+  void encode_storage(const at::Tensor& t, int64_t bytes) {
+    at::NoGradGuard no_grad;
+    const int64_t n = bytes / int64_t(t.element_size());
+    const at::Tensor whole = at::empty({0}, t.options().requires_grad(false)).set_(t.storage(), 0, {n}, {1});
+    const int64_t row = t.dim() > 0 ? std::max<int64_t>(1, t.size(-1)) : 1;
+    entry_->dtype = t.scalar_type();
+    entry_->encoded = encode(whole, o_->spec.stored_as, o_->spec.scale_rows > 0 ? o_->spec.scale_rows * row : 0);
+    o_->encoded_in += bytes;
+    o_->encoded_kept += int64_t(entry_->encoded.codes.nbytes()) +
+                        (entry_->encoded.scales.defined() ? int64_t(entry_->encoded.scales.nbytes()) : 0);
+  }
+
   at::Tensor call_unpack_hook() override {
     if (!entry_) return kept_;
     OffloadGroup& g = o_->groups[size_t(group_)];
@@ -266,10 +300,25 @@ std::vector<FieldSpec> Offloader::counter_fields() {
       {"copy_d2h_exposed_ms_modelled", "number", "ms", "modelled: of that, the copies out's", "measured train"}};
 }
 
+std::vector<FieldSpec> Offloader::encoding_counter_fields() {
+  return {{"encoded_bytes", "integer", "bytes", "saved activations encoded this step (their storages once)",
+           "measured train"},
+          {"encoded_kept_bytes", "integer", "bytes", "what the device kept of them: codes and scales", "measured train"},
+          {"encoded_tensors", "integer", "", "saved storages encoded", "measured train"},
+          {"encoded_bytes_by_module", "object", "bytes", "encoded, by module", "measured train"}};
+}
+
 json Offloader::counters() const {
   json j = json::object();
   if (!impl_) return j;
   const Impl& o = *impl_;
+  if (spec_.encodes()) {
+    j["encoded_bytes"] = o.encoded_in, j["encoded_kept_bytes"] = o.encoded_kept, j["encoded_tensors"] = o.tensors;
+    json mods = json::object();
+    for (const auto& [m, b] : o.by_module) mods[module_name(m)] = b;
+    j["encoded_bytes_by_module"] = mods;
+    return j;
+  }
   j["offload_to_host_bytes"] = o.to_host, j["offload_to_device_bytes"] = o.to_device;
   j["offload_host_peak_bytes"] = o.host_peak, j["offload_tensors"] = o.tensors;
   json mods = json::object();

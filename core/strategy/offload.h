@@ -11,6 +11,9 @@
 // (the host meter). The copies' times are modelled from the configured bandwidths, against the
 // measured compute between the events that issue and need them (the time the emulation itself
 // spends copying is measured and taken out): every such time is named *_modelled.
+//   Encoding (OffloadSpec::stored_as, core/strategy/codec.h) keeps the same tensors on the device as
+// codes of a narrower format instead, decoded when their layer's backward begins: the same hooks,
+// the same groups; the codes are ATen's (the meter counts them) and nothing goes to the host.
 #pragma once
 #include <ATen/ATen.h>
 
@@ -38,6 +41,8 @@ class Offloader {
   nlohmann::json counters() const;
   // Those counters declared, for a strategy that offloads to declare with its own.
   static std::vector<FieldSpec> counter_fields();
+  // An encoding strategy's counters instead (OffloadSpec::encodes).
+  static std::vector<FieldSpec> encoding_counter_fields();
 
   // Captures what layer `layer`'s forward saves in the chosen modules while it lives.
   class LayerScope {

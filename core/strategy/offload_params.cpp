@@ -41,4 +41,20 @@ OffloadSpec offload_spec(const StrategySpec& spec) {
   return o;
 }
 
+Param moe_chunks_param(const std::string& rest) {
+  return int_param("chunks", "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
+                   "FCDA), " + rest, 1, 1, int64_t(1) << 30);
+}
+
+void set_moe_chunks(const StrategySpec& spec, StrategyShape& s) {
+  s.chunks = spec.value("chunks").get<int64_t>();
+  if (s.chunks > 1) s.moe = MoeMode::Chunked;
+}
+
+void check_moe_chunks(const StrategySpec& spec, const ExperimentConfig& c) {
+  if (spec.value("chunks").get<int64_t>() > c.model.tokens())
+    throw std::invalid_argument("chunks: " + std::to_string(spec.value("chunks").get<int64_t>()) +
+                                " exceeds the tokens per rank (" + std::to_string(c.model.tokens()) + ")");
+}
+
 }  // namespace memfine

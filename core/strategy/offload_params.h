@@ -16,4 +16,11 @@ std::vector<Param> offload_params(std::vector<std::string> default_modules, bool
 // The spec's offloading, from the parameters above.
 OffloadSpec offload_spec(const StrategySpec& spec);
 
+// `chunks`: 1 the MoE as the strategy keeps it; more, in MemFine's token chunks, recomputed chunk by
+// chunk, `rest` saying what the rest of the layer does meanwhile.
+Param moe_chunks_param(const std::string& rest);
+// Its shape's MoE from `chunks`; and the count refused beyond the tokens per rank.
+void set_moe_chunks(const StrategySpec& spec, StrategyShape& s);
+void check_moe_chunks(const StrategySpec& spec, const ExperimentConfig& c);
+
 }  // namespace memfine

@@ -68,6 +68,9 @@ class Strategy {
   const StrategySpec& spec() const { return spec_; }
   const StrategyShape& shape() const { return shape_; }
   bool dropless() const { return shape_.capacity_factor == 0; }
+  // It stores activations in a narrower format: its gradients differ from the plain computation's by
+  // design, and that difference is its result (measured in every record, held to no tolerance).
+  bool lossy() const { return shape_.offload.encodes(); }
   // What it keeps, for the implementation model; nullopt (with the reason) where it does not cover it.
   std::optional<StrategyShape> memory_shape() const { return why_.empty() ? std::optional(shape_) : std::nullopt; }
   std::string unmodelled_why() const { return why_; }

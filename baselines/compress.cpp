@@ -1,0 +1,70 @@
+// 8-bit activation storage (COAT, arXiv 2410.19313; FP8-Flow-MoE, arXiv 2511.02302): what autograd
+// saves inside the chosen modules stays on the device as FP8 codes (or bfloat16) with a scale, and
+// is decoded when the layer's backward begins (core/strategy/codec.h, through offloading's hooks:
+// core/strategy/offload.h). Integer and boolean tensors (indices, the causal mask) stay as they are.
+// It trades gradient accuracy for memory: its gradient error against the plain computation is its
+// result, recorded in every record, never held to verify's tolerance. `chunks` > 1 composes it with
+// MemFine's chunks (the MoE recomputed chunk by chunk, the rest of the layer stored encoded).
+#include <stdexcept>
+
+#include "core/strategy/offload.h"
+#include "core/strategy/offload_params.h"
+#include "core/strategy/registry.h"
+
+namespace memfine {
+namespace {
+
+StoredAs format_of(const std::string& f) {
+  return f == "fp8_e5m2" ? StoredAs::Fp8E5m2 : f == "bf16" ? StoredAs::Bf16 : StoredAs::Fp8E4m3;
+}
+
+std::vector<Param> params() {
+  std::vector<std::string> all;
+  for (const auto& [m, n] : offloadable_modules()) all.push_back(n);
+  std::vector<Param> p;
+  for (Param q : offload_params(all, false))
+    if (q.name == "modules" || q.name == "min_bytes") {
+      if (q.name == "modules") q.help = "the modules whose saved activations are stored encoded (Megatron's names)";
+      if (q.name == "min_bytes") q.help = "saved tensors (their storage) smaller than this are kept as they are";
+      p.push_back(q);
+    }
+  p.push_back(choice_param("format",
+                           "the stored format: fp8_e4m3 (3 mantissa bits, largest 448), fp8_e5m2 (2 bits, largest "
+                           "57344) or bf16 (ATen's bfloat16)",
+                           "fp8_e4m3", {"fp8_e4m3", "fp8_e5m2", "bf16"}));
+  p.push_back(choice_param("scale", "FP8's scale: one per saved tensor, or one per block of `rows` rows", "tensor",
+                           {"tensor", "rows"}));
+  p.push_back(int_param("rows", "rows of a saved tensor (its last dimension) per scale, with scale: rows", 128, 1,
+                        int64_t(1) << 30));
+  p.push_back(moe_chunks_param("the rest of the layer stored encoded"));
+  return p;
+}
+
+StrategyInfo info() {
+  StrategyInfo i = shaped(
+      "compress",
+      "8-bit activation storage (COAT, FP8-Flow-MoE): saved activations of the chosen modules kept as FP8 codes with "
+      "a scale, decoded for backward; lossy: its gradient error is its result",
+      params(), [](const StrategySpec& spec) {
+        StrategyShape s;
+        for (const auto& n : spec.value("modules")) s.offload.add(module_named(n.get<std::string>()));
+        s.offload.min_bytes = spec.value("min_bytes").get<int64_t>();
+        s.offload.prefetch = 0;  // decoded when the layer's own backward begins
+        s.offload.stored_as = format_of(spec.value("format").get<std::string>());
+        s.offload.scale_rows = spec.value("scale").get<std::string>() == "rows" ? spec.value("rows").get<int64_t>() : 0;
+        set_moe_chunks(spec, s);
+        return s;
+      });
+  i.check_point = [](const StrategySpec& spec, const ExperimentConfig& c) {
+    check_moe_chunks(spec, c);
+    if (spec.value("format").get<std::string>() == "bf16" && c.dtype == "bfloat16")
+      return std::string("format bf16 on a bfloat16 run stores nothing smaller");
+    return std::string();
+  };
+  return i;
+}
+
+MEMFINE_REGISTER_STRATEGY(with_counters(info(), Offloader::encoding_counter_fields()));
+
+}  // namespace
+}  // namespace memfine
