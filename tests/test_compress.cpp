@@ -56,6 +56,8 @@ TEST(Codec, RoundsToNearestTiesToEven) {
       in.push_back(std::nextafter(mid, next)), want.push_back(code + 1);
     }
     const Encoded e = encode(at::tensor(in), f, 0);
+    // ATen's ops (a device's path) give the same codes as the CPU's loop.
+    EXPECT_TRUE(at::equal(encode_ops(at::tensor(in), f, 0).codes, e.codes)) << int(f);
     ASSERT_EQ(e.scales.numel(), 1);
     EXPECT_EQ(e.scales.item<float>(), 1.0f);
     for (size_t i = 0; i < in.size(); ++i)
@@ -81,6 +83,14 @@ TEST(Codec, BlockScalesBoundTheErrorAndBfloat16IsATens) {
   EXPECT_TRUE((back - flat).abs().le(bound * (1 + 1e-6)).all().item<bool>());
   EXPECT_TRUE(at::equal(decode(encode(flat, StoredAs::Bf16, 0), StoredAs::Bf16, at::kFloat),
                         flat.to(at::kBFloat16).to(at::kFloat)));
+  // The device path agrees with the CPU's, per block and per tensor, both ways.
+  for (StoredAs f : {StoredAs::Fp8E4m3, StoredAs::Fp8E5m2})
+    for (int64_t b : {int64_t(0), block}) {
+      const Encoded loop = encode(flat, f, b), ops = encode_ops(flat, f, b);
+      EXPECT_TRUE(at::equal(loop.codes, ops.codes)) << int(f) << " block " << b;
+      EXPECT_TRUE(at::equal(loop.scales, ops.scales)) << int(f) << " block " << b;
+      EXPECT_TRUE(at::equal(decode(loop, f, at::kDouble), decode_ops(ops, f, at::kDouble))) << int(f);
+    }
   // A tensor larger than the pieces it is encoded in, one scale for all.
   const Encoded whole = encode(at::randn({300000}), StoredAs::Fp8E5m2, 0);
   EXPECT_EQ(whole.scales.numel(), 1);

@@ -74,16 +74,18 @@ std::vector<at::Tensor> read_rank(const std::string& path) {
 }
 
 // kernels: how the ranks dispatch and combine ("aten" or "fused"); the reference always uses ATen.
-// dtype: float64 (tolerance 1e-10) or float32 (1e-4: the ranks add in another order).
+// dtype: float64 (tolerance 1e-10) or float32 (1e-4: the ranks add in another order); `lossy`: a
+// lossy strategy's tolerance instead (the rounding of the format it stores in).
 void expect_same_as_one_process(int world, const std::string& strategy, const std::string& chunks,
-                                const std::string& kernels = "aten", const std::string& dtype = "float64") {
+                                const std::string& kernels = "aten", const std::string& dtype = "float64",
+                                double lossy = 0) {
   const std::string dir =
       memfine::test_util::scratch_root() + "/dist_" + std::to_string(world) + "_" + strategy + chunks + kernels + dtype;
   std::filesystem::create_directories(dir);
   std::vector<std::string> args = {strategy, chunks, dir};
   if (kernels == "fused") args.push_back("fused");
   if (dtype == "float32") args.push_back("float32");
-  const double tol = dtype == "float32" ? 1e-4 : 1e-10;
+  const double tol = lossy > 0 ? lossy : dtype == "float32" ? 1e-4 : 1e-10;
   const auto codes = run_ranks(world, args, std::chrono::seconds(90));
   for (int r = 0; r < world; ++r) ASSERT_EQ(codes[size_t(r)], 0) << "rank " << r;
   // The reference: one process, the whole global batch, all experts.
@@ -139,6 +141,9 @@ TEST_P(RealRanks, Offload) {
       "prefetch=0");
   expect_same_as_one_process(GetParam(), "offload", "experts=moe_act,chunks=2");
 }
+// 8-bit storage on real ranks: each rank encodes its own saved tensors; the gradients within the
+// stored format's rounding (bfloat16: 8 bits of mantissa, a few roundings deep).
+TEST_P(RealRanks, Compress) { expect_same_as_one_process(GetParam(), "compress", "format=bf16", "aten", "float64", 5e-2); }
 // A strategy defined only in the tests (tests/probe_strategy.cpp), with its own expert.
 TEST_P(RealRanks, StrategyDefinedInATestFile) { expect_same_as_one_process(GetParam(), "expert_probe", "-"); }
 TEST_P(RealRanks, MemFineChunks) {

@@ -175,7 +175,14 @@ std::string compare_strategies(const std::vector<RecordView>& records, const std
   for (const auto& k : order)
     if (at[k].first && at[k].second)
       g.rows.push_back(row_of(k, y + " / " + x, *at[k].first, *at[k].second, alpha, differ, too_few));
-  if (g.rows.empty()) throw std::runtime_error("no point has both '" + x + "' and '" + y + "'");
+  if (g.rows.empty()) {
+    std::string labels;
+    std::set<std::string> seen;
+    for (const auto& r : records)
+      if (seen.insert(r.strategy).second) labels += (labels.empty() ? "" : ", ") + r.strategy;
+    throw std::runtime_error("no point has both '" + x + "' and '" + y + "' (the strategies these records have: " +
+                             labels + "; a strategy is named by its label, parameters included)");
+  }
   g.title = "A: " + x + "\nB: " + y + " (the same run: interleaved steps, the same machine)";
   g.notes.push_back(notes(alpha, differ, too_few));
   return text(g);

@@ -58,6 +58,7 @@ std::string cut(const std::string& s, size_t n) { return s.size() > n ? s.substr
 // The verdict of `verify`: "ok 2e-07" or "FAIL 3e-02"; a lossy strategy's error, "err 3e-02" (held to
 // no tolerance); "-" where it was not checked.
 std::string verified_text(const RecordView& r) {
+  if (r.status != "ok") return "-";  // out of memory or failed: the row's step did not run to be checked
   if (!r.verified) return r.grad_max_rel_err ? "err " + fmt_double("%.0e", *r.grad_max_rel_err) : "-";
   return std::string(*r.verified ? "ok " : "FAIL ") + fmt_double("%.0e", r.grad_max_rel_err.value_or(0.0));
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -84,7 +85,7 @@ at::Tensor scale_of(const at::Tensor& amax, double top) {
 
 }  // namespace
 
-Encoded encode(const at::Tensor& flat, StoredAs f, int64_t block) {
+Encoded encode_ops(const at::Tensor& flat, StoredAs f, int64_t block) {
   Encoded out;
   const int64_t n = flat.numel();
   if (f == StoredAs::Bf16) {
@@ -123,7 +124,7 @@ Encoded encode(const at::Tensor& flat, StoredAs f, int64_t block) {
   return out;
 }
 
-at::Tensor decode(const Encoded& e, StoredAs f, at::ScalarType dtype) {
+at::Tensor decode_ops(const Encoded& e, StoredAs f, at::ScalarType dtype) {
   if (f == StoredAs::Bf16) return e.codes.to(dtype);
   const int64_t n = e.codes.numel();
   const at::Tensor values = fp8_values(f).to(e.codes.device());
@@ -137,6 +138,92 @@ at::Tensor decode(const Encoded& e, StoredAs f, at::ScalarType dtype) {
                              .repeat_interleave(at::tensor(counts).to(e.codes.device()), 0);
     at::Tensor v = values.index_select(0, e.codes.narrow(0, a, b - a).to(at::kLong));
     out.narrow(0, a, b - a).copy_(v.mul_(s));
+  }
+  return out;
+}
+
+namespace {
+
+// One value's code (already divided by its scale), from its float32 bits: the exponent re-biased,
+// the mantissa cut to the format's bits with round to nearest, ties to even (a carry moves into the
+// exponent, which is the right code); below the smallest normal, the multiple of the subnormal
+// quantum nearest (ties to even); saturated at the largest finite code.
+uint8_t code_of(float y, const Fp8& fp) {
+  if (std::isnan(y)) return 0x7F;
+  uint32_t bits;
+  std::memcpy(&bits, &y, sizeof bits);
+  const uint32_t sign = (bits >> 24) & 0x80, abits = bits & 0x7FFFFFFF, top = fp.has_infinity ? 0x7B : 0x7E;
+  const int emin = 1 - fp.bias, M = fp.mantissa_bits;
+  const float a = std::fabs(y);
+  uint32_t code;
+  if (a < std::ldexp(1.0f, emin)) {
+    code = uint32_t(std::nearbyint(std::ldexp(a, M - emin)));  // 2^M: the smallest normal's code
+  } else {
+    const int drop = 23 - M;
+    const uint32_t mant = abits & 0x7FFFFF, rest = mant & ((1u << drop) - 1), half = 1u << (drop - 1);
+    code = (uint32_t(int(abits >> 23) - 127 + fp.bias) << M) | (mant >> drop);
+    if (rest > half || (rest == half && (code & 1))) ++code;
+  }
+  return uint8_t(sign | std::min(code, top));
+}
+
+// A piece of whole blocks as float32 (a view where it already is).
+at::Tensor piece_as_float(const at::Tensor& flat, int64_t a, int64_t len) {
+  return flat.narrow(0, a, len).to(at::kFloat).contiguous();
+}
+
+}  // namespace
+
+// On a CPU the codec is a loop over the values (one pass each way, as a device's fused cast is);
+// elsewhere ATen's ops (encode_ops), which tests hold to the same codes.
+Encoded encode(const at::Tensor& flat, StoredAs f, int64_t block) {
+  if (f == StoredAs::Bf16 || !flat.is_cpu()) return encode_ops(flat, f, block);
+  const Fp8 fp = fields(f);
+  const float top = float(fp8_max(f));
+  const int64_t n = flat.numel();
+  Encoded out;
+  out.block = block <= 0 || block >= n ? std::max<int64_t>(n, 1) : block;
+  const int64_t blocks = (n + out.block - 1) / out.block;
+  out.codes = at::empty({n}, flat.options().dtype(at::kByte));
+  out.scales = at::empty({blocks}, flat.options().dtype(at::kFloat));
+  uint8_t* codes = out.codes.data_ptr<uint8_t>();
+  float* scales = out.scales.data_ptr<float>();
+  // Pieces of whole blocks, or of kPiece values within one block larger than that.
+  const int64_t per = out.block >= kPiece ? kPiece : (kPiece / out.block) * out.block;
+  std::vector<float> amax(size_t(blocks), 0.0f);
+  for (int64_t a = 0; a < n; a += per) {
+    const at::Tensor x = piece_as_float(flat, a, std::min(per, n - a));
+    const float* v = x.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      float& m = amax[size_t((a + i) / out.block)];
+      const float av = std::fabs(v[i]);
+      m = std::isnan(av) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN() : std::max(m, av);
+    }
+  }
+  for (int64_t b = 0; b < blocks; ++b) scales[b] = amax[size_t(b)] > 0 ? amax[size_t(b)] / top : 1.0f;
+  for (int64_t a = 0; a < n; a += per) {
+    const at::Tensor x = piece_as_float(flat, a, std::min(per, n - a));
+    const float* v = x.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) codes[a + i] = code_of(v[i] / scales[(a + i) / out.block], fp);
+  }
+  return out;
+}
+
+at::Tensor decode(const Encoded& e, StoredAs f, at::ScalarType dtype) {
+  if (f == StoredAs::Bf16 || !e.codes.is_cpu()) return decode_ops(e, f, dtype);
+  const at::Tensor table = fp8_values(f);
+  const float* t = table.data_ptr<float>();
+  const uint8_t* codes = e.codes.data_ptr<uint8_t>();
+  const float* scales = e.scales.data_ptr<float>();
+  const int64_t n = e.codes.numel();
+  at::Tensor out = at::empty({n}, e.codes.options().dtype(dtype));
+  at::Tensor piece = dtype == at::kFloat ? at::Tensor() : at::empty({std::min(n, kPiece)}, out.options().dtype(at::kFloat));
+  for (int64_t a = 0; a < n; a += kPiece) {
+    const int64_t len = std::min(kPiece, n - a);
+    at::Tensor dst = dtype == at::kFloat ? out.narrow(0, a, len) : piece.narrow(0, 0, len);
+    float* d = dst.data_ptr<float>();
+    for (int64_t i = 0; i < len; ++i) d[i] = t[codes[a + i]] * scales[(a + i) / e.block];
+    if (dtype != at::kFloat) out.narrow(0, a, len).copy_(dst);
   }
   return out;
 }

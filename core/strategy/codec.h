@@ -33,4 +33,9 @@ Encoded encode(const at::Tensor& flat, StoredAs f, int64_t block);
 // The values back, in `dtype`, on the codes' device.
 at::Tensor decode(const Encoded& e, StoredAs f, at::ScalarType dtype);
 
+// The same through ATen's ops, as on a device (a CPU tensor takes a loop above): tests hold the two
+// to the same codes.
+Encoded encode_ops(const at::Tensor& flat, StoredAs f, int64_t block);
+at::Tensor decode_ops(const Encoded& e, StoredAs f, at::ScalarType dtype);
+
 }  // namespace memfine

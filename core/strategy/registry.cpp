@@ -62,7 +62,8 @@ StrategySpec resolve_strategy(const StrategySpec& spec, std::vector<ParamProblem
   if (it == registry().end()) {
     std::vector<std::string> names;
     for (const auto& [n, info] : registry()) names.push_back(n);
-    problems.push_back({"", "unknown strategy '" + spec.name + "'" + did_you_mean(spec.name, names)});
+    problems.push_back({"", "unknown strategy '" + spec.name + "'" + did_you_mean(spec.name, names) +
+                                " (`memfine strategies` lists them with their parameters)"});
     return spec;
   }
   StrategySpec out = resolve_params(spec, it->second.params, problems);

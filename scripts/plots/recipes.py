@@ -10,6 +10,7 @@ from .project import here as project_here, scaling as project_scaling, validatio
 from .paper import figure2, figure4, figure5, table4_measured, table4_modeled
 from .quality import quality, train_ranks
 from .report import report
+from .savers import savers
 from .sweeps import budget_sweep, capacity, chunks, imbalance, kernel_ops, kernels, model_error, strategies
 
 
@@ -36,6 +37,7 @@ def jobs(results, predictions):
         ("baselines_h2048", lambda src, out: strategies(src, out, "baselines_h2048", "Every baseline at MoEBlaze's larger shape"),
          at("baselines_h2048")),
         ("offload", offload, at("offload")),
+        ("savers_2026", savers, at("savers_2026")),
         ("gpu_offload", offload, at("gpu_offload")),
         ("gpu_memfine", lambda src, out: strategies(src, out, "gpu_memfine", "Every strategy at GPU scale (bf16)"),
          at("gpu_memfine")),

@@ -289,6 +289,8 @@ def strategies(path, out_dir, stem, title):
     recs = R.load(path)
     peak_name, peak = bf16_peak(recs)
     unit, div = S.bytes_unit([R.activation(r) for r in recs])
+    # A lossy strategy's gradient error is its result: a column where one ran.
+    lossy = any(r.get("verified") is None and r.get("grad_max_rel_err") is not None for r in recs)
     rows = []
     for point, rs in R.by_point(recs).items():
         full = R.first(rs, role="baseline", status="ok")
@@ -303,7 +305,9 @@ def strategies(path, out_dir, stem, title):
                          f"{R.median_ms(r):.1f} ({r['step_ms']['min']:.1f}-{r['step_ms']['max']:.1f})" if ok else "-",
                          R.pct(R.activation(r), R.activation(full)) if ok and full else "-",
                          f"{R.median_ms(full) / R.median_ms(r):.2f}x" if ok and full else "-",
-                         f"{tf:.3g}" if tf else "-", f"{100 * tf / peak:.1f}%" if tf and peak else "-"])
+                         f"{tf:.3g}" if tf else "-", f"{100 * tf / peak:.1f}%" if tf and peak else "-"]
+                        + ([f"{r['grad_max_rel_err']:.1e}" if r.get("grad_max_rel_err") is not None else "-"]
+                           if lossy else []))
     notes = [f"activation, predicted (implementation model) and static in {unit}; step = median (min-max) ms over the timed steps; "
              "vs full = activation change and speed (full recomputation's step time / this one's) at the same point.",
              "s' = rows the hottest rank's experts receive per layer (the paper's s'); out-of-memory points are results (status "
@@ -313,9 +317,14 @@ def strategies(path, out_dir, stem, title):
                  if peak else "no bf16 peak known for this device.")),
              R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; " + R.swept_line(recs),
              R.source_line(path, recs)]
+    if lossy:
+        notes.insert(2, "grad err = largest relative difference of loss and gradients against the plain computation "
+                        "(verify's measure): a lossy strategy's result, held to no tolerance; a dropless one's within "
+                        "its dtype's tolerance.")
     out = S.write_table(out_dir, stem + "_table", title,
                         ["point", "strategy", "status", "s'", "chunks", "dropped", f"act. {unit}", f"pred. {unit}",
-                         f"static {unit}", "step ms", "act. vs full", "speed vs full", "TFLOP/s", "% bf16 peak"], rows, notes)
+                         f"static {unit}", "step ms", "act. vs full", "speed vs full", "TFLOP/s", "% bf16 peak"]
+                        + (["grad err"] if lossy else []), rows, notes)
     points = list(R.by_point(R.hottest(recs)).items())
     fig, axes = S.figure(2, len(points), figsize=(4.6 * len(points) + 1, 7), squeeze=False)
     for i, (point, rs) in enumerate(points):

@@ -1,0 +1,71 @@
+"""The newest savers beside the existing ones (experiments/savers_2026.yaml): every strategy's
+activation peak, step time and gradient error per imbalance, against MemFine's chunks at the same
+point, and REPORT.md's section, decided by the records."""
+from . import records as R
+from .sweeps import strategies
+
+TITLE = "The newest savers beside recomputation, MemFine's chunks and offloading, as imbalance grows"
+
+
+def savers(path, out_dir):
+    return strategies(path, out_dir, "savers_2026", TITLE)
+
+
+def lossy(r):
+    return r.get("verified") is None and r.get("grad_max_rel_err") is not None
+
+
+def short(r):
+    p = R.params_of(r)
+    return R.name_of(r) + ("(" + ", ".join(f"{k}={v}" for k, v in p.items() if k != "modules") + ")" if p else "")
+
+
+def lines(path):
+    """REPORT.md's section: where each saver keeps less than MemFine's chunks, or steps faster, and
+    where not; a lossy one with the gradient error it costs."""
+    recs = R.load(path)
+    out = ["## The newest savers: 8-bit activation storage", "",
+           "On the hottest of 8 emulated ranks as imbalance grows (experiments/savers_2026.yaml; "
+           "`paper_figures/savers_2026_table.md`, `savers_2026.png`). `compress` keeps what its modules save as FP8 "
+           "codes (or bfloat16) and decodes them for backward: it is lossy, so its gradient error against the plain "
+           "computation is measured in every record. Each cell: activation peak against MemFine's chunks' (memfine, "
+           "chunks 4) at the same point, step time against its, and the gradient error where lossy.", ""]
+    names, rows, tally = [], {}, {}
+    for point, rs in R.by_point(recs).items():
+        ok = [r for r in rs if r["status"] == "ok" and not R.drops(r)]
+        mf = R.first(ok, name="memfine", chunks=4)
+        if not mf:
+            continue
+        for r in ok:
+            if r is mf:
+                continue
+            k = short(r)
+            if k not in names:
+                names.append(k)
+            less, faster = R.activation(r) < R.activation(mf), R.median_ms(r) < R.median_ms(mf)
+            t = tally.setdefault(k, [0, 0, 0])
+            t[0] += less, t[1] += faster, t[2] += 1
+            err = f", err {r['grad_max_rel_err']:.1e}" if lossy(r) else ""
+            rows.setdefault(point, {})[k] = (f"{R.pct(R.activation(r), R.activation(mf))}, "
+                                             f"{R.median_ms(r) / R.median_ms(mf):.2f}x{err}")
+        rows.setdefault(point, {})["memfine"] = (f"{R.activation(mf) / R.MIB:.1f} MiB, {R.median_ms(mf):.0f} ms "
+                                                 f"(s' {mf.get('tokens_received', '-')})")
+    if not rows:
+        return []
+    out += ["| point | memfine(chunks=4) | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+    for point, cells in rows.items():
+        out.append(f"| {point} | {cells['memfine']} | " + " | ".join(cells.get(n, "-") for n in names) + " |")
+    out += [""]
+    for k in names:
+        less, faster, n = tally[k]
+        out.append(f"- {k}: keeps less than MemFine's chunks at {less} of {n} points, steps faster at {faster} of {n}.")
+    errs = [r for r in recs if r["status"] == "ok" and lossy(r)]
+    if errs:
+        worst = max(errs, key=lambda r: r["grad_max_rel_err"])
+        best = min(errs, key=lambda r: r["grad_max_rel_err"])
+        out.append(f"- Gradient error of lossy storage: from {best['grad_max_rel_err']:.1e} ({short(best)}) to "
+                   f"{worst['grad_max_rel_err']:.1e} ({short(worst)}), largest relative difference of loss and any "
+                   "gradient tensor after one step; the dropless strategies verified within the float32 tolerance: "
+                   f"{sum(r.get('verified') is True for r in recs)} of {sum(r.get('verified') is not None for r in recs)}.")
+    out += ["", R.source_line(path, recs), ""]
+    return out
