@@ -246,6 +246,14 @@ TEST(Project, StrategiesTradeMemoryForTimeAndImbalanceCosts) {
   EXPECT_GT(b.tokens_per_s_gpu, none.tokens_per_s_gpu);
   // Model TFLOP/s count no recomputation: the same work over a longer step.
   EXPECT_NEAR(full.model_tflops_gpu / none.model_tflops_gpu, none.step / full.step, 1e-9);
+  // 8-bit storage: every module's saved bytes at one byte of the run's two (bf16), nothing on the
+  // host, the encoding's passes over memory in the step; bfloat16 codes on a bfloat16 run save nothing.
+  const Estimate fp8 = est("compress"), bf16 = est("compress(format=bf16)");
+  EXPECT_LT(fp8.activation_gb, none.activation_gb);
+  EXPECT_GT(fp8.activation_gb, none.activation_gb / 2 - 1e-9);
+  EXPECT_EQ(fp8.host_gb, 0);
+  EXPECT_GT(fp8.offload_wait, 0);
+  EXPECT_NEAR(bf16.activation_gb, none.activation_gb, 1e-9);
 }
 
 // A plain model whose pipeline stages are alike: no dense layers, no head or embedding to speak of.

@@ -107,7 +107,8 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   out +=
       "\n\nneed = alloc (what the tensors take) with the allocator's reserve and what the process holds beside "
       "(CUDA context, NCCL), against the usable memory; fit: borderline within the framework's margin of it\n"
-      "overhead = recomputation (with its all-to-alls), MemFine's chunks and offloading's copy wait; comm = "
+      "overhead = recomputation (with its all-to-alls), MemFine's chunks, offloading's copy wait and encoding's "
+      "passes over memory (8-bit storage); comm = "
       "exposed communication; balanced = tok/s/GPU with balanced routing; goodput = ETTR x tok/s/GPU\n"
       "* drops assignments (capacity capping): another model, not comparable with the dropless rows\n";
   if (!r.ranked.empty()) {

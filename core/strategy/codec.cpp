@@ -148,24 +148,36 @@ namespace {
 // the mantissa cut to the format's bits with round to nearest, ties to even (a carry moves into the
 // exponent, which is the right code); below the smallest normal, the multiple of the subnormal
 // quantum nearest (ties to even); saturated at the largest finite code.
-uint8_t code_of(float y, const Fp8& fp) {
-  if (std::isnan(y)) return 0x7F;
-  uint32_t bits;
-  std::memcpy(&bits, &y, sizeof bits);
-  const uint32_t sign = (bits >> 24) & 0x80, abits = bits & 0x7FFFFFFF, top = fp.has_infinity ? 0x7B : 0x7E;
-  const int emin = 1 - fp.bias, M = fp.mantissa_bits;
-  const float a = std::fabs(y);
-  uint32_t code;
-  if (a < std::ldexp(1.0f, emin)) {
-    code = uint32_t(std::nearbyint(std::ldexp(a, M - emin)));  // 2^M: the smallest normal's code
-  } else {
-    const int drop = 23 - M;
-    const uint32_t mant = abits & 0x7FFFFF, rest = mant & ((1u << drop) - 1), half = 1u << (drop - 1);
-    code = (uint32_t(int(abits >> 23) - 127 + fp.bias) << M) | (mant >> drop);
-    if (rest > half || (rest == half && (code & 1))) ++code;
+struct CodeOf {
+  explicit CodeOf(const Fp8& fp)
+      : M(fp.mantissa_bits), drop(23 - fp.mantissa_bits), bias(fp.bias), top(fp.has_infinity ? 0x7B : 0x7E),
+        smallest_normal(std::ldexp(1.0f, 1 - fp.bias)), subnormal_scale(std::ldexp(1.0f, fp.mantissa_bits - 1 + fp.bias)) {}
+  uint8_t operator()(float y) const {
+    uint32_t bits;
+    std::memcpy(&bits, &y, sizeof bits);
+    const uint32_t sign = (bits >> 24) & 0x80, abits = bits & 0x7FFFFFFF;
+    if (abits > 0x7F800000) return 0x7F;  // NaN
+    uint32_t code;
+    if (abits < bits_of(smallest_normal)) {
+      float a;
+      std::memcpy(&a, &abits, sizeof a);
+      code = uint32_t(std::nearbyint(a * subnormal_scale));  // exact scaling; 2^M: the smallest normal
+    } else {
+      const uint32_t mant = abits & 0x7FFFFF, rest = mant & ((1u << drop) - 1), half = 1u << (drop - 1);
+      code = (uint32_t(int(abits >> 23) - 127 + bias) << M) | (mant >> drop);
+      code += rest > half || (rest == half && (code & 1));
+    }
+    return uint8_t(sign | std::min(code, top));
   }
-  return uint8_t(sign | std::min(code, top));
-}
+  static uint32_t bits_of(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    return b;
+  }
+  int M, drop, bias;
+  uint32_t top;
+  float smallest_normal, subnormal_scale;
+};
 
 // A piece of whole blocks as float32 (a view where it already is).
 at::Tensor piece_as_float(const at::Tensor& flat, int64_t a, int64_t len) {
@@ -190,22 +202,30 @@ Encoded encode(const at::Tensor& flat, StoredAs f, int64_t block) {
   float* scales = out.scales.data_ptr<float>();
   // Pieces of whole blocks, or of kPiece values within one block larger than that.
   const int64_t per = out.block >= kPiece ? kPiece : (kPiece / out.block) * out.block;
-  std::vector<float> amax(size_t(blocks), 0.0f);
-  for (int64_t a = 0; a < n; a += per) {
-    const at::Tensor x = piece_as_float(flat, a, std::min(per, n - a));
-    const float* v = x.data_ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      float& m = amax[size_t((a + i) / out.block)];
-      const float av = std::fabs(v[i]);
-      m = std::isnan(av) || std::isnan(m) ? std::numeric_limits<float>::quiet_NaN() : std::max(m, av);
+  // Blocks within a piece, a piece within a block: each pass walks the values in order.
+  auto each_block = [&](const auto& fn) {
+    for (int64_t a = 0; a < n; a += per) {
+      const at::Tensor x = piece_as_float(flat, a, std::min(per, n - a));
+      const float* v = x.data_ptr<float>();
+      for (int64_t i = 0; i < x.numel();) {
+        const int64_t b = (a + i) / out.block, len = std::min(x.numel() - i, (b + 1) * out.block - (a + i));
+        fn(b, v + i, a + i, len);
+        i += len;
+      }
     }
-  }
+  };
+  std::vector<float> amax(size_t(blocks), 0.0f);
+  each_block([&](int64_t b, const float* v, int64_t, int64_t len) {
+    float m = amax[size_t(b)];
+    for (int64_t i = 0; i < len; ++i) m = std::isnan(v[i]) || std::isnan(m) ? v[i] + m : std::max(m, std::fabs(v[i]));
+    amax[size_t(b)] = m;
+  });
   for (int64_t b = 0; b < blocks; ++b) scales[b] = amax[size_t(b)] > 0 ? amax[size_t(b)] / top : 1.0f;
-  for (int64_t a = 0; a < n; a += per) {
-    const at::Tensor x = piece_as_float(flat, a, std::min(per, n - a));
-    const float* v = x.data_ptr<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) codes[a + i] = code_of(v[i] / scales[(a + i) / out.block], fp);
-  }
+  const CodeOf code_of(fp);
+  each_block([&](int64_t b, const float* v, int64_t at, int64_t len) {
+    const float s = scales[b];
+    for (int64_t i = 0; i < len; ++i) codes[at + i] = code_of(v[i] / s);
+  });
   return out;
 }
 
@@ -222,7 +242,12 @@ at::Tensor decode(const Encoded& e, StoredAs f, at::ScalarType dtype) {
     const int64_t len = std::min(kPiece, n - a);
     at::Tensor dst = dtype == at::kFloat ? out.narrow(0, a, len) : piece.narrow(0, 0, len);
     float* d = dst.data_ptr<float>();
-    for (int64_t i = 0; i < len; ++i) d[i] = t[codes[a + i]] * scales[(a + i) / e.block];
+    for (int64_t i = 0; i < len;) {
+      const int64_t b = (a + i) / e.block, run = std::min(len - i, (b + 1) * e.block - (a + i));
+      const float s = scales[b];
+      for (int64_t j = i; j < i + run; ++j) d[j] = t[codes[a + j]] * s;
+      i += run;
+    }
     if (dtype != at::kFloat) out.narrow(0, a, len).copy_(dst);
   }
   return out;
