@@ -4,7 +4,8 @@
 // core/strategy/offload.h). Integer and boolean tensors (indices, the causal mask) stay as they are.
 // It trades gradient accuracy for memory: its gradient error against the plain computation is its
 // result, recorded in every record, never held to verify's tolerance. `chunks` > 1 composes it with
-// MemFine's chunks (the MoE recomputed chunk by chunk, the rest of the layer stored encoded).
+// MemFine's chunks (the MoE recomputed chunk by chunk, the rest of the layer stored encoded); with
+// offloading, `offload`'s `format` sends the codes to the host instead.
 #include <stdexcept>
 
 #include "core/strategy/offload.h"
@@ -13,10 +14,6 @@
 
 namespace memfine {
 namespace {
-
-StoredAs format_of(const std::string& f) {
-  return f == "fp8_e5m2" ? StoredAs::Fp8E5m2 : f == "bf16" ? StoredAs::Bf16 : StoredAs::Fp8E4m3;
-}
 
 std::vector<Param> params() {
   std::vector<std::string> all;
@@ -28,14 +25,7 @@ std::vector<Param> params() {
       if (q.name == "min_bytes") q.help = "saved tensors (their storage) smaller than this are kept as they are";
       p.push_back(q);
     }
-  p.push_back(choice_param("format",
-                           "the stored format: fp8_e4m3 (3 mantissa bits, largest 448), fp8_e5m2 (2 bits, largest "
-                           "57344) or bf16 (ATen's bfloat16)",
-                           "fp8_e4m3", {"fp8_e4m3", "fp8_e5m2", "bf16"}));
-  p.push_back(choice_param("scale", "FP8's scale: one per saved tensor, or one per block of `rows` rows", "tensor",
-                           {"tensor", "rows"}));
-  p.push_back(int_param("rows", "rows of a saved tensor (its last dimension) per scale, with scale: rows", 128, 1,
-                        int64_t(1) << 30));
+  for (const Param& q : codec_params("fp8_e4m3")) p.push_back(q);
   p.push_back(moe_chunks_param("the rest of the layer stored encoded"));
   return p;
 }
@@ -50,8 +40,8 @@ StrategyInfo info() {
         for (const auto& n : spec.value("modules")) s.offload.add(module_named(n.get<std::string>()));
         s.offload.min_bytes = spec.value("min_bytes").get<int64_t>();
         s.offload.prefetch = 0;  // decoded when the layer's own backward begins
-        s.offload.stored_as = format_of(spec.value("format").get<std::string>());
-        s.offload.scale_rows = spec.value("scale").get<std::string>() == "rows" ? spec.value("rows").get<int64_t>() : 0;
+        s.offload.to_host = false;
+        set_codec(spec, s.offload);
         set_moe_chunks(spec, s);
         return s;
       });

@@ -4,7 +4,9 @@
 // time and `prefetch` layers ahead, for their backward (core/strategy/offload.h). Nothing is
 // recomputed unless asked: `experts: moe_act` recomputes the expert activation (Megatron's advice:
 // recompute what is cheap, offload what is not), and `chunks` > 1 runs the MoE in MemFine's token
-// chunks, recomputed chunk by chunk, while the rest of the layer is stored and offloaded.
+// chunks, recomputed chunk by chunk, while the rest of the layer is stored and offloaded; `format`
+// compresses what is offloaded: the host receives FP8 (or bfloat16) codes, decoded when they come
+// back (core/strategy/codec.h; lossy, as `compress` is).
 #include "core/strategy/offload.h"
 #include "core/moe/expert_storage.h"
 #include "core/strategy/offload_params.h"
@@ -20,6 +22,7 @@ std::vector<Param> params() {
                            "backward, as moe_act_recompute)",
                            "stored", {"stored", "moe_act"}));
   p.push_back(moe_chunks_param("the rest of the layer stored"));
+  for (const Param& q : codec_params("none")) p.push_back(q);
   return p;
 }
 
@@ -33,6 +36,7 @@ StrategyInfo info() {
         s.offload = offload_spec(spec);
         s.experts = parse_expert_storage(spec.value("experts").get<std::string>());
         set_moe_chunks(spec, s);
+        set_codec(spec, s.offload);  // compress what is offloaded: the codes go to the host
         return s;
       });
   i.check_point = [](const StrategySpec& spec, const ExperimentConfig& c) {
@@ -44,7 +48,13 @@ StrategyInfo info() {
   return i;
 }
 
-MEMFINE_REGISTER_STRATEGY(with_counters(info(), Offloader::counter_fields()));
+std::vector<FieldSpec> counters() {
+  std::vector<FieldSpec> c = Offloader::counter_fields();
+  for (const auto& f : Offloader::encoding_counter_fields()) c.push_back(f);
+  return c;
+}
+
+MEMFINE_REGISTER_STRATEGY(with_counters(info(), counters()));
 
 }  // namespace
 }  // namespace memfine

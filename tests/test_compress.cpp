@@ -130,5 +130,32 @@ TEST(Compress, KeepsLessAndItsErrorIsItsResult) {
   EXPECT_LT(err["fp8_e5m2"], 0.5) << "still the same model, roughly";
 }
 
+// Compress what is offloaded (offload's `format`): the host holds the codes, a quarter of float32's
+// bytes, to the byte as the model says; everything that left comes back; the device peak as predicted.
+TEST(Compress, WhatIsOffloadedGoesAsCodes) {
+  const ExperimentConfig c = config();
+  const EmulatedRank rank = make_emulated_rank(c, -1);
+  const char* all = "[attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, expert_fc2]";
+  auto counters = [&](const StrategySpec& sp) {
+    auto st = make_train_state(c);
+    auto s = make_strategy(sp);
+    train_step(*st, *s, 0);
+    return s->step_counters();
+  };
+  const StrategySpec plain = spec("offload", {{"modules", all}}),
+                     coded = spec("offload", {{"modules", all}, {"format", "fp8_e4m3"}});
+  const json kp = counters(plain), kc = counters(coded);
+  const Prediction p = make_strategy(coded)->predict(c, rank);
+  EXPECT_EQ(kc["offload_host_peak_bytes"].get<int64_t>(), p.host_bytes);
+  EXPECT_NEAR(kc["offload_to_host_bytes"].get<double>() / kp["offload_to_host_bytes"].get<double>(), 0.25, 0.02);
+  EXPECT_EQ(kc["offload_to_device_bytes"], kc["offload_to_host_bytes"]);
+  EXPECT_GT(kc["encoded_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE(make_strategy(coded)->lossy());
+  EXPECT_FALSE(make_strategy(plain)->lossy());
+  const int64_t measured = test_util::step_peak(c, coded);
+  EXPECT_LT(std::abs(double(p.activation_bytes - measured)), 0.05 * double(measured))
+      << "predicted " << p.activation_bytes << ", measured " << measured << " (" << p.phase << ")";
+}
+
 }  // namespace
 }  // namespace memfine

@@ -143,7 +143,10 @@ TEST_P(RealRanks, Offload) {
 }
 // 8-bit storage on real ranks: each rank encodes its own saved tensors; the gradients within the
 // stored format's rounding (bfloat16: 8 bits of mantissa, a few roundings deep).
-TEST_P(RealRanks, Compress) { expect_same_as_one_process(GetParam(), "compress", "format=bf16", "aten", "float64", 5e-2); }
+TEST_P(RealRanks, Compress) {
+  expect_same_as_one_process(GetParam(), "compress", "format=bf16", "aten", "float64", 5e-2);
+  expect_same_as_one_process(GetParam(), "offload", "format=bf16,prefetch=0", "aten", "float64", 5e-2);
+}
 // A strategy defined only in the tests (tests/probe_strategy.cpp), with its own expert.
 TEST_P(RealRanks, StrategyDefinedInATestFile) { expect_same_as_one_process(GetParam(), "expert_probe", "-"); }
 TEST_P(RealRanks, MemFineChunks) {

@@ -10,28 +10,32 @@
 
 namespace memfine {
 
-// Where what the chosen modules save goes: the host (offloading), or the device itself, encoded in a
-// narrower format and decoded for backward (8-bit activation storage, core/strategy/codec.h).
-enum class StoredAs { Host, Fp8E4m3, Fp8E5m2, Bf16 };
+// The format what the chosen modules save is kept in until backward: as it is, or encoded in a
+// narrower one and decoded for backward (8-bit activation storage, core/strategy/codec.h).
+enum class StoredAs { Plain, Fp8E4m3, Fp8E5m2, Bf16 };
 
 // Activation offloading (core/strategy/offload.h): what autograd saves inside the chosen modules
-// leaves the device after their forward and comes back for their backward; or, encoded, stays.
+// leaves the device after their forward and comes back for their backward; encoded, it stays on the
+// device as codes, or its codes go to the host (compress what is offloaded).
 struct OffloadSpec {
   uint32_t modules = 0;                 // a bit per Module
   int64_t min_bytes = 0;                // smaller saved tensors stay (Megatron's min_offloaded_tensor_size)
   int64_t margin = 0;                   // the last `margin` layers keep theirs (their backward comes first)
   int64_t prefetch = 1;                 // backward brings a layer's group back this many layers ahead
   double h2d_gbps = 35, d2h_gbps = 53;  // host bandwidth each way, for the modelled copy times
-  StoredAs stored_as = StoredAs::Host;
+  StoredAs stored_as = StoredAs::Plain;
+  bool to_host = true;     // false: kept on the device (encoded)
   int64_t scale_rows = 0;  // encoded in FP8: a scale per this many rows of a saved tensor; 0: per tensor
-  bool encodes() const { return stored_as != StoredAs::Host; }
-  // Of a saved floating tensor of `element_bytes` per element, the share the device still holds:
-  // none when it goes to the host, the codes' bytes when encoded (its scales aside).
-  double kept_fraction(double element_bytes) const {
-    if (!encodes()) return 0;
+  bool encodes() const { return stored_as != StoredAs::Plain; }
+  // Of a saved floating tensor of `element_bytes` per element, the share its codes take (1: plain).
+  double code_fraction(double element_bytes) const {
+    if (!encodes()) return 1;
     const double code = stored_as == StoredAs::Bf16 ? 2 : 1;
     return code < element_bytes ? code / element_bytes : 1;
   }
+  // The share the device still holds until backward (its scales aside), and the host's.
+  double kept_fraction(double element_bytes) const { return to_host ? 0 : code_fraction(element_bytes); }
+  double host_fraction(double element_bytes) const { return to_host ? code_fraction(element_bytes) : 0; }
   bool any() const { return modules != 0; }
   bool has(Module m) const { return modules & (1u << unsigned(m)); }
   void add(Module m) { modules |= 1u << unsigned(m); }

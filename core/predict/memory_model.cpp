@@ -105,20 +105,21 @@ void Step::keep_forwards() {
 }
 
 // Offloading: each layer's group is off the device from its forward until backward reaches the
-// layer `prefetch` above it (the loss's backward comes before any). Encoding: what the codes save
-// (the group less its codes; their scales, a float per tensor or block, aside) is away as long.
+// layer `prefetch` above it (the loss's backward comes before any). Encoded on the device: what the
+// codes save (the group less its codes; their scales, a float per tensor or block, aside) is away as
+// long; encoded and offloaded, the host holds the codes.
 void Step::offload_groups() {
   group_.assign(size_t(L_) + 1, OffloadedBytes{});
   for (int64_t l = 0; l < L_; ++l) {
     const StrategyShape& sl = shape_[size_t(l)];
     if (!sl.offload.offloads(l, L_)) continue;
     OffloadedBytes ob = offloaded_bytes(z_, sl, whole_[size_t(l)], l > 0);
+    p_.host_bytes += int64_t(ob.total() * sl.offload.host_fraction(z_.E));  // the storages, or their codes
     const double away = 1 - sl.offload.kept_fraction(z_.E);
     ob.own *= away, ob.prev *= away;
     group_[size_t(l)] = ob;
     resident_[size_t(l)] -= ob.own;
     if (l > 0) resident_[size_t(l - 1)] -= ob.prev;
-    if (!sl.offload.encodes()) p_.host_bytes += int64_t(ob.total());
   }
 }
 

@@ -65,8 +65,9 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   for (const auto& a : framework_assumptions(set.framework)) e.assumptions.push_back(a);
   if (e.shape.offload.encodes())
     e.assumptions.push_back("encoded: " + offload_modules_text(e.shape.offload) +
-                            " of every layer but the one running, encoded and decoded at the HBM rate");
-  else if (e.shape.offload.any())
+                            " of every layer but the one running, encoded and decoded at the HBM rate" +
+                            (e.shape.offload.to_host ? ", the codes offloaded" : ""));
+  if (e.shape.offload.to_host && e.shape.offload.any())
     e.assumptions.push_back("offload: " + offload_modules_text(e.shape.offload) +
                             " of every layer but the one running and those prefetched");
   const StepParts t =

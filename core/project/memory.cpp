@@ -115,7 +115,9 @@ StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
     const double st = static_of(stages_[i]), b = st + activations(stages_[i], s);
     if (i == 0 || b > best.bytes) {
       best.bytes = b, best.static_bytes = st;
-      (s.offload.encodes() ? best.encoded_bytes : best.host_bytes) = offloaded(stages_[i], s);
+      const double moved = offloaded(stages_[i], s);
+      best.host_bytes = moved * s.offload.host_fraction(set_.element_bytes);
+      best.encoded_bytes = s.offload.encodes() ? moved : 0;
       best.layers_in_flight = stages_[i].inflight * (stages_[i].dense + stages_[i].moe);
       best.stage = stages_.size() == 1 ? "only" : i == 0 ? "first" : "last";
     }

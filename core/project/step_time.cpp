@@ -128,15 +128,15 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   double wait = 0;
   if (s.offload.encodes() && hw.hbm_gb_s > 0) {
     // Encoding reads each element and writes its code; decoding reads the code and writes it back.
-    const double code = s.offload.kept_fraction(kB) * kB;
     const double per_layer = mem.encoded_bytes / std::max(1.0, mem.layers_in_flight);
-    wait = double(m.layers) / pp * per_layer * 2 * (1 + code / kB) / (hw.hbm_gb_s * 1e9);
-  } else if (s.offload.any()) {
+    wait = double(m.layers) / pp * per_layer * 2 * (1 + s.offload.code_fraction(kB)) / (hw.hbm_gb_s * 1e9);
+  }
+  if (s.offload.to_host && s.offload.any()) {
     const double off_layer = mem.host_bytes / std::max(1.0, mem.layers_in_flight);
     const double layer_fwd = c.total / 3 / std::max(1.0, double(m.layers) / pp);
-    wait = double(m.layers) / pp *
-           std::max({0.0, off_layer / (hw.device_to_host_gb_s * 1e9) - layer_fwd,
-                     off_layer / (hw.host_to_device_gb_s * 1e9) - 2 * layer_fwd});
+    wait += double(m.layers) / pp *
+            std::max({0.0, off_layer / (hw.device_to_host_gb_s * 1e9) - layer_fwd,
+                      off_layer / (hw.host_to_device_gb_s * 1e9) - 2 * layer_fwd});
   }
   const double expert_dp = double(l.dp * l.cp * l.tp) / double(l.ep);
   // FSDP gathers every layer's weights for the forward and again for the backward, behind the

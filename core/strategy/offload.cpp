@@ -23,7 +23,11 @@ using Clock = std::chrono::steady_clock;
 // device copy.
 struct Entry {
   std::weak_ptr<Offloader::Impl> owner;
-  int64_t bytes = 0;
+  int64_t bytes = 0;       // the storage's
+  int64_t host_bytes = 0;  // what the host holds of it: the storage, or its codes
+  bool codes_on_host = false;  // compress what is offloaded: `host` holds the codes
+  at::ScalarType codes_dtype = at::kByte;
+  int64_t codes_numel = 0;
   at::Device device_type = at::kCPU;  // where it came from
   at::Tensor host, device;
   Encoded encoded;                          // encoding: the codes, on the device
@@ -65,17 +69,22 @@ struct Offloader::Impl {
     host_peak = std::max(host_peak, host_current);
   }
   // Brings an entry's copy back to the device (the metered allocator) and frees the host one.
+  // Encoded: the codes come back (from the host, if there) and are decoded.
   void fetch(Entry& e) {
+    if (!e.device.defined() && e.host.defined()) {
+      at::Tensor back = e.device_type.is_cpu() ? e.host.clone() : e.host.to(e.device_type);
+      e.host = at::Tensor();
+      to_device += e.host_bytes;
+      if (e.codes_on_host)
+        e.encoded.codes = at::empty({0}, back.options().dtype(e.codes_dtype)).set_(back.storage(), 0, {e.codes_numel}, {1});
+      else
+        e.device = back;
+    }
     if (e.encoded.codes.defined()) {
       e.device = decode(e.encoded, spec.stored_as, e.dtype);
       e.encoded = Encoded{};
       decoded += e.bytes;
-      return;
     }
-    if (e.device.defined() || !e.host.defined()) return;
-    e.device = e.device_type.is_cpu() ? e.host.clone() : e.host.to(e.device_type);
-    e.host = at::Tensor();
-    to_device += e.bytes;
   }
   void fetch_group(int64_t g, double at_ms) {
     if (g < 0 || g >= int64_t(groups.size())) return;  // nothing offloaded there
@@ -88,7 +97,7 @@ struct Offloader::Impl {
 };
 
 Entry::~Entry() {
-  if (auto o = owner.lock(); o && host.defined()) o->host_current -= bytes;
+  if (auto o = owner.lock(); o && host.defined()) o->host_current -= host_bytes;
 }
 
 namespace {
@@ -162,29 +171,34 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
     entry_ = std::make_shared<Entry>();
     entry_->owner = o_, entry_->bytes = bytes, entry_->device_type = t.device();
     entry_->storage = c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl());
+    g.entries[key] = entry_;
+    g.fetch_list.push_back(entry_);
+    ++o_->tensors, o_->by_module[current_module()] += bytes;
+    c10::Storage moved = t.storage();  // what goes to the host: the storage, or its codes
     if (o_->spec.encodes()) {
       encode_storage(t, bytes);
-      g.entries[key] = entry_;
-      g.fetch_list.push_back(entry_);
-      ++o_->tensors, o_->by_module[current_module()] += bytes;
-      return;
+      if (!o_->spec.to_host) return;
+      const at::Tensor& codes = entry_->encoded.codes;
+      moved = codes.storage();
+      entry_->codes_on_host = true, entry_->codes_dtype = codes.scalar_type(), entry_->codes_numel = codes.numel();
     }
+    const int64_t host_bytes = int64_t(moved.nbytes());
+    entry_->host_bytes = host_bytes;
     if (t.is_cpu()) {
       // The host copy is allocated outside ATen's allocator (the meter counts the device's).
-      entry_->host = HostBuffers::get().take(bytes);
-      std::memcpy(entry_->host.data_ptr(), t.storage().data(), size_t(bytes));
+      entry_->host = HostBuffers::get().take(host_bytes);
+      std::memcpy(entry_->host.data_ptr(), moved.data(), size_t(host_bytes));
     } else {
       // A device: pinned host memory (the caching host allocator reuses it from step to step),
       // copied synchronously.
       const at::Tensor whole =
-          at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device())).set_(t.storage(), 0, {bytes}, {1});
-      entry_->host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+          at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device())).set_(moved, 0, {host_bytes}, {1});
+      entry_->host = at::empty({host_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
       entry_->host.copy_(whole);
     }
-    g.entries[key] = entry_;
-    g.fetch_list.push_back(entry_);
-    g.bytes += bytes, g.packs.emplace_back(ms, bytes);
-    o_->host_add(bytes), o_->to_host += bytes, ++o_->tensors, o_->by_module[current_module()] += bytes;
+    entry_->encoded.codes = at::Tensor();  // its device copy goes
+    g.bytes += host_bytes, g.packs.emplace_back(ms, host_bytes);
+    o_->host_add(host_bytes), o_->to_host += host_bytes;
   }
   // The whole storage as its elements, encoded on the device; its rows are the saved tensor's last
   // dimension (the scale's blocks).
@@ -303,7 +317,8 @@ std::vector<FieldSpec> Offloader::counter_fields() {
 std::vector<FieldSpec> Offloader::encoding_counter_fields() {
   return {{"encoded_bytes", "integer", "bytes", "saved activations encoded this step (their storages once)",
            "measured train"},
-          {"encoded_kept_bytes", "integer", "bytes", "what the device kept of them: codes and scales", "measured train"},
+          {"encoded_kept_bytes", "integer", "bytes",
+           "what the encoding keeps of them: codes and scales (offloaded: the codes on the host)", "measured train"},
           {"encoded_tensors", "integer", "", "saved storages encoded", "measured train"},
           {"encoded_bytes_by_module", "object", "bytes", "encoded, by module", "measured train"}};
 }
@@ -317,7 +332,7 @@ json Offloader::counters() const {
     json mods = json::object();
     for (const auto& [m, b] : o.by_module) mods[module_name(m)] = b;
     j["encoded_bytes_by_module"] = mods;
-    return j;
+    if (!spec_.to_host) return j;
   }
   j["offload_to_host_bytes"] = o.to_host, j["offload_to_device_bytes"] = o.to_device;
   j["offload_host_peak_bytes"] = o.host_peak, j["offload_tensors"] = o.tensors;

@@ -41,6 +41,29 @@ OffloadSpec offload_spec(const StrategySpec& spec) {
   return o;
 }
 
+std::vector<Param> codec_params(const std::string& fallback) {
+  std::vector<std::string> formats = {"fp8_e4m3", "fp8_e5m2", "bf16"};
+  if (fallback == "none") formats.insert(formats.begin(), "none");
+  return {choice_param("format",
+                       std::string(fallback == "none" ? "none (as they are) or encoded: " : "") +
+                           "fp8_e4m3 (3 mantissa bits, largest 448), fp8_e5m2 (2 bits, largest 57344) or bf16 (ATen's "
+                           "bfloat16), decoded for backward (lossy: its gradient error is its result)",
+                       fallback, formats),
+          choice_param("scale", "FP8's scale: one per saved tensor, or one per block of `rows` rows", "tensor",
+                       {"tensor", "rows"}),
+          int_param("rows", "rows of a saved tensor (its last dimension) per scale, with scale: rows", 128, 1,
+                    int64_t(1) << 30)};
+}
+
+void set_codec(const StrategySpec& spec, OffloadSpec& o) {
+  const std::string f = spec.value("format").get<std::string>();
+  o.stored_as = f == "fp8_e4m3"   ? StoredAs::Fp8E4m3
+                : f == "fp8_e5m2" ? StoredAs::Fp8E5m2
+                : f == "bf16"     ? StoredAs::Bf16
+                                  : StoredAs::Plain;
+  o.scale_rows = spec.value("scale").get<std::string>() == "rows" ? spec.value("rows").get<int64_t>() : 0;
+}
+
 Param moe_chunks_param(const std::string& rest) {
   return int_param("chunks", "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
                    "FCDA), " + rest, 1, 1, int64_t(1) << 30);

@@ -16,6 +16,11 @@ std::vector<Param> offload_params(std::vector<std::string> default_modules, bool
 // The spec's offloading, from the parameters above.
 OffloadSpec offload_spec(const StrategySpec& spec);
 
+// The stored format (`format`, with `fallback` its default: "none" keeps tensors as they are), FP8's
+// `scale` and `rows`; and the spec's, into `o`.
+std::vector<Param> codec_params(const std::string& fallback);
+void set_codec(const StrategySpec& spec, OffloadSpec& o);
+
 // `chunks`: 1 the MoE as the strategy keeps it; more, in MemFine's token chunks, recomputed chunk by
 // chunk, `rest` saying what the rest of the layer does meanwhile.
 Param moe_chunks_param(const std::string& rest);
