@@ -1,15 +1,17 @@
 // Baseline: keep only each decoder layer's input and recompute the whole layer in backward
 // (Megatron's --recompute-granularity full; the MemFine paper's method 1, which tables divide by).
+#include "core/strategy/offload_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
 namespace {
 
 MEMFINE_REGISTER_STRATEGY(shaped(
-    "full_recompute", "recompute each whole decoder layer in backward (the paper's baseline)", {},
-    [](const StrategySpec&) {
+    "full_recompute", "recompute each whole decoder layer in backward (the paper's baseline)", {skip_dead_param()},
+    [](const StrategySpec& spec) {
       StrategyShape s;
       s.recompute_layer = true;
+      s.skip_dead = spec.value("skip_dead").get<bool>();
       return s;
     },
     Role::Baseline));

@@ -1,14 +1,16 @@
 // Baseline: store attention, recompute the MoE part as one block (Megatron's
 // --recompute-modules moe). Against memfine it isolates what chunking adds.
+#include "core/strategy/offload_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped("moe_recompute", "store attention, recompute the MoE block as a whole in backward", {},
-                                 [](const StrategySpec&) {
+MEMFINE_REGISTER_STRATEGY(shaped("moe_recompute", "store attention, recompute the MoE block as a whole in backward",
+                                 {skip_dead_param()}, [](const StrategySpec& spec) {
                                    StrategyShape s;
                                    s.moe = MoeMode::RecomputedBlock;
+                                   s.skip_dead = spec.value("skip_dead").get<bool>();
                                    return s;
                                  }));
 

@@ -50,6 +50,7 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
   specs.push_back(spec("compress", {{"format", "bf16"}, {"modules", "[core_attn, expert_fc1, moe_act]"}}));
   specs.push_back(spec("compress", {{"chunks", "4"}}));
   specs.push_back(spec("offload", {{"modules", all}, {"format", "fp8_e5m2"}, {"prefetch", "0"}}));
+  for (const char* s : {"full_recompute", "moe_recompute"}) specs.push_back(spec(s, {{"skip_dead", "true"}}));
   double worst = 0;
   for (const char* kind : {"balanced", "zipf"}) {
     for (const char* attention : {"gqa", "none"}) {

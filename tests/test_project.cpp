@@ -254,6 +254,11 @@ TEST(Project, StrategiesTradeMemoryForTimeAndImbalanceCosts) {
   EXPECT_EQ(fp8.host_gb, 0);
   EXPECT_GT(fp8.offload_wait, 0);
   EXPECT_NEAR(bf16.activation_gb, none.activation_gb, 1e-9);
+  // Skipping the replay's dead fc2 and combine shortens the recomputation, not what is kept.
+  const Estimate skip = est("full_recompute(skip_dead=true)");
+  EXPECT_LT(skip.recompute, full.recompute);
+  EXPECT_GT(skip.recompute, full.recompute / 2);
+  EXPECT_NEAR(skip.activation_gb, full.activation_gb, 1e-9);
 }
 
 // A plain model whose pipeline stages are alike: no dense layers, no head or embedding to speak of.

@@ -43,6 +43,8 @@ std::vector<StrategySpec> dropless_variants() {
   v.push_back(spec("offload", {{"modules", all}, {"experts", "moe_act"}}));
   v.push_back(spec("offload", {{"modules", all}, {"chunks", "3"}, {"margin", "1"}}));
   v.push_back(spec("memfine", {{"chunks", "[0, 3]"}, {"modules", all}}));
+  // Skipping the replay's dead fc2 and combine (Megatron's arrangement: the probabilities in the activation).
+  for (const char* s : {"full_recompute", "moe_recompute"}) v.push_back(spec(s, {{"skip_dead", "true"}}));
   return v;
 }
 

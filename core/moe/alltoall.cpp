@@ -4,6 +4,8 @@
 #include "core/moe/fused.h"
 #include "core/moe/stages.h"
 
+#include <stdexcept>
+
 namespace memfine {
 
 namespace {
@@ -64,6 +66,8 @@ at::Tensor experts_buffer_free(const at::Tensor& arrived, const at::Tensor& p_ar
 
 Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
                             int64_t begin, int64_t end) {
+  if (mr.weighted_act)
+    throw std::invalid_argument("skip_dead runs on emulated ranks only: real ranks combine in their own arrangement");
   const Dist& d = *mr.dist;
   const RankRouting& r = *mr.rank;
   const int64_t n = end - begin, k = mr.expert_ids.size(1), El = r.local_experts;

@@ -68,6 +68,9 @@ struct StrategyShape {
   double capacity_factor = 0;
   bool pad_to_capacity = false;
   OffloadSpec offload;
+  // Recomputed (the layer or the MoE block): the probabilities weigh the experts' activation
+  // (Megatron's arrangement) and the replay skips fc2 and the combine (MoeRouting::weighted_act).
+  bool skip_dead = false;
 };
 
 }  // namespace memfine

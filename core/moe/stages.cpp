@@ -18,19 +18,20 @@ namespace {
 
 // The outputs a rank computes for its peers' tokens leave the rank; their gradients come back
 // in the backward pass. The emulation stands in seeded gradients, and keeps nothing but the keys.
+// `value` false: a replay for backward reads only its graph (the loss term's value is dead).
 struct PeerSink : torch::autograd::Function<PeerSink> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& out, const at::Tensor& keys,
-                            const at::Tensor* grads, double norm) {
+                            const at::Tensor* grads, double norm, bool value) {
     ctx->saved_data["keys"] = keys;
     ctx->saved_data["norm"] = norm;
     ctx->saved_data["grads"] = reinterpret_cast<int64_t>(grads);
-    return (out * grads->index_select(0, keys)).sum() / norm;
+    return value ? (out * grads->index_select(0, keys)).sum() / norm : at::zeros({}, out.options());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto* grads = reinterpret_cast<const at::Tensor*>(ctx->saved_data["grads"].toInt());
     const at::Tensor keys = ctx->saved_data["keys"].toTensor();
     const double norm = ctx->saved_data["norm"].toDouble();
-    return {grads->index_select(0, keys) * (grad[0] / norm), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grads->index_select(0, keys) * (grad[0] / norm), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -46,6 +47,10 @@ std::pair<at::Tensor, std::vector<int64_t>> group_by(const at::Tensor& items, co
 }
 
 }  // namespace
+
+at::Tensor peer_sink(const at::Tensor& out, const at::Tensor& keys, const at::Tensor* grads, double norm, bool value) {
+  return PeerSink::apply(out, keys, grads, norm, value);
+}
 
 std::vector<Dispatched> dispatch_indices(const MoeRouting& mr, const std::vector<int64_t>& bounds,
                                          const at::Device& dev) {
@@ -187,7 +192,7 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
     }
     if (d.peer_rows[e] > 0) {
       at::Tensor sent = outputs[e].narrow(0, d.own_rows[e], d.peer_rows[e]);
-      peer_loss = peer_loss + PeerSink::apply(sent, d.peer_key[e], &mr.tables->peer_grads, mr.loss_norm);
+      peer_loss = peer_loss + peer_sink(sent, d.peer_key[e], &mr.tables->peer_grads, mr.loss_norm);
     }
   }
   if (d.remote_slot.numel() > 0) {
@@ -209,6 +214,7 @@ Combined moe_range(const at::Tensor& x, const at::Tensor& probs, const LayerWeig
   Dispatched indices = routed ? *routed : dispatch_indices(mr, begin, end, x.device());
   if (mr.expert.buffer_free) return moe_range_buffer_free(x, probs, w, mr, indices);
   const Dispatched d = dispatch(x, mr, std::move(indices));
+  if (mr.weighted_act) return combine_unweighted(experts_weighted(d, w, mr, probs), d, probs, mr);
   return combine(experts(d, w, mr), d, probs, mr);
 }
 

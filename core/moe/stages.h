@@ -46,6 +46,12 @@ struct MoeRouting {
   bool fused = false;     // dispatch and combine through the fused row ops (core/moe/fused.h)
   double loss_norm = 1;   // the peers' loss terms are divided by this (same scale as the main loss)
   ExpertPath expert;      // default: SwiGLU, everything stored
+  // Megatron-Core's arrangement (TE's weighted SwiGLU, core/moe/weighted.h): each own row's
+  // probability weighs its expert's activation and combine adds the rows unweighted; a replay for
+  // backward then skips the expert's second GEMM and the combine, whose outputs backward never reads
+  // (Megatron-LM PR #7416, --moe-skip-dead-recompute).
+  bool weighted_act = false;
+  bool outputs_dead = false;  // weighted_act in a replay for backward: fc2 and combine skipped
 };
 
 at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out);
@@ -83,6 +89,18 @@ struct Combined {
 };
 Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, const at::Tensor& probs_range,
                  const MoeRouting& mr);
+
+// The emulated peers' loss term for the rows this rank computed for them (their gradients come
+// back seeded); `value` false: its value is not computed (a replay for backward).
+at::Tensor peer_sink(const at::Tensor& out, const at::Tensor& keys, const at::Tensor* grads, double norm,
+                     bool value = true);
+
+// Megatron's arrangement (MoeRouting::weighted_act): experts whose activation the own rows'
+// probabilities weigh, and the combine that adds them as they are (core/moe/weighted.cpp).
+std::vector<at::Tensor> experts_weighted(const Dispatched& d, const LayerWeights& w, const MoeRouting& mr,
+                                         const at::Tensor& probs_range);
+Combined combine_unweighted(const std::vector<at::Tensor>& outputs, const Dispatched& d, const at::Tensor& probs_range,
+                            const MoeRouting& mr);
 
 // The same stages across real ranks: dispatch sends each row to the rank of its expert (counts
 // first, the paper's "notify", then the rows), experts run on what arrived, combine sends the

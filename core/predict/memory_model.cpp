@@ -58,6 +58,7 @@ Sizes sizes_of(const ExperimentConfig& c, const EmulatedRank& rank, const Strate
   z.keep_act = s.keep_act;
   z.block_rows = s.block_rows;
   z.a2a = rank.real && c.kernels != "fused" && !z.buffer_free;
+  z.dead_replay = s.skip_dead && !z.a2a;
   return z;
 }
 

@@ -92,6 +92,41 @@ double moe_backward_peak_a2a(const Sizes& z, const MoeRows& m, double stored) {
   return std::max(peak, cur + 2 * tokens_grad);  // into token order, beside the one accumulated
 }
 
+// skip_dead's replay (core/moe/weighted.cpp): per row its input, z = [a | b], SiLU(a), the product,
+// the weighted product (fc2's input: fc2's output is a placeholder) and its weight; the remote rows
+// that arrived and their weights; the combine's sum is a placeholder that keeps nothing but indices.
+double moe_stored_dead(const Sizes& z, const MoeRows& m) {
+  double bytes = 0;
+  for (size_t e = 0; e < m.own.size(); ++e) {
+    const double rows = double(m.own[e] + m.peer[e] + m.pad[e]);
+    if (rows > 0) bytes += z.E * rows * (z.h + 5 * z.g + 1);
+  }
+  return bytes + z.E * (double(m.remote) * z.h + double(m.remote)) + saved_index_bytes(m);
+}
+
+// Its backward: the combine's placeholder hands every own and remote row its gradient at once, the
+// peers' sinks theirs; then each expert in reverse order as the stored path's (fc2's backward from
+// its saved input, the weighting's, the product's, the first GEMM's), its input gradient scattered.
+double moe_backward_peak_dead(const Sizes& z, const MoeRows& m, double stored) {
+  double grads = z.E * double(m.remote) * z.h;
+  for (size_t e = 0; e < m.own.size(); ++e) grads += z.E * double(m.own[e] + m.peer[e] + m.pad[e]) * z.h;
+  double peak = stored + grads;
+  double cur = stored + grads - z.E * double(m.remote) * z.h;  // the remote rows' gradients: their weights' taken
+  const double tokens_grad = z.E * double(m.tokens) * z.h;
+  bool first = true;
+  for (size_t i = m.own.size(); i-- > 0;) {
+    const double rows = double(m.own[i] + m.peer[i] + m.pad[i]);
+    if (rows == 0) continue;
+    const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
+    const double first_gemm = cur - 3 * rg + 2 * z.E * z.g * z.h;
+    peak = std::max({peak, cur + rg + z.E * z.g * z.h, cur - rh + 2 * rg, first_gemm});
+    cur -= z.E * rows * (z.h + 5 * z.g + 1) + rh;
+    peak = std::max(peak, cur + rh + tokens_grad + (first ? 0 : tokens_grad));
+    if (first) cur += tokens_grad, first = false;
+  }
+  return peak;
+}
+
 }  // namespace
 
 // MoE (dispatch -> experts -> combine) with activations stored: what stays until backward.
@@ -101,6 +136,7 @@ double moe_backward_peak_a2a(const Sizes& z, const MoeRows& m, double stored) {
 double moe_stored(const Sizes& z, const MoeRows& m, bool whole) {
   if (z.buffer_free) return moe_stored_buffer_free(z, m, whole);
   if (z.a2a) return moe_stored_a2a(z, m);
+  if (z.dead_replay) return moe_stored_dead(z, m);
   double bytes = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
@@ -120,6 +156,7 @@ double moe_stored(const Sizes& z, const MoeRows& m, bool whole) {
 double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
   if (z.buffer_free) return moe_backward_peak_buffer_free(z, m, stored);
   if (z.a2a) return moe_backward_peak_a2a(z, m, stored);
+  if (z.dead_replay) return moe_backward_peak_dead(z, m, stored);
   double freed_by_combine = z.E * 2 * double(m.remote) * z.h, in_flight = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);

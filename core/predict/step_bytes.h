@@ -49,6 +49,9 @@ struct Sizes {
   bool keep_act = false;
   int64_t block_rows = 256;
   bool a2a = false;  // real ranks, ATen experts: rows move through the all-to-all (moe_stored_a2a)
+  // skip_dead's replay (core/moe/weighted.cpp): the probabilities weigh the activation, fc2's output
+  // and the combine's sum are placeholders.
+  bool dead_replay = false;
   double expert_g() const {
     return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4;
   }  // stored widths of g per row

@@ -98,8 +98,11 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
 // combine; a MoE recomputed as a block or in chunks, its experts' forward and the all-to-alls;
 // moe_act and buffer-free experts SiLU(a) * b of the routed rows (memory-bound).
 double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
-  if (s.recompute_layer) return c.total / 3 + a2a / 2;
-  if (s.moe != MoeMode::Stored) return c.experts / 3 + a2a / 2;
+  // skip_dead: the replay skips the experts' second GEMM (a third of their forward FLOPs: h x 2g in,
+  // g x h out) and the combine's all-to-all.
+  const double dead = s.skip_dead && (s.recompute_layer || s.moe != MoeMode::Stored) ? c.experts / 9 + a2a / 4 : 0;
+  if (s.recompute_layer) return c.total / 3 + a2a / 2 - dead;
+  if (s.moe != MoeMode::Stored) return c.experts / 3 + a2a / 2 - dead;
   if (s.experts == ExpertStorage::ActRecomputed || (s.experts == ExpertStorage::BufferFree && !s.keep_act))
     return c.act_hbm;
   return 0;

@@ -39,6 +39,8 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   routing.loss_norm = double(x.numel());
   routing.fused = in.config->kernels == "fused";
   routing.expert = s.expert();
+  routing.weighted_act = s.shape().skip_dead;
+  routing.outputs_dead = routing.weighted_act && recomputing_for_backward();
   s.cap_routing(routing, r.probs.detach());
   Combined c = moe(xn, r.probs, routing, w);
   at::Tensor y = c.y;
@@ -58,7 +60,9 @@ Combined moe_as_one_block(const at::Tensor& x_norm, const at::Tensor& probs, con
                           const LayerWeights& w) {
   const LayerWeights* wp = &w;
   RecomputeFn fn = [routing, wp](const TensorList& a) {
-    Combined c = moe_stored(a[0], a[1], routing, *wp);
+    MoeRouting r = routing;
+    r.outputs_dead = r.weighted_act && recomputing_for_backward();  // the replay for backward
+    Combined c = moe_stored(a[0], a[1], r, *wp);
     return TensorList{c.y, c.peer_loss};
   };
   TensorList params = w.w_in;

@@ -64,6 +64,14 @@ void set_codec(const StrategySpec& spec, OffloadSpec& o) {
   o.scale_rows = spec.value("scale").get<std::string>() == "rows" ? spec.value("rows").get<int64_t>() : 0;
 }
 
+Param skip_dead_param() {
+  return bool_param("skip_dead",
+                    "the probabilities weigh the experts' activation (Megatron's arrangement, the same sums) and the "
+                    "replay for backward skips the experts' second GEMM and the combine, whose outputs backward never "
+                    "reads (Megatron-LM PR #7416); emulated ranks only",
+                    false);
+}
+
 Param moe_chunks_param(const std::string& rest) {
   return int_param("chunks", "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
                    "FCDA), " + rest, 1, 1, int64_t(1) << 30);

@@ -1,6 +1,7 @@
-// Activation offloading's parameters, declared once for every strategy that offloads (the
+// Parameters strategies share, declared once: activation offloading's for every strategy that offloads (the
 // `offload` baseline; any strategy may add them to its own): which modules, the smallest tensor,
-// the margin, the prefetch depth and the host bandwidths its copy times are modelled with.
+// the margin, the prefetch depth and the host bandwidths its copy times are modelled with; the
+// stored format (8-bit storage); MemFine's chunks composed with another strategy; skip_dead.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ OffloadSpec offload_spec(const StrategySpec& spec);
 // `scale` and `rows`; and the spec's, into `o`.
 std::vector<Param> codec_params(const std::string& fallback);
 void set_codec(const StrategySpec& spec, OffloadSpec& o);
+
+// `skip_dead` of a recomputing strategy (StrategyShape::skip_dead).
+Param skip_dead_param();
 
 // `chunks`: 1 the MoE as the strategy keeps it; more, in MemFine's token chunks, recomputed chunk by
 // chunk, `rest` saying what the rest of the layer does meanwhile.
