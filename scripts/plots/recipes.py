@@ -38,6 +38,8 @@ def jobs(results, predictions):
          at("baselines_h2048")),
         ("offload", offload, at("offload")),
         ("savers_2026", savers, at("savers_2026")),
+        ("skip_dead", lambda src, out: strategies(src, out, "skip_dead", "Full and MoE-block recomputation, their replay's "
+                                                  "dead fc2 and combine skipped or not"), at("skip_dead")),
         ("gpu_offload", offload, at("gpu_offload")),
         ("gpu_memfine", lambda src, out: strategies(src, out, "gpu_memfine", "Every strategy at GPU scale (bf16)"),
          at("gpu_memfine")),

@@ -6,7 +6,7 @@ import statistics
 
 from . import records as R
 from .offload import lines as offload_lines
-from .savers import lines as savers_lines
+from .savers import lines as savers_lines, skip_dead_lines
 from .project import report_lines as project_lines
 from .paper import claims, paper_methods
 from .sweeps import fixed_chunks
@@ -228,6 +228,8 @@ def report(results_dir, predictions, out_dir):
         lines += offload_lines(_path(results_dir, "offload"))
     if _path(results_dir, "savers_2026"):
         lines += savers_lines(_path(results_dir, "savers_2026"))
+    if _path(results_dir, "skip_dead"):
+        lines += skip_dead_lines(_path(results_dir, "skip_dead"))
     lines += pytorch_reference_lines(results_dir) + quality_lines(results_dir) + train_ranks_lines(results_dir)
     lines += project_lines(os.path.dirname(predictions), _path(results_dir, "project_here", "projection.jsonl"))
     lines += ["## Sources",

@@ -82,3 +82,22 @@ def lines(path):
                    f"{sum(r.get('verified') is True for r in recs)} of {sum(r.get('verified') is not None for r in recs)}.")
     out += ["", R.source_line(path, recs), ""]
     return out
+
+
+def skip_dead_lines(path):
+    """REPORT.md's lines on skip_dead: each recomputation's step time with and without it, one run."""
+    recs = R.load(path)
+    out = ["", "Skipping the replay's dead fc2 and combine (experiments/skip_dead.yaml, `paper_figures/skip_dead_table.md`; "
+           "strategies interleaved step by step in one run):", ""]
+    for point, rs in R.by_point(recs).items():
+        for name in ("full_recompute", "moe_recompute"):
+            plain = R.first(rs, name=name, skip_dead=False, status="ok")
+            skip = R.first(rs, name=name, skip_dead=True, status="ok")
+            if not plain or not skip:
+                continue
+            out.append(f"- {point}, {name}: step {R.median_ms(skip):.0f} ms against {R.median_ms(plain):.0f} ms "
+                       f"({R.median_ms(skip) / R.median_ms(plain):.3f}x; min-max {skip['step_ms']['min']:.0f}-"
+                       f"{skip['step_ms']['max']:.0f} against {plain['step_ms']['min']:.0f}-{plain['step_ms']['max']:.0f}), "
+                       f"activation {R.pct(R.activation(skip), R.activation(plain))}, verified "
+                       f"{'yes' if skip.get('verified') else 'no'}.")
+    return out + ["", R.source_line(path, recs), ""]
