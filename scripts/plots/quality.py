@@ -65,6 +65,12 @@ def capped(runs, strategy):
     return any(R.drops(r) for rs in runs[strategy].values() for r in rs)
 
 
+def encoded(runs, strategy):
+    """Whether a strategy stores activations encoded (8-bit storage: its records count what it encoded):
+    lossy, another gradient by design."""
+    return any("encoded_bytes" in r for rs in runs[strategy].values() for r in rs)
+
+
 def drop_share(rs, at):
     return rs[at].get("dropped_fraction")
 

@@ -8,7 +8,7 @@ import statistics
 
 from . import records as R
 from .paper import claims
-from .quality import capped, overloads, quality_stats, train_ranks_stats
+from .quality import capped, encoded, overloads, quality_stats, train_ranks_stats
 from .sweeps import budget_mib, fixed_chunks
 
 
@@ -217,14 +217,23 @@ def pytorch_reference_lines(results_dir):
 
 
 def drift_line(runs, ref, rows):
-    dropless = [s for s in runs if not capped(runs, s) and s != ref]
+    dropless = [s for s in runs if not capped(runs, s) and not encoded(runs, s) and s != ref]
     step_gap = max((abs(a["loss"] - b["loss"]) for s in dropless for seed, rs in runs[s].items()
                     for a, b in zip(rs, runs[ref].get(seed, [])) if a["status"] == b["status"] == "ok"), default=0.0)
     end_gap = max((abs(rows[s]["diff"]) for s in dropless if rows.get(s)), default=0.0)
     return (f"- The dropless strategies ({', '.join([ref] + dropless)}) compute the same model but sum in other orders: "
             f"their runs start equal to rounding and drift apart as near-tied routing decisions flip, up to "
             f"{step_gap:.3f} nats on a step's training loss; their final held-out losses differ by at most {end_gap:.4f} "
-            "on average over seeds.")
+            "on average over seeds." + lossy_line(runs, rows))
+
+
+def lossy_line(runs, rows):
+    """8-bit storage's cost in quality: its final held-out loss against the reference at the same seed."""
+    parts = [f"{s} {rows[s]['diff']:+.4f} (95% interval +-{rows[s]['half']:.4f}: "
+             f"{'exceeds' if rows[s]['significant'] else 'within'} the spread over seeds)"
+             for s in runs if encoded(runs, s) and rows.get(s)]
+    return ("\n- 8-bit activation storage (lossy: its gradients carry the format's rounding), final held-out loss "
+            "against the reference at the same seed: " + "; ".join(parts) + ".") if parts else ""
 
 
 def trace_replay_lines(results_dir):
