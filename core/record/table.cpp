@@ -99,8 +99,11 @@ std::vector<RecordView> views(const std::vector<json>& records) {
 const RecordView* baseline_of(const std::vector<RecordView>& rs, const RecordView& r, bool& elsewhere) {
   const RecordView* base = nullptr;
   elsewhere = false;
+  // The baseline at its defaults where the run has it with other parameters too (skip_dead).
   for (const auto& o : rs)
-    if (o.point == r.point && o.rank == r.rank && o.role == "baseline" && o.status == "ok") base = &o;
+    if (o.point == r.point && o.rank == r.rank && o.role == "baseline" && o.status == "ok" &&
+        (!base || o.strategy == o.name))
+      base = &o;
   if (base) return base;
   const std::string rest = without_budget(r.point);
   auto budget = [](const RecordView& x) { return x.budget_bytes.value_or(1e30); };
