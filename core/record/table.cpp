@@ -147,7 +147,7 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
   std::string baseline;
   bool verified_any = false, offload_any = false;  // offloading's columns where a strategy offloads
   for (const auto& r : rs) {
-    if (r.role == "baseline") baseline = r.strategy;
+    if (r.role == "baseline" && (baseline.empty() || r.strategy == r.name)) baseline = r.strategy;
     verified_any |= r.verified.has_value() || r.grad_max_rel_err.has_value();
     offload_any |= r.raw->contains("offload_host_peak_bytes");
   }
