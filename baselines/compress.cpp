@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "core/strategy/offload.h"
-#include "core/strategy/offload_params.h"
+#include "core/strategy/shared_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {

@@ -1,6 +1,6 @@
 // Baseline: keep only each decoder layer's input and recompute the whole layer in backward
 // (Megatron's --recompute-granularity full; the MemFine paper's method 1, which tables divide by).
-#include "core/strategy/offload_params.h"
+#include "core/strategy/shared_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {

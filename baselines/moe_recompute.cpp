@@ -1,6 +1,6 @@
 // Baseline: store attention, recompute the MoE part as one block (Megatron's
 // --recompute-modules moe). Against memfine it isolates what chunking adds.
-#include "core/strategy/offload_params.h"
+#include "core/strategy/shared_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {

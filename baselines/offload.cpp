@@ -9,7 +9,7 @@
 // back (core/strategy/codec.h; lossy, as `compress` is).
 #include "core/strategy/offload.h"
 #include "core/moe/expert_storage.h"
-#include "core/strategy/offload_params.h"
+#include "core/strategy/shared_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {

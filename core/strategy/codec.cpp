@@ -49,7 +49,11 @@ int64_t code_bytes(StoredAs f) { return f == StoredAs::Bf16 ? 2 : 1; }
 
 double fp8_max(StoredAs f) { return f == StoredAs::Fp8E4m3 ? 448.0 : 57344.0; }
 
-at::Tensor fp8_values(StoredAs f) {
+namespace {
+
+// The 256 codes' values of a format, from its definition; made once per format, outside ATen's
+// allocator (a decode inside a measured step allocates nothing for it).
+std::vector<float> values_of(StoredAs f) {
   const Fp8 fp = fields(f);
   const int exp_bits = 7 - fp.mantissa_bits, exp_ones = (1 << exp_bits) - 1, man_ones = (1 << fp.mantissa_bits) - 1;
   std::vector<float> v(256);
@@ -66,8 +70,19 @@ at::Tensor fp8_values(StoredAs f) {
       x = std::ldexp(double(m + (1 << fp.mantissa_bits)), e - fp.bias - fp.mantissa_bits);
     v[size_t(code)] = float(sign ? -x : x);
   }
-  return at::tensor(v);
+  return v;
 }
+
+const std::vector<float>& value_table(StoredAs f) {
+  static const std::vector<float> e4m3 = values_of(StoredAs::Fp8E4m3), e5m2 = values_of(StoredAs::Fp8E5m2);
+  if (f == StoredAs::Fp8E5m2) return e5m2;
+  if (f == StoredAs::Fp8E4m3) return e4m3;
+  throw std::logic_error("codec: not an FP8 format");
+}
+
+}  // namespace
+
+at::Tensor fp8_values(StoredAs f) { return at::tensor(value_table(f)); }
 
 namespace {
 
@@ -231,8 +246,7 @@ Encoded encode(const at::Tensor& flat, StoredAs f, int64_t block) {
 
 at::Tensor decode(const Encoded& e, StoredAs f, at::ScalarType dtype) {
   if (f == StoredAs::Bf16 || !e.codes.is_cpu()) return decode_ops(e, f, dtype);
-  const at::Tensor table = fp8_values(f);
-  const float* t = table.data_ptr<float>();
+  const float* t = value_table(f).data();
   const uint8_t* codes = e.codes.data_ptr<uint8_t>();
   const float* scales = e.scales.data_ptr<float>();
   const int64_t n = e.codes.numel();

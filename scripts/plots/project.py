@@ -12,9 +12,11 @@ from . import validation as V
 from .paper import _method_key, paper_methods
 
 # One look per strategy in these figures (the strategies of `memfine project`, not experiment labels).
-LOOK = {"no_recompute": ("tab:blue", "-", "o"), "full_recompute": ("tab:orange", "-", "s"),
-        "moe_act_recompute": ("tab:green", "--", "^"), "memfine": ("tab:red", "none", "x"),
-        "offload": ("tab:olive", "-", "D"), "capacity": ("tab:gray", ":", "o")}
+# Each strategy in the colour the measured figures give it (scripts/plots/style.py: the baseline
+# blue, the reference grey, MACT green, the rest by label); a marker and line style per family.
+LOOK = {"no_recompute": ("tab:gray", "-", "o"), "full_recompute": ("tab:blue", "-", "s"),
+        "moe_act_recompute": (S.color_of("moe_act_recompute"), "--", "^"), "memfine": ("tab:green", "none", "x"),
+        "offload": (S.color_of("offload"), "-", "D"), "capacity": (S.color_of("capacity"), ":", "o")}
 
 
 def family(r):

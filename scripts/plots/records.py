@@ -257,6 +257,12 @@ def median_ms(r):
     return s["median"] if isinstance(s, dict) else s if isinstance(s, (int, float)) else None
 
 
+def step_max_ms(r):
+    """The slowest timed step (the median where only it is recorded)."""
+    s = r.get("step_ms")
+    return s.get("max", s["median"]) if isinstance(s, dict) else median_ms(r)
+
+
 def hottest(records):
     """Real ranks: per point and strategy, the rank with the largest activation peak (the one that
     limits the job); one process: the records themselves."""

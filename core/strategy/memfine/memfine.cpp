@@ -9,7 +9,7 @@
 #include "core/strategy/executor.h"
 #include "core/strategy/memfine/chunked_moe.h"
 #include "core/strategy/memfine/mact.h"
-#include "core/strategy/offload_params.h"
+#include "core/strategy/shared_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {

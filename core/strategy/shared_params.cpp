@@ -1,4 +1,4 @@
-#include "core/strategy/offload_params.h"
+#include "core/strategy/shared_params.h"
 
 #include <stdexcept>
 

@@ -1,7 +1,7 @@
-// Parameters strategies share, declared once: activation offloading's for every strategy that offloads (the
-// `offload` baseline; any strategy may add them to its own): which modules, the smallest tensor,
-// the margin, the prefetch depth and the host bandwidths its copy times are modelled with; the
-// stored format (8-bit storage); MemFine's chunks composed with another strategy; skip_dead.
+// Parameters strategies share, declared once: activation offloading's (the `offload` baseline; any
+// strategy may add them to its own: which modules, the smallest tensor, the margin, the prefetch
+// depth and the host bandwidths its copy times are modelled with), the stored format of 8-bit
+// storage, MemFine's chunks composed with another strategy, and skip_dead for those that recompute.
 #pragma once
 #include <string>
 #include <vector>
