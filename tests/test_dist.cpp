@@ -153,6 +153,14 @@ TEST_P(RealRanks, MemFineChunks) {
   for (const char* c : {"1", "2", "4", "auto"}) expect_same_as_one_process(GetParam(), "memfine", c);
 }
 
+// ChunkedEP: the next chunk's rows in flight (an asynchronous all-to-all) while a chunk's experts
+// run, the replay last to first, its rows' gradients sent back by hand; and its stored chunks.
+TEST_P(RealRanks, ChunkedEp) {
+  for (const char* c : {"chunks=2", "chunks=4", "chunks=3;recompute=none"})
+    expect_same_as_one_process(GetParam(), "chunked_ep", c);
+  expect_same_as_one_process(GetParam(), "chunked_ep", "chunks=3", "fused");
+}
+
 // The fused row ops on the all-to-all path (sender gather, per-expert gather and un-group, weighted
 // combine): the same loss and gradients as the one-process ATen reference.
 TEST_P(RealRanks, FusedKernels) {

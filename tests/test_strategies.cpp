@@ -45,6 +45,10 @@ std::vector<StrategySpec> dropless_variants() {
   v.push_back(spec("memfine", {{"chunks", "[0, 3]"}, {"modules", all}}));
   // Skipping the replay's dead fc2 and combine (Megatron's arrangement: the probabilities in the activation).
   for (const char* s : {"full_recompute", "moe_recompute"}) v.push_back(spec(s, {{"skip_dead", "true"}}));
+  // ChunkedEP: replayed last to first with the next chunk prefetched (more chunks than some layers'
+  // rows: empty chunks), and stored chunk by chunk.
+  for (const char* c : {"3", "48"}) v.push_back(spec("chunked_ep", {{"chunks", c}}));
+  v.push_back(spec("chunked_ep", {{"chunks", "3"}, {"recompute", "none"}}));
   return v;
 }
 

@@ -186,6 +186,34 @@ at::Tensor Dist::alltoall(const at::Tensor& in, const std::vector<int64_t>& out_
   return AllToAll::apply(in, out_splits, in_splits, impl_.get());
 }
 
+struct Dist::Pending::State {
+  at::Tensor src, out;  // src: held until the exchange is done
+  at::Device back = at::kCPU;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+at::Tensor Dist::Pending::wait() {
+  if (!state) throw std::logic_error("Dist::Pending::wait: nothing in flight");
+  if (state->work) state->work->wait(), state->work.reset(), state->src = at::Tensor();
+  return state->out.to(state->back);
+}
+
+Dist::Pending Dist::alltoall_async(const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                                   const std::vector<int64_t>& in_splits) const {
+  int64_t rows = 0;
+  for (auto s : out_splits) rows += s;
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[0] = rows;
+  Pending p;
+  p.state = std::make_shared<Pending::State>();
+  p.state->back = in.device();
+  p.state->src = in.detach().to(impl_->device).contiguous();
+  p.state->out = at::empty(shape, p.state->src.options());
+  std::vector<int64_t> o = out_splits, i = in_splits;
+  p.state->work = impl_->pg->alltoall_base(p.state->out, p.state->src, o, i);
+  return p;
+}
+
 std::vector<int64_t> Dist::exchange_counts(const std::vector<int64_t>& send) const {
   at::Tensor s = at::tensor(send, at::kLong);
   std::vector<int64_t> ones(size_t(world_), 1);

@@ -40,6 +40,17 @@ class Dist {
   // Differentiable: its backward is the reverse all-to-all.
   at::Tensor alltoall(const at::Tensor& in, const std::vector<int64_t>& out_splits,
                       const std::vector<int64_t>& in_splits) const;
+  // The same outside autograd, issued without waiting for it (ChunkedEP's next chunk in flight while
+  // this one's experts run): the rows are there once wait() returns them. Every rank issues its
+  // collectives in the same order, these among them.
+  class Pending {
+   public:
+    at::Tensor wait();
+    struct State;
+    std::shared_ptr<State> state;
+  };
+  Pending alltoall_async(const at::Tensor& in, const std::vector<int64_t>& out_splits,
+                         const std::vector<int64_t>& in_splits) const;
   // "notify": how many rows each rank will send to this one.
   std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send) const;
   void allreduce_sum(at::Tensor& t) const;

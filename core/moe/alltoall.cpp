@@ -62,56 +62,128 @@ at::Tensor experts_buffer_free(const at::Tensor& arrived, const at::Tensor& p_ar
   return none + p_none;
 }
 
+// A range's exchange: its kept assignments ordered by expert (so by destination rank), how many
+// rows go to and come from each rank (the paper's "notify"), and which token each row is.
+struct A2aRoute {
+  at::Tensor slots, tokens, experts_of;
+  std::vector<int64_t> send, recv;
+};
+
+A2aRoute route_range(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
+  const Dist& d = *mr.dist;
+  const RankRouting& r = *mr.rank;
+  const int64_t n = end - begin, k = mr.expert_ids.size(1), El = r.local_experts;
+  A2aRoute a;
+  at::Tensor ids = mr.expert_ids.narrow(0, begin, n).reshape(-1);
+  at::Tensor keep = mr.own_keep.defined() ? mr.own_keep.narrow(0, begin, n).reshape(-1) : at::ones_like(ids, at::kBool);
+  a.slots = keep.nonzero().reshape(-1);
+  a.experts_of = ids.index_select(0, a.slots);
+  at::Tensor order = std::get<1>(at::sort(a.experts_of, /*stable=*/true, 0, false));
+  a.slots = a.slots.index_select(0, order);
+  a.experts_of = a.experts_of.index_select(0, order);
+  at::Tensor per_rank = at::bincount(a.experts_of.div(El, "floor"), {}, d.world());
+  a.send.assign(per_rank.data_ptr<int64_t>(), per_rank.data_ptr<int64_t>() + d.world());
+  a.recv = d.exchange_counts(a.send);  // notify
+  // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
+  a.tokens = a.slots.div(k, "floor").to(x.device());
+  return a;
+}
+
+// What arrived, grouped by local expert: the order and each expert's count.
+std::pair<at::Tensor, std::vector<int64_t>> arrived_by_expert(const A2aRoute& a, const MoeRouting& mr,
+                                                              const at::Device& dev) {
+  const RankRouting& r = *mr.rank;
+  at::Tensor arrived_experts =
+      mr.dist->alltoall(a.experts_of.unsqueeze(1), a.recv, a.send).reshape(-1) - r.first_expert;
+  at::Tensor by_expert = std::get<1>(at::sort(arrived_experts, /*stable=*/true, 0, false)).to(dev);
+  at::Tensor counts = at::bincount(arrived_experts, {}, r.local_experts);
+  return {by_expert, std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + r.local_experts)};
+}
+
+// experts on what arrived, then combine: the outputs return to their senders, weighted by router
+// probability, un-permuted.
+Combined experts_and_combine(const at::Tensor& arrived, const A2aRoute& a, const at::Tensor& by_expert,
+                             const std::vector<int64_t>& rows, const at::Tensor& probs, const LayerWeights& w,
+                             const MoeRouting& mr, int64_t n, int64_t hidden) {
+  at::Tensor weights = probs.reshape(-1).index_select(0, a.slots.to(probs.device()));
+  at::Tensor y = at::zeros({n, hidden}, probs.options());
+  at::Tensor out_arrived =
+      mr.fused ? experts_fused(arrived, by_expert, rows, w, mr) : experts_aten(arrived, by_expert, rows, w, mr);
+  at::Tensor back = mr.dist->alltoall(out_arrived, a.send, a.recv);
+  if (mr.fused)
+    scatter_add_rows_(y, back, weights, at::Tensor(), a.tokens);
+  else
+    y.index_add_(0, a.tokens, back * weights.unsqueeze(1));
+  return {y, at::zeros({}, probs.options())};
+}
+
 }  // namespace
+
+// Real ranks' prefetched range: its exchange's routing and its rows in flight.
+struct A2aRows {
+  A2aRoute route;
+  at::Tensor by_expert;
+  std::vector<int64_t> rows;
+  Dist::Pending arrived;
+  int64_t n = 0, hidden = 0;
+};
+
+std::shared_ptr<A2aRows> a2a_prefetch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
+  if (mr.weighted_act || mr.expert.buffer_free)
+    throw std::invalid_argument("a prefetched range runs SwiGLU experts that store what they need");
+  auto p = std::make_shared<A2aRows>();
+  p->route = route_range(x, mr, begin, end);
+  p->n = end - begin, p->hidden = x.size(1);
+  at::Tensor sent =
+      mr.fused ? gather_rows(x, at::Tensor(), p->route.tokens) : x.index_select(0, p->route.tokens);
+  p->arrived = mr.dist->alltoall_async(sent, p->route.recv, p->route.send);
+  std::tie(p->by_expert, p->rows) = arrived_by_expert(p->route, mr, x.device());
+  return p;
+}
+
+at::Tensor a2a_prefetched_rows(A2aRows& p) { return p.arrived.wait(); }
+
+Combined a2a_from_rows(const A2aRows& p, const at::Tensor& arrived, const at::Tensor& probs, const LayerWeights& w,
+                       const MoeRouting& mr) {
+  return experts_and_combine(arrived, p.route, p.by_expert, p.rows, probs, w, mr, p.n, p.hidden);
+}
+
+at::Tensor a2a_rows_grad(const A2aRows& p, const at::Tensor& g_arrived, const MoeRouting& mr,
+                         const at::TensorOptions& options) {
+  int64_t arrived = 0;
+  for (int64_t r : p.route.recv) arrived += r;
+  at::NoGradGuard no_grad;
+  at::Tensor g = g_arrived.defined() ? g_arrived : at::zeros({arrived, p.hidden}, options);
+  at::Tensor g_sent = mr.dist->alltoall(g, p.route.send, p.route.recv);  // back to their senders
+  at::Tensor gx = at::zeros({p.n, p.hidden}, options);
+  gx.index_add_(0, p.route.tokens, g_sent);
+  return gx;
+}
 
 Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
                             int64_t begin, int64_t end) {
   if (mr.weighted_act)
     throw std::invalid_argument("skip_dead runs on emulated ranks only: real ranks combine in their own arrangement");
   const Dist& d = *mr.dist;
-  const RankRouting& r = *mr.rank;
-  const int64_t n = end - begin, k = mr.expert_ids.size(1), El = r.local_experts;
+  const int64_t n = end - begin;
   // dispatch: this range's kept assignments, ordered by expert (so by destination rank).
-  at::Tensor ids = mr.expert_ids.narrow(0, begin, n).reshape(-1);
-  at::Tensor keep = mr.own_keep.defined() ? mr.own_keep.narrow(0, begin, n).reshape(-1) : at::ones_like(ids, at::kBool);
-  at::Tensor slots = keep.nonzero().reshape(-1);
-  at::Tensor experts_of = ids.index_select(0, slots);
-  at::Tensor order = std::get<1>(at::sort(experts_of, /*stable=*/true, 0, false));
-  slots = slots.index_select(0, order);
-  experts_of = experts_of.index_select(0, order);
-  at::Tensor per_rank = at::bincount(experts_of.div(El, "floor"), {}, d.world());
-  std::vector<int64_t> send(per_rank.data_ptr<int64_t>(), per_rank.data_ptr<int64_t>() + d.world());
-  const std::vector<int64_t> recv = d.exchange_counts(send);  // notify
-  // Routing is decided on the host; the indices the data needs move to its device (no-op on CPU).
+  const A2aRoute a = route_range(x, mr, begin, end);
   const at::Device dev = x.device();
-  at::Tensor tokens = slots.div(k, "floor").to(dev);
   at::Tensor sent =
-      mr.fused || mr.expert.buffer_free ? gather_rows(x, at::Tensor(), tokens) : x.index_select(0, tokens);
-  at::Tensor arrived = d.alltoall(sent, recv, send);
-  at::Tensor arrived_experts = d.alltoall(experts_of.unsqueeze(1), recv, send).reshape(-1) - r.first_expert;
-  // experts: run each local expert on the rows that arrived for it, outputs in arrival order.
-  at::Tensor by_expert = std::get<1>(at::sort(arrived_experts, /*stable=*/true, 0, false)).to(dev);
-  at::Tensor counts = at::bincount(arrived_experts, {}, El);
-  std::vector<int64_t> rows(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + El);
-  at::Tensor weights = probs.reshape(-1).index_select(0, slots.to(dev));
-  at::Tensor y = at::zeros({n, x.size(1)}, x.options());
+      mr.fused || mr.expert.buffer_free ? gather_rows(x, at::Tensor(), a.tokens) : x.index_select(0, a.tokens);
+  at::Tensor arrived = d.alltoall(sent, a.recv, a.send);
+  auto [by_expert, rows] = arrived_by_expert(a, mr, dev);
   if (mr.expert.buffer_free) {
     // The probabilities travel with the rows; outputs come back weighted and are added unweighted
     // (an unweighted scatter keeps nothing for backward).
-    at::Tensor p_arrived = d.alltoall(weights.unsqueeze(1), recv, send).reshape(-1);
-    at::Tensor back = d.alltoall(experts_buffer_free(arrived, p_arrived, by_expert, rows, w, mr), send, recv);
-    scatter_add_rows_(y, back, at::Tensor(), at::Tensor(), tokens);
+    at::Tensor y = at::zeros({n, x.size(1)}, x.options());
+    at::Tensor weights = probs.reshape(-1).index_select(0, a.slots.to(dev));
+    at::Tensor p_arrived = d.alltoall(weights.unsqueeze(1), a.recv, a.send).reshape(-1);
+    at::Tensor back = d.alltoall(experts_buffer_free(arrived, p_arrived, by_expert, rows, w, mr), a.send, a.recv);
+    scatter_add_rows_(y, back, at::Tensor(), at::Tensor(), a.tokens);
     return {y, at::zeros({}, x.options())};
   }
-  at::Tensor out_arrived =
-      mr.fused ? experts_fused(arrived, by_expert, rows, w, mr) : experts_aten(arrived, by_expert, rows, w, mr);
-  // combine: outputs return to their senders, weighted by router probability, un-permuted.
-  at::Tensor back = d.alltoall(out_arrived, send, recv);
-  if (mr.fused)
-    scatter_add_rows_(y, back, weights, at::Tensor(), tokens);
-  else
-    y.index_add_(0, tokens, back * weights.unsqueeze(1));
-  return {y, at::zeros({}, x.options())};
+  return experts_and_combine(arrived, a, by_expert, rows, probs, w, mr, n, x.size(1));
 }
 
 }  // namespace memfine

@@ -54,10 +54,22 @@ inline std::string offload_modules_text(const OffloadSpec& o) {
 // How the MoE of a layer runs.
 enum class MoeMode { Stored, RecomputedBlock, Chunked };
 
+// How a Chunked MoE's backward replays its chunks: first to last, each dispatched when it runs
+// (MemFine's FCDA), or last to first with the next earlier chunk's rows dispatched before this
+// chunk's experts run, so that its all-to-all is in flight meanwhile and its rows held (ChunkedEP,
+// Megatron-LM PR #7342).
+enum class ChunkReplay { InOrder, LastToFirstPrefetched };
+
 struct StrategyShape {
   bool recompute_layer = false;  // only the layer's input is kept; the layer is recomputed in backward
   MoeMode moe = MoeMode::Stored;
-  int64_t chunks = 1;  // Chunked only
+  // Chunked: the token chunks, replayed as `replay` says. Stored with chunks > 1: the MoE runs its
+  // chunks one after another, each stored (ChunkedEP without recomputation).
+  int64_t chunks = 1;
+  ChunkReplay replay = ChunkReplay::InOrder;
+  // Chunk i+1's dispatch is issued before chunk i's experts run (ChunkedEP): on real ranks its
+  // all-to-all is in flight behind them; `memfine project` prices what that hides.
+  bool dispatch_ahead = false;
   // How each expert keeps its activations (inside each chunk when chunked).
   ExpertStorage experts = ExpertStorage::Stored;
   bool keep_act = false;     // BufferFree: SiLU(a) * b kept as well

@@ -1,6 +1,7 @@
 #include "core/predict/memory_model.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "core/model/model.h"
@@ -26,6 +27,12 @@ class Step {
   void offload_groups();
   void layer_backward(int64_t l, double below);
   void moe_chunks_backward(int64_t l, double base, const std::string& at);
+  std::vector<MoeRows> chunk_rows(int64_t l, int64_t chunks) const;
+  bool stored_chunks(int64_t l) const {
+    const StrategyShape& sl = shape_[size_t(l)];
+    return sl.moe == MoeMode::Stored && sl.chunks > 1 && !sl.recompute_layer;
+  }
+  double stored_chunks_bytes(int64_t l) const;
   double back_below(int64_t l) const;
   double back_own(int64_t l) const { return group_[size_t(l)].own + group_[size_t(l) + 1].prev; }
 
@@ -100,6 +107,8 @@ void Step::keep_forwards() {
       resident_[size_t(l)] = act_;       // its output, saved as the next layer's input
     else if (sl.moe != MoeMode::Stored)  // recomputed as a block or chunk by chunk: the probabilities
       resident_[size_t(l)] = out_[size_t(l)].total() + z_.E * z_.T * z_.k;
+    else if (stored_chunks(l))  // every chunk stored, each with its own routing
+      resident_[size_t(l)] = out_[size_t(l)].total() + stored_chunks_bytes(l);
     else
       resident_[size_t(l)] = out_[size_t(l)].total() + moe_stored(z_, whole_[size_t(l)]);
   }
@@ -161,6 +170,16 @@ void Step::layer_backward(int64_t l, double below) {
   }
   if (sl.moe == MoeMode::Chunked) {
     moe_chunks_backward(l, below + kept + shared_grads + grad, at);
+  } else if (stored_chunks(l)) {
+    // Stored chunks: autograd runs the last chunk's backward first, the earlier chunks still kept;
+    // each chunk's stored bytes go once its backward has run.
+    const std::vector<MoeRows> rows = chunk_rows(l, sl.chunks);
+    double alive = stored_chunks_bytes(l);
+    const double base = below + kept + shared_grads + grad - alive;
+    for (size_t i = rows.size(); i-- > 0;) {
+      consider(moe_backward_peak(z_, rows[i], base + alive), at + ", MoE chunk " + std::to_string(i));
+      alive -= moe_stored(z_, rows[i], false);
+    }
   } else {
     const double moe = sl.moe == MoeMode::Stored && !sl.recompute_layer ? 0 : moe_stored(z_, whole_[size_t(l)]);
     consider(moe_backward_peak(z_, whole_[size_t(l)], below + kept + shared_grads + grad + moe), at + ", MoE");
@@ -170,6 +189,25 @@ void Step::layer_backward(int64_t l, double below) {
   if (z_.attention)
     consider(below + o.norm1 + o.attention + act_ + 2 * z_.E * z_.b * z_.H * z_.s * z_.s + z_.s * z_.s,
              at + ", attention");
+}
+
+// The non-empty token chunks of layer l, in order (token-level routing; counts: equal shares).
+std::vector<MoeRows> Step::chunk_rows(int64_t l, int64_t chunks) const {
+  const RankRouting& rr = rank_.layers[size_t(l)];
+  std::optional<PeerIndex> peers;
+  if (rr.own_experts.defined()) peers = peer_index(rr);
+  std::vector<MoeRows> rows;
+  for (int64_t ci = 0; ci < chunks; ++ci) {
+    const int64_t a = ci * T_ / chunks, b = (ci + 1) * T_ / chunks;
+    if (a < b) rows.push_back(moe_rows(rr, c_.model.topk, T_, a, b, -1, 0, peers ? &*peers : nullptr));
+  }
+  return rows;
+}
+
+double Step::stored_chunks_bytes(int64_t l) const {
+  double b = 0;
+  for (const MoeRows& r : chunk_rows(l, shape_[size_t(l)].chunks)) b += moe_stored(z_, r, false);
+  return b;
 }
 
 // MoE in chunks: one chunk's stored bytes and transients at a time; weight gradients go into the
@@ -187,23 +225,36 @@ void Step::moe_chunks_backward(int64_t l, double base, const std::string& at) {
   base += (several ? act_ + z_.E * z_.T * z_.k : 0) +
           (held ? saved_index_bytes(layer_rows) + 8 * double(layer_rows.remote) : 0);
   const RankRouting& rr = rank_.layers[size_t(l)];
-  auto chunk = [&](int64_t a, int64_t b, const PeerIndex* peers, const std::string& which) {
-    const MoeRows r = moe_rows(rr, c_.model.topk, T, a, b, -1, 0, peers);
-    consider(moe_backward_peak(z_, r, base + moe_stored(z_, r, false) - (held ? saved_index_bytes(r) : 0)),
+  // ChunkedEP's replay (ChunkReplay::LastToFirstPrefetched): while a chunk runs, the next earlier
+  // one's dispatched rows are held (real ranks: the rows it sent as well, until the exchange is done).
+  const bool prefetched = shape_[size_t(l)].replay == ChunkReplay::LastToFirstPrefetched;
+  auto held_rows = [&](const MoeRows& r) {
+    return prefetched ? z_.E * z_.h * (rows_received(r) + (z_.a2a ? rows_sent(r) : 0)) : 0.0;
+  };
+  auto chunk = [&](const MoeRows& r, double ahead, const std::string& which) {
+    consider(moe_backward_peak(z_, r, base + moe_stored(z_, r, false) - (held ? saved_index_bytes(r) : 0) + ahead),
              at + ", MoE chunk " + which);
   };
   if (rr.own_experts.defined()) {  // token-level routing: each chunk's own rows
     const PeerIndex peers = peer_index(rr);
+    std::vector<MoeRows> rows;
+    std::vector<int64_t> used;
     for (int64_t ci = 0; ci < chunks; ++ci) {
       const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
-      if (a < b) chunk(a, b, &peers, std::to_string(ci));
+      if (a < b) rows.push_back(moe_rows(rr, c_.model.topk, T, a, b, -1, 0, &peers)), used.push_back(ci);
     }
+    for (size_t i = 0; i < rows.size(); ++i)
+      chunk(rows[i], i > 0 ? held_rows(rows[i - 1]) : 0.0, std::to_string(used[i]));
   } else {
     // Counts: a chunk takes its share of every expert's rows, so only its size matters: the
     // first chunk's (T / chunks tokens) and, where they differ, one more token.
-    chunk(0, T / chunks, nullptr, "0");
-    if (T % chunks && T / chunks + 1 <= T)
-      chunk(0, T / chunks + 1, nullptr, "of " + std::to_string(T / chunks + 1) + " tokens");
+    const MoeRows first = moe_rows(rr, c_.model.topk, T, 0, T / chunks, -1, 0, nullptr);
+    const double ahead = chunks > 1 ? held_rows(first) : 0.0;
+    chunk(first, ahead, "0");
+    if (T % chunks && T / chunks + 1 <= T) {
+      const MoeRows more = moe_rows(rr, c_.model.topk, T, 0, T / chunks + 1, -1, 0, nullptr);
+      chunk(more, chunks > 1 ? held_rows(more) : 0.0, "of " + std::to_string(T / chunks + 1) + " tokens");
+    }
   }
 }
 

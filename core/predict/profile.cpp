@@ -43,6 +43,7 @@ LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double 
   ProfileParts p;
   p.outside = kB * (5 * h + q + 2 * kv + double(m.experts) + 4 * g * double(m.shared_experts));
   p.layer_input = kB * h;
+  p.arrived = kB * h;
   p.dense = kB * (5 * h + q + 2 * kv + 4 * double(m.dense_ffn_hidden));
   // Per received row: the input, output and weighted rows (3 h) and the expert's g widths: z,
   // SiLU(a) and their product (4); moe_act recomputes the last two (z alone); buffer-free experts

@@ -30,6 +30,7 @@ LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB)
   // in the same terms as Megatron's.
   const RowWidth row = te_row(s, h, F, kB, kFp32);
   p.row = row.bytes;
+  p.arrived = kB * h;
   // activation_checkpointing: true checkpoints each block but saves the router's projection and
   // its top-k (parallelizer.py apply_ac: MUST_SAVE): the block's input, the router's logits, the
   // top-k values and indices.

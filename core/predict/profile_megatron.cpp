@@ -34,6 +34,7 @@ LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double
   p.row = row.bytes;
   // Full recomputation keeps each layer's input (recompute.py checkpoints hidden_states).
   p.layer_input = kB * h;
+  p.arrived = kB * h;
   // A dense layer: attention, then fc1 with its fused norm (x, ln_out, rsigma), z and SiLU(a) * b.
   p.dense = attn + kB * (2 * h + 3 * Fd) + kFp32;
   LayerWidths w = assemble(p, s);

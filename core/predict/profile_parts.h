@@ -13,17 +13,22 @@ struct ProfileParts {
   double row = 0;          // per routed row, under the shape's expert storage
   double layer_input = 0;  // per token, what a layer recomputed whole keeps
   double dense = 0;        // per token, a dense layer stored
+  double arrived = 0;      // per routed row, the dispatched row itself: what a prefetched chunk holds
 };
 
 inline LayerWidths assemble(const ProfileParts& p, const StrategyShape& s) {
   LayerWidths w;
   const double chunks = s.moe == MoeMode::Chunked ? double(s.chunks) : 1;
+  // ChunkedEP's replay holds the next earlier chunk's dispatched rows beside the one that runs.
+  const double ahead = s.moe == MoeMode::Chunked && s.replay == ChunkReplay::LastToFirstPrefetched && s.chunks > 1
+                           ? p.arrived / chunks
+                           : 0;
   const double stored = p.outside + p.block;
   if (s.recompute_layer) {
-    w.token = p.layer_input, w.token_again = stored, w.row_again = p.row / chunks;
+    w.token = p.layer_input, w.token_again = stored, w.row_again = p.row / chunks + ahead;
     w.dense = p.layer_input, w.dense_again = p.dense;
   } else if (s.moe != MoeMode::Stored) {
-    w.token = p.outside, w.token_again = p.block, w.row_again = p.row / chunks;
+    w.token = p.outside, w.token_again = p.block, w.row_again = p.row / chunks + ahead;
     w.dense = p.dense;
   } else {
     w.token = stored, w.row = p.row, w.dense = p.dense;

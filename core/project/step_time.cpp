@@ -54,7 +54,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
   const double dense_t = dense_flops / (hw.gemm_tflops * 1e12) + tf.router * 3 * tokens / pp / (hw.gemm_tflops * 1e12);
   const double core_t = core_flops / (hw.attention_tflops * 1e12);
-  const double chunks = s.moe == MoeMode::Chunked ? double(std::max<int64_t>(s.chunks, 1)) : 1;
+  const double chunks = s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
   const double expert_t = expert_flops / grouped_rate(hw, rows_per_expert / chunks);
   // Memory-bound kernels at the HBM rate: what the layers on this stage move per token, the routed
   // rows on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
@@ -125,7 +125,14 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   // forward beside another's backward, each one's dispatch and combine behind the other's compute:
   // what is longer than that compute stays exposed.
   const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? std::max(0.0, a2a - c.total) : a2a;
-  const double comm = a2a_exposed + tp_comm + pp_comm;
+  // ChunkedEP: chunk i+1's dispatch runs behind chunk i's experts, in the forward and in a replay
+  // for backward; all but the first chunk's, where the experts' forward is at least as long.
+  double hidden = 0;
+  if (s.dispatch_ahead && s.chunks > 1) {
+    const double C = double(s.chunks), per_pass = (C - 1) / C * std::min(a2a_exposed / 4, c.experts / 3);
+    hidden = per_pass * (s.recompute_layer || s.moe != MoeMode::Stored ? 2 : 1);
+  }
+  const double comm = a2a_exposed + tp_comm + pp_comm - std::min(hidden, a2a_exposed);
   const double recompute = recompute_of(s, c, a2a_exposed);
   // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
   double wait = 0;

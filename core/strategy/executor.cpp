@@ -56,6 +56,21 @@ Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const Moe
   return moe_range(x_norm, probs, w, routing, 0, x_norm.size(0));
 }
 
+Combined moe_stored_in_chunks(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
+                              const LayerWeights& w, int64_t chunks) {
+  const int64_t n = x_norm.size(0);
+  std::vector<at::Tensor> ys;
+  at::Tensor peer_loss;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t a = c * n / chunks, b = (c + 1) * n / chunks;
+    if (a == b) continue;  // every rank's chunks are the same ranges: all skip it
+    Combined part = moe_range(x_norm.narrow(0, a, b - a), probs.narrow(0, a, b - a), w, routing, a, b);
+    ys.push_back(part.y);
+    peer_loss = peer_loss.defined() ? peer_loss + part.peer_loss : part.peer_loss;
+  }
+  return {at::cat(ys), peer_loss};
+}
+
 Combined moe_as_one_block(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                           const LayerWeights& w) {
   const LayerWeights* wp = &w;
@@ -84,10 +99,15 @@ LayerOutput layer_recomputed(const at::Tensor& x, const LayerInput& in, Strategy
 LayerOutput run_shape(const at::Tensor& x, const LayerInput& in, Strategy& s, const StrategyShape& shape) {
   MoeFn moe = moe_stored;
   if (shape.moe == MoeMode::RecomputedBlock) moe = moe_as_one_block;
+  const int64_t chunks = shape.chunks;
   if (shape.moe == MoeMode::Chunked) {
-    const int64_t chunks = shape.chunks;
+    const ChunkReplay replay = shape.replay;
+    moe = [chunks, replay](const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& r, const LayerWeights& w) {
+      return chunked_moe(xn, probs, r, w, chunks, replay);
+    };
+  } else if (shape.moe == MoeMode::Stored && chunks > 1) {
     moe = [chunks](const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& r, const LayerWeights& w) {
-      return chunked_moe(xn, probs, r, w, chunks);
+      return moe_stored_in_chunks(xn, probs, r, w, chunks);
     };
   }
   Offloader* off = s.offloader();

@@ -27,6 +27,9 @@ LayerOutput layer_recomputed(const at::Tensor& x, const LayerInput& in, Strategy
 // The MoE in one pass over all tokens, activations stored.
 Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                     const LayerWeights& w);
+// The MoE in `chunks` token chunks one after another, each stored (ChunkedEP without recomputation).
+Combined moe_stored_in_chunks(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
+                              const LayerWeights& w, int64_t chunks);
 // The MoE recomputed as one block in backward (Megatron's --recompute-modules moe).
 Combined moe_as_one_block(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                           const LayerWeights& w);

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <optional>
+
 #include "core/strategy/recompute.h"
 
 namespace memfine {
@@ -14,6 +16,7 @@ struct ChunkedCall {
   MoeRouting routing;
   const LayerWeights* weights = nullptr;
   int64_t chunks = 1;
+  ChunkReplay replay = ChunkReplay::InOrder;
   std::pair<int64_t, int64_t> range(int64_t c, int64_t n) const { return {c * n / chunks, (c + 1) * n / chunks}; }
   // Every chunk's routing in one pass, held through the chunk loop (one chunk: made by the chunk
   // itself, as by an unchunked MoE; real ranks: none, theirs is exchanged per chunk). Made again
@@ -34,6 +37,50 @@ TensorList expert_params(const LayerWeights& w) {
   TensorList p = w.w_in;
   p.insert(p.end(), w.w_out.begin(), w.w_out.end());
   return p;
+}
+
+// ChunkedEP's replay: the chunks last to first, each dispatched again; the next earlier chunk's rows
+// are dispatched before this chunk's experts run (on real ranks their all-to-all is in flight
+// meanwhile; here they are held) and taken as they are when its turn comes. Its input and
+// probability gradients go into gx and gp, its weight gradients into the experts' .grad.
+void replay_last_to_first(const ChunkedCall& call, const at::Tensor& x, const at::Tensor& probs,
+                          const at::Tensor& g_out, const at::Tensor& g_peer, at::Tensor& gx, at::Tensor& gp) {
+  const int64_t n = x.size(0);
+  const std::vector<Dispatched> routed = call.routed(n, x.device());
+  auto empty = [&](int64_t c) { return call.range(c, n).first == call.range(c, n).second; };
+  auto fetch = [&](int64_t c) {
+    auto [a, b] = call.range(c, n);
+    return prefetch_range(x.narrow(0, a, b - a), call.routing, a, b, call.chunk(routed, c));
+  };
+  std::optional<PrefetchedRange> next;
+  for (int64_t c = call.chunks - 1; c >= 0; --c) {
+    if (empty(c)) continue;  // every rank's chunks are the same ranges: all skip it
+    auto [a, b] = call.range(c, n);
+    PrefetchedRange here = next ? std::move(*next) : fetch(c);
+    next.reset();
+    int64_t earlier = c - 1;
+    while (earlier >= 0 && empty(earlier)) --earlier;
+    if (earlier >= 0) next = fetch(earlier);  // in flight while this chunk runs
+    TensorList leaves;
+    for (const at::Tensor& r : here.rows()) leaves.push_back(r.detach().requires_grad_(true));
+    const size_t n_rows = leaves.size();
+    leaves.push_back(probs.narrow(0, a, b - a));
+    RegionInputs in = region_inputs(leaves);
+    leaves.clear();
+    Combined out;
+    {
+      at::AutoGradMode grad_on(true);
+      const std::vector<at::Tensor> rows(in.tensors.begin(), in.tensors.begin() + int64_t(n_rows));
+      out = moe_from_rows(here, rows, in.tensors.back(), *call.weights, call.routing);
+    }
+    in.tensors.clear();
+    at::Tensor gy = g_out.defined() ? g_out.narrow(0, a, b - a) : at::Tensor();
+    backward_into_leaves({std::move(out.y), std::move(out.peer_loss)}, {std::move(gy), g_peer});
+    TensorList& g = *in.grads;
+    const std::vector<at::Tensor> row_grads(g.begin(), g.begin() + int64_t(n_rows));
+    gx.narrow(0, a, b - a).add_(rows_grad_to_tokens(here, row_grads, call.routing, x.options(), x.size(1)));
+    if (g[n_rows].defined()) gp.narrow(0, a, b - a).copy_(g[n_rows]);
+  }
 }
 
 struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
@@ -75,6 +122,13 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
     if (call.chunks > 1) gx = at::zeros_like(x), gp = at::zeros_like(probs);
     // The incoming gradient is the residual branch's too (y is added to it): read it, never own it.
     const at::Tensor g_out = grad[0];
+    if (call.replay == ChunkReplay::LastToFirstPrefetched) {
+      gx = at::zeros_like(x), gp = at::zeros_like(probs);
+      replay_last_to_first(call, x, probs, g_out, grad[1], gx, gp);
+      variable_list result = {gx, gp};
+      result.resize(2 + size_t(ctx->saved_data["n_params"].toInt()) + 1);
+      return result;
+    }
     const std::vector<Dispatched> routed = call.routed(n, x.device());
     for (int64_t c = 0; c < call.chunks; ++c) {
       auto [a, b] = call.range(c, n);
@@ -105,8 +159,8 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
 }  // namespace
 
 Combined chunked_moe(const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& routing, const LayerWeights& w,
-                     int64_t chunks) {
-  ChunkedCall call{routing, &w, chunks};
+                     int64_t chunks, ChunkReplay replay) {
+  ChunkedCall call{routing, &w, chunks, replay};
   variable_list out = ChunkedMoe::apply(xn, probs, at::TensorList(expert_params(w)), &call);
   return Combined{out[0], out[1]};
 }

@@ -5,12 +5,14 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include "core/moe/shape.h"
 #include "core/moe/stages.h"
 
 namespace memfine {
 
-// The MoE of one layer in `chunks` token chunks (a MoeFn for layer_forward/layer_recomputed).
+// The MoE of one layer in `chunks` token chunks (a MoeFn for layer_forward/layer_recomputed); its
+// backward replays them as `replay` says (core/moe/shape.h).
 Combined chunked_moe(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
-                     const LayerWeights& w, int64_t chunks);
+                     const LayerWeights& w, int64_t chunks, ChunkReplay replay = ChunkReplay::InOrder);
 
 }  // namespace memfine
