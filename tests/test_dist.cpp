@@ -161,6 +161,13 @@ TEST_P(RealRanks, ChunkedEp) {
   expect_same_as_one_process(GetParam(), "chunked_ep", "chunks=3", "fused");
 }
 
+// Paged Stash on real ranks: the experts' saved tensors in pages; an overflow on any rank has every
+// rank rerun (one all-reduced flag), the rerun's gradients those of the plain computation.
+TEST_P(RealRanks, PagedStash) {
+  expect_same_as_one_process(GetParam(), "paged_stash", "capacity_factor=100,device_factor=100");
+  expect_same_as_one_process(GetParam(), "paged_stash", "capacity_factor=0.5");
+}
+
 // The fused row ops on the all-to-all path (sender gather, per-expert gather and un-group, weighted
 // combine): the same loss and gradients as the one-process ATen reference.
 TEST_P(RealRanks, FusedKernels) {

@@ -49,6 +49,10 @@ std::vector<StrategySpec> dropless_variants() {
   // rows: empty chunks), and stored chunk by chunk.
   for (const char* c : {"3", "48"}) v.push_back(spec("chunked_ep", {{"chunks", c}}));
   v.push_back(spec("chunked_ep", {{"chunks", "3"}, {"recompute", "none"}}));
+  // Paged Stash: every expert in device pages; spilling to host pages; rerun (a capacity too small).
+  v.push_back(spec("paged_stash", {{"capacity_factor", "100"}, {"device_factor", "100"}}));
+  v.push_back(spec("paged_stash", {{"capacity_factor", "100"}, {"device_factor", "0.2"}, {"host_factor", "100"}}));
+  v.push_back(spec("paged_stash", {{"capacity_factor", "0.5"}}));
   return v;
 }
 
@@ -79,6 +83,36 @@ TEST(Strategies, SingleRankAndRouterDecidedRoutingAgree) {
   const auto ref = loss_and_grads(c, spec("no_recompute"));
   EXPECT_LT(max_rel_diff(loss_and_grads(c, spec("memfine", {{"chunks", "3"}})), ref), 1e-10);
   EXPECT_LT(max_rel_diff(loss_and_grads(c, spec("full_recompute")), ref), 1e-10);
+}
+
+// Paged Stash's counters say what happened: pages filled without overflow; host pages where the
+// device's run out; a rerun (and both passes' peaks, the step's the larger) where capacity is short.
+TEST(PagedStash, CountsPagesSpillsAndReruns) {
+  ExperimentConfig c = tiny_config("float32", "zipf");
+  auto run = [&](const StrategySpec& sp) {
+    auto st = make_train_state(c);
+    auto s = make_strategy(sp);
+    MemoryMeter& meter = MemoryMeter::get("cpu");
+    meter.reset_peak();
+    const int64_t start = meter.current_bytes();
+    train_step(*st, *s, 0);
+    json j = s->step_counters();
+    j["peak"] = meter.peak_bytes() - start;
+    return j;
+  };
+  const json fits = run(spec("paged_stash", {{"capacity_factor", "100"}, {"device_factor", "100"}}));
+  EXPECT_EQ(fits["reruns"], 0);
+  EXPECT_GT(fits["pages_used"].get<int64_t>(), 0);
+  EXPECT_EQ(fits["host_pages"], 0);
+  EXPECT_EQ(fits["overflow"], "");
+  const json spills = run(spec("paged_stash", {{"capacity_factor", "100"}, {"device_factor", "0.2"}, {"host_factor", "100"}}));
+  EXPECT_EQ(spills["reruns"], 0);
+  EXPECT_GT(spills["host_pages"].get<int64_t>(), 0);
+  const json reruns = run(spec("paged_stash", {{"capacity_factor", "1.0"}}));
+  EXPECT_EQ(reruns["reruns"], 1) << reruns.dump();
+  EXPECT_NE(reruns["overflow"], "");
+  EXPECT_EQ(reruns["peak"].get<int64_t>(),
+            std::max(reruns["first_pass_peak_bytes"].get<int64_t>(), reruns["rerun_peak_bytes"].get<int64_t>()));
 }
 
 TEST(Capacity, LargeFactorDropsNothingAndEqualsDropless) {

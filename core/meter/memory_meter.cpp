@@ -108,6 +108,11 @@ class CpuMeter final : public MemoryMeter {
   int64_t current_bytes() const override { return g_current.load(); }
   int64_t peak_bytes() const override { return g_peak.load(); }
   void reset_peak() override { g_peak.store(g_current.load()); }
+  void raise_peak(int64_t bytes) override {
+    int64_t seen = g_peak.load();
+    while (bytes > seen && !g_peak.compare_exchange_weak(seen, bytes)) {
+    }
+  }
   void set_limit(int64_t limit) override { g_limit.store(limit); }
   int64_t limit() const override { return g_limit.load(); }
 };
@@ -123,8 +128,10 @@ class CudaMeter final : public MemoryMeter {
   // eagerly). The first CUDA tensor initialises CUDA, on every version.
   CudaMeter() { at::empty({1}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte)); }
   int64_t current_bytes() const override { return stat().allocated_bytes[0].current; }
-  int64_t peak_bytes() const override { return stat().allocated_bytes[0].peak; }
-  void reset_peak() override { cca::resetPeakStats(c10::cuda::current_device()); }
+  int64_t peak_bytes() const override { return std::max<int64_t>(stat().allocated_bytes[0].peak, floor_); }
+  void reset_peak() override { cca::resetPeakStats(c10::cuda::current_device()), floor_ = 0; }
+  // The allocator's statistics cannot be raised: the meter keeps the floor beside them.
+  void raise_peak(int64_t bytes) override { floor_ = std::max(floor_, bytes); }
   void set_limit(int64_t limit) override {
     limit_ = limit;
     const int dev = c10::cuda::current_device();
@@ -138,6 +145,7 @@ class CudaMeter final : public MemoryMeter {
  private:
   static cca::DeviceStats stat() { return cca::getDeviceStats(c10::cuda::current_device()); }
   int64_t limit_ = -1;
+  int64_t floor_ = 0;
 };
 #endif
 

@@ -33,6 +33,8 @@ class MemoryMeter {
   virtual int64_t current_bytes() const = 0;
   virtual int64_t peak_bytes() const = 0;
   virtual void reset_peak() = 0;  // peak := current
+  // peak := max(peak, bytes): a step measured in parts (a rerun) keeps the largest part's peak.
+  virtual void raise_peak(int64_t bytes) = 0;
   // Allocations that would take current bytes above `limit` throw OutOfMemory; -1 disables.
   virtual void set_limit(int64_t limit) = 0;
   virtual int64_t limit() const = 0;

@@ -2,6 +2,7 @@
 // for the executor that runs it (core/strategy/executor.h) and the memory models that predict it
 // (core/predict/): a strategy is declared once, as its shape.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -51,6 +52,58 @@ inline std::string offload_modules_text(const OffloadSpec& o) {
   return out;
 }
 
+// Paged Stash (Megatron-Core moe/paged_stash.py, PRs #2690 and #4247): what each routed expert
+// saves for backward (its input rows, z = [a | b] and SiLU(a) * b) is copied after its forward into
+// pages of `page_rows` rows of a device pool sized device_factor x the step's mean rows, spilling
+// to host_factor x as many host pages; a layer whose rows exceed rank_capacity x the mean (the
+// fixed buffers'), or a stash that finds no page, has the step run again dropless without it.
+struct StashSpec {
+  double rank_capacity = 0;  // 0: no stash
+  int64_t page_rows = 64;
+  double device_factor = 1.10, host_factor = 0;
+  bool any() const { return rank_capacity > 0; }
+  // A rank receives tokens x topk rows a layer on average (every rank sends that many, spread
+  // evenly): the fixed buffers hold rank_capacity x that; the pools' pages, their factor x a step's.
+  int64_t capacity_rows(int64_t tokens, int64_t topk) const {
+    return int64_t(std::ceil(rank_capacity * double(tokens * topk)));
+  }
+  int64_t device_pages(int64_t layers, int64_t tokens, int64_t topk) const { return pages(device_factor, layers, tokens, topk); }
+  int64_t host_pages(int64_t layers, int64_t tokens, int64_t topk) const { return pages(host_factor, layers, tokens, topk); }
+  int64_t pages(double factor, int64_t layers, int64_t tokens, int64_t topk) const {
+    return int64_t(std::ceil(factor * double(layers * tokens * topk) / double(page_rows)));
+  }
+};
+
+// Where a stash puts each expert's rows, in the order they are saved: whole pages of the device's
+// pool first, else of the host's, else nowhere (the step runs again). The one rule the stash and
+// its prediction follow.
+class PageBook {
+ public:
+  enum class Where { Device, Host, Nowhere };
+  PageBook(int64_t device_pages, int64_t host_pages, int64_t page_rows)
+      : device_pages_(device_pages), host_pages_(host_pages), page_rows_(page_rows) {}
+  // Takes ceil(rows / page_rows) pages; `first_row`: where its rows begin in that pool.
+  Where put(int64_t rows, int64_t* first_row = nullptr) {
+    const int64_t n = (rows + page_rows_ - 1) / page_rows_;
+    if (device_used_ + n <= device_pages_) {
+      if (first_row) *first_row = device_used_ * page_rows_;
+      device_used_ += n;
+      return Where::Device;
+    }
+    if (host_used_ + n <= host_pages_) {
+      if (first_row) *first_row = host_used_ * page_rows_;
+      host_used_ += n;
+      return Where::Host;
+    }
+    return Where::Nowhere;
+  }
+  int64_t device_used() const { return device_used_; }
+  int64_t host_used() const { return host_used_; }
+
+ private:
+  int64_t device_pages_, host_pages_, page_rows_, device_used_ = 0, host_used_ = 0;
+};
+
 // How the MoE of a layer runs.
 enum class MoeMode { Stored, RecomputedBlock, Chunked };
 
@@ -80,6 +133,7 @@ struct StrategyShape {
   double capacity_factor = 0;
   bool pad_to_capacity = false;
   OffloadSpec offload;
+  StashSpec stash;
   // Recomputed (the layer or the MoE block): the probabilities weigh the experts' activation
   // (Megatron's arrangement) and the replay skips fc2 and the combine (MoeRouting::weighted_act).
   bool skip_dead = false;

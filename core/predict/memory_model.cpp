@@ -44,6 +44,7 @@ class Step {
   double act_ = 0;  // one [tokens, hidden] tensor
   Prediction p_;
   double peak_ = 0;
+  double pool_ = 0;  // Paged Stash's device pages, alive through the step's passes
   int64_t current_ = -1;  // the layer whose backward is being considered; -1: the loss
   std::vector<MoeRows> whole_;
   std::vector<StrategyShape> shape_;  // each layer's: a plan's 0 chunks is a layer stored whole
@@ -66,6 +67,7 @@ Sizes sizes_of(const ExperimentConfig& c, const EmulatedRank& rank, const Strate
   z.block_rows = s.block_rows;
   z.a2a = rank.real && c.kernels != "fused" && !z.buffer_free;
   z.dead_replay = s.skip_dead && !z.a2a;
+  z.stashed = s.stash.any();
   return z;
 }
 
@@ -79,6 +81,22 @@ Step::Step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategySh
   const int64_t cap = s.capacity_factor > 0 ? capacity_per_expert(T_, m.topk, m.experts, s.capacity_factor) : -1;
   const int64_t pad_rows = cap >= 0 && s.pad_to_capacity ? cap * c.ep : 0;
   for (int64_t l = 0; l < L_; ++l) whole_.push_back(moe_rows(rank.layers[size_t(l)], m.topk, T_, 0, T_, cap, pad_rows));
+  if (s.stash.any()) {
+    // Paged Stash: its pages as the stash takes them, expert by expert in each layer's order; a
+    // layer beyond the buffers' capacity or rows with no page left rerun the step dropless without
+    // the stash, its pool still held (core/strategy/stash.h).
+    const StashSpec& st = s.stash;
+    PageBook book(st.device_pages(L_, T_, m.topk), st.host_pages(L_, T_, m.topk), st.page_rows);
+    bool rerun = false;
+    for (const MoeRows& r : whole_) {
+      rerun = rerun || rows_received(r) > double(st.capacity_rows(T_, m.topk));
+      for (size_t e = 0; e < r.own.size(); ++e)
+        if (r.own[e] + r.peer[e] > 0) rerun = rerun || book.put(r.own[e] + r.peer[e]) == PageBook::Where::Nowhere;
+    }
+    pool_ = z_.E * double(st.device_pages(L_, T_, m.topk) * st.page_rows) * (z_.h + 3 * z_.g);
+    z_.stashed = !rerun;
+    p_.reran = rerun;
+  }
   p_.layer_peak.assign(size_t(L_), 0);
   shape_.assign(size_t(L_), s);
   if (s.moe == MoeMode::Chunked && !chunks_per_layer.empty())
@@ -92,6 +110,7 @@ Step::Step(const ExperimentConfig& c, const EmulatedRank& rank, const StrategySh
 }
 
 void Step::consider(double bytes, const std::string& where) {
+  bytes += pool_;
   if (bytes > peak_) peak_ = bytes, p_.phase = where;
   int64_t& slot = current_ < 0 ? p_.loss_peak : p_.layer_peak[size_t(current_)];
   slot = std::max(slot, int64_t(bytes));
@@ -279,6 +298,7 @@ Prediction Step::walk() {
   // Adam's step, once the activations are gone: one parameter-sized temporary (the denominator)
   // for the largest parameter. The peak when little else is kept.
   current_ = -1;
+  pool_ = 0;  // let go once backward is done
   const ModelConfig& m = c_.model;
   const Sizes& z = z_;
   const double widest = std::max({z.h * 2 * z.g, z.h * 2 * z.gs, z.h * z.experts, z.attention ? z.h * z.heads_dim : 0.0,

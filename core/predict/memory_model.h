@@ -32,6 +32,7 @@ struct Prediction {
   int64_t loss_peak = 0;            // the peak of the loss's backward (no chunking changes it)
   std::vector<int64_t> chunks;      // the chunk count per layer it was made for (0: stored); empty: none
   int64_t host_bytes = 0;           // offloaded to the host at the forward's end (its peak); 0: none
+  bool reran = false;               // Paged Stash overflows: the step runs again (the peak is the rerun's)
 };
 
 // Predicts static bytes and the activation peak of one training step of the emulated (or real) rank.

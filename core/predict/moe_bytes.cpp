@@ -48,9 +48,19 @@ double moe_backward_peak_buffer_free(const Sizes& z, const MoeRows& m, double st
 // un-groups them: its backward reads the source), the rows that came back and their probabilities
 // (kept by the weighting), the weighted rows (kept by the index_add into token order), and the
 // indices (tokens and slots of the sent rows, the grouping of the arrived ones).
+// A stashed expert's backward (core/strategy/stash.cpp: StashedSwiglu) on top of what is alive: its
+// rows, z and product copied back (h + 3g a row); the widest moment is the sigmoid's derivative
+// beside z, the activation's gradient and b's, with fc2's weight gradient.
+double stashed_expert_backward(const Sizes& z, double rows) {
+  const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
+  return std::max(rh + 2 * rg + 4 * rg + z.E * z.g * z.h,                 // x, z; g_act, sig, g_b, derivative
+                  rh + 4 * rg + z.E * z.h * 2 * z.g + z.E * z.g * z.h);  // x, g_z, g_x-to-be, weight grads
+}
+
 double moe_stored_a2a(const Sizes& z, const MoeRows& m) {
   const double R = rows_received(m), S = rows_sent(m);
-  return z.E * (R * (2 * z.h + z.expert_g() * z.g) + 2 * S * z.h + S) + 8 * (2 * S + R);
+  const double expert = z.stashed ? 0 : z.h + z.expert_g() * z.g;  // the expert's input and its g widths
+  return z.E * (R * (z.h + expert) + 2 * S * z.h + S) + 8 * (2 * S + R);
 }
 
 // Its backward: the weighted rows' gradient, then the weighting's (the returned rows' gradient and
@@ -79,9 +89,13 @@ double moe_backward_peak_a2a(const Sizes& z, const MoeRows& m, double stored) {
     const double rows = double(m.own[i] + m.peer[i]);
     if (rows == 0) continue;
     const double rg = z.E * rows * z.g, rh = z.E * rows * z.h;
-    const double first_gemm = cur - (z.expert_g() - 2) * rg + 2 * z.E * z.g * z.h;
-    peak = std::max({peak, cur + (z.act_recomputed ? 3 : 1) * rg + z.E * z.g * z.h, cur + 2 * rg, first_gemm});
-    cur -= z.E * rows * z.expert_g() * z.g;
+    if (z.stashed) {
+      peak = std::max(peak, cur + stashed_expert_backward(z, rows));
+    } else {
+      const double first_gemm = cur - (z.expert_g() - 2) * rg + 2 * z.E * z.g * z.h;
+      peak = std::max({peak, cur + (z.act_recomputed ? 3 : 1) * rg + z.E * z.g * z.h, cur + 2 * rg, first_gemm});
+      cur -= z.E * rows * z.expert_g() * z.g;
+    }
     peak = std::max(peak, cur + rh + Rh + (first ? 0 : Rh));
     if (first) cur += Rh, first = false;
   }
@@ -141,7 +155,7 @@ double moe_stored(const Sizes& z, const MoeRows& m, bool whole) {
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
     if (rows == 0) continue;
-    bytes += z.E * rows * (z.h + z.expert_g() * z.g);
+    if (!z.stashed) bytes += z.E * rows * (z.h + z.expert_g() * z.g);
     if (own > 0) bytes += z.E * (rows * z.h + own * z.h + own);
   }
   return bytes + z.E * (2 * double(m.remote) * z.h + double(m.remote)) + saved_index_bytes(m);
@@ -175,6 +189,13 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
     // The first projection's backward makes its input's gradient and its weight's [h, 2g] one
     // (added into .grad, then freed) beside z's gradient, once the output gradient and the
     // activation's saved tensors are gone: at large ffn widths the expert's largest transient.
+    if (z.stashed) {
+      peak = std::max(peak, cur + stashed_expert_backward(z, rows));
+      cur -= rh;  // its output gradient
+      peak = std::max(peak, cur + rh + tokens_grad + (first ? 0 : tokens_grad));
+      if (first) cur += tokens_grad, first = false;
+      continue;
+    }
     const double first_gemm = cur - (z.expert_g() - 2) * rg + 2 * z.E * z.g * z.h;
     if (z.act_recomputed)
       // The down projection's backward recomputes the product (freed once the weight's gradient

@@ -52,6 +52,10 @@ struct Sizes {
   // skip_dead's replay (core/moe/weighted.cpp): the probabilities weigh the activation, fc2's output
   // and the combine's sum are placeholders.
   bool dead_replay = false;
+  // Paged Stash (core/strategy/stash.h): each expert's saved rows, z and SiLU(a) * b are in the
+  // pool's pages, not kept by autograd; its backward copies them back (h + 3g a row) one expert at
+  // a time.
+  bool stashed = false;
   double expert_g() const {
     return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4;
   }  // stored widths of g per row

@@ -87,7 +87,16 @@ double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
   const double moe_again = tokens_gpu_ * w.token_again + received_ * w.row_again;
   const double transient =
       std::max(st.dense > 0 ? tokens_gpu_ * w.dense_again : 0.0, st.moe > 0 ? moe_again : 0.0);
-  const double kept = st.inflight * (st.dense * dense_kept + st.moe * moe_kept);
+  double kept = st.inflight * (st.dense * dense_kept + st.moe * moe_kept);
+  if (s.stash.any()) {
+    // Paged Stash: the routed rows' saved tensors live in the pool's pages, sized from the mean rows
+    // a rank receives, whatever the hottest receives; where it reruns, the pool is held beside the
+    // plain computation.
+    const double mean = tokens_gpu_ * double(m_.topk);
+    const double pool = s.stash.device_factor * mean * w.row * st.inflight * st.moe;
+    if (!stash_reruns(s.stash, received_, mean)) kept -= st.inflight * st.moe * received_ * w.row;
+    kept += pool;
+  }
   if (!s.offload.any()) return kept + transient + st.logits;
   // Offloading: every layer's modules leave for the host but the layer running and those prefetched.
   // Encoding: they stay as codes, all but the running layer's, decoded.

@@ -15,6 +15,13 @@
 
 namespace memfine {
 
+// Paged Stash under the projected imbalance: the hottest rank's rows (`received`, a micro-batch's
+// per layer) beyond its buffers' capacity or its pages (device and host, against the `mean` rows
+// a rank receives) rerun every step.
+inline bool stash_reruns(const StashSpec& s, double received, double mean) {
+  return s.any() && (received > s.rank_capacity * mean || received > (s.device_factor + s.host_factor) * mean);
+}
+
 class StageMemory {
  public:
   // `received`: the rows the hottest rank's experts receive per micro-batch.

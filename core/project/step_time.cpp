@@ -6,6 +6,7 @@
 
 #include "core/model/flops.h"
 #include "core/project/comm.h"
+#include "core/project/memory.h"
 #include "core/project/pipeline.h"
 
 #include "core/util/format.h"
@@ -158,7 +159,9 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
              (expert_dp > 1 ? all_gather_time(network(hw), int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
     fsdp_exposed = std::max(0.0, gather - c.total - recompute);
   }
-  const double per_micro = c.total + recompute + comm + fsdp_exposed + wait;
+  // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
+  const double rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + comm : 0;
+  const double per_micro = c.total + recompute + comm + fsdp_exposed + wait + rerun;
   // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
   // micro-batch's backward.
   const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
@@ -168,7 +171,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   const double dp_exposed = std::max(0.0, dp_t - per_micro * 2 / 3);
   StepParts p;
   p.compute = double(micro) * (c.total - c.chunk), p.chunk_overhead = double(micro) * c.chunk;
-  p.recompute = double(micro) * recompute, p.offload_wait = double(micro) * wait;
+  p.recompute = double(micro) * (recompute + rerun), p.offload_wait = double(micro) * wait;
   p.comm = double(micro) * (comm + fsdp_exposed) + dp_exposed;
   p.all_to_all = double(micro) * a2a;
   p.bubble =

@@ -85,13 +85,24 @@ class Strategy {
   // Its statistics (Google Benchmark's user counters), the record writes them as it finds them:
   // reset before each step, read after it. Its own, and its offloading's where it offloads.
   void begin_step(int64_t step) {
+    passes_ = json::object();
     if (offloader_) offloader_->begin_step();
     begin_own_step(step);
   }
   json step_counters() const {
     json j = own_step_counters();
     if (offloader_) j.update(offloader_->counters());
+    if (!passes_.empty()) j.update(passes_);
     return j;
+  }
+  // After a pass's backward: it lets go of what it held for the pass and says whether the step must
+  // run again (Paged Stash's overflow); the harness asks once a step. Default: never.
+  virtual bool finish_pass() { return false; }
+  // The step runs again (every rank, if any asked): its second pass its own way.
+  virtual void begin_rerun() {}
+  // The harness's measure of a step that ran twice: each pass's peak above the step's start.
+  void note_passes(int64_t first_pass_peak, int64_t rerun_peak) {
+    passes_ = {{"first_pass_peak_bytes", first_pass_peak}, {"rerun_peak_bytes", rerun_peak}};
   }
   // What offloads the layers' saved activations (shape().offload); null where none do.
   Offloader* offloader() const { return offloader_.get(); }
@@ -117,6 +128,7 @@ class Strategy {
   StrategyShape shape_;
   std::string why_;
   std::shared_ptr<Offloader> offloader_;
+  json passes_ = json::object();
 
   virtual void begin_own_step(int64_t step) {}
   virtual json own_step_counters() const { return json::object(); }

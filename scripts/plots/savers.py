@@ -88,6 +88,17 @@ def lines(path):
                    f"{100 * min(a for a, _ in pairs):+.1f}% to {100 * max(a for a, _ in pairs):+.1f}%, step time "
                    f"{min(t for _, t in pairs):.2f}x to {max(t for _, t in pairs):.2f}x over the {len(pairs)} points "
                    "(one run's medians).")
+    # Paged Stash: where it reran as imbalance grew, and its peak against storing everything.
+    for label in sorted({r["strategy"] for r in recs if r.get("name") == "paged_stash"}):
+        cells = []
+        for point, rs in R.by_point(recs).items():
+            ps = R.first(rs, strategy=label, status="ok")
+            ref = R.first(rs, role="reference", status="ok")
+            if ps and ref:
+                cells.append(f"{point}: {'reran' if ps.get('reruns') else 'no rerun'}, activation "
+                             f"{R.pct(R.activation(ps), R.activation(ref))}, step {R.median_ms(ps) / R.median_ms(ref):.2f}x")
+        if cells:
+            out.append(f"- {label} against no_recompute: " + "; ".join(cells) + ".")
     errs = [r for r in recs if r["status"] == "ok" and lossy(r)]
     if errs:
         worst = max(errs, key=lambda r: r["grad_max_rel_err"])
