@@ -168,6 +168,12 @@ TEST_P(RealRanks, PagedStash) {
   expect_same_as_one_process(GetParam(), "paged_stash", "capacity_factor=0.5");
 }
 
+// skip_dead on real ranks: the probabilities travel with the rows and weigh the activation; the
+// replay skips fc2, the way back and the sum (placeholders whose backward exchanges the gradients).
+TEST_P(RealRanks, SkipDead) {
+  for (const char* s : {"full_recompute", "moe_recompute"}) expect_same_as_one_process(GetParam(), s, "skip_dead=true");
+}
+
 // The fused row ops on the all-to-all path (sender gather, per-expert gather and un-group, weighted
 // combine): the same loss and gradients as the one-process ATen reference.
 TEST_P(RealRanks, FusedKernels) {

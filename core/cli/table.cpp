@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int table_of(const std::string& dir, const std::string& as) {
+int table_of(const std::string& dir, const std::string& as, bool wide) {
   std::string path = dir;
   bool training = false;
   if (fs::is_directory(dir)) {
@@ -34,7 +34,7 @@ int table_of(const std::string& dir, const std::string& as) {
     std::cout << records_csv(records);
     return 0;
   }
-  const Grid g = training ? train_grid(records) : run_grid(records);
+  const Grid g = training ? train_grid(records) : run_grid(records, 0, wide);
   std::cout << (as == "markdown" ? markdown(g) : text(g));
   return 0;
 }
@@ -49,6 +49,7 @@ Command table_command() {
 training run; DIR may also be the file), as `memfine run` (or `train`) ends with it.
 )",
           {{"--markdown", "", "the same as a Markdown table"},
+           {"--wide", "", "every column (static bytes; chunks and dropped always), labels in full"},
            {"--csv", "",
             "every record as one row with flat columns (config.model.hidden,\n"
             "step_ms.median, ...; lists as JSON text), for pandas and spreadsheets"}},
@@ -56,7 +57,8 @@ training run; DIR may also be the file), as `memfine run` (or `train`) ends with
           1,
           [](const Args& a) {
             if (a.has("--csv") && a.has("--markdown")) throw UsageError("--csv or --markdown, not both");
-            return table_of(a.operands[0], a.has("--csv") ? "csv" : a.has("--markdown") ? "markdown" : "text");
+            return table_of(a.operands[0], a.has("--csv") ? "csv" : a.has("--markdown") ? "markdown" : "text",
+                            a.has("--wide"));
           }};
 }
 

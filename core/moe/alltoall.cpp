@@ -3,10 +3,16 @@
 #include "core/moe/buffer_free.h"
 #include "core/moe/fused.h"
 #include "core/moe/stages.h"
+#include "core/util/modules.h"
+
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <stdexcept>
 
 namespace memfine {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
 
 namespace {
 
@@ -117,6 +123,75 @@ Combined experts_and_combine(const at::Tensor& arrived, const A2aRoute& a, const
   return {y, at::zeros({}, probs.options())};
 }
 
+// The way back in a replay whose outputs are dead (skip_dead): no exchange forward, a placeholder
+// of the rows that would arrive; backward sends their gradients back as the exchange's would. Every
+// rank replays alike, so every rank skips it alike.
+struct DeadExchange : torch::autograd::Function<DeadExchange> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& in, std::vector<int64_t> out_splits,
+                            std::vector<int64_t> in_splits, const Dist* d) {
+    int64_t rows = 0;
+    for (int64_t r : out_splits) rows += r;
+    ctx->saved_data["out"] = out_splits;
+    ctx->saved_data["in"] = in_splits;
+    ctx->saved_data["dist"] = reinterpret_cast<int64_t>(d);
+    return at::zeros({1, 1}, in.options()).expand({rows, in.size(1)});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto* d = reinterpret_cast<const Dist*>(ctx->saved_data["dist"].toInt());
+    at::Tensor g = d->alltoall(grad[0].contiguous(), ctx->saved_data["in"].toIntVector(),
+                               ctx->saved_data["out"].toIntVector());
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Megatron's arrangement across ranks (MoeRouting::weighted_act, core/moe/weighted.cpp): the
+// probabilities travel with the rows and weigh each expert's activation; the outputs come back and
+// are added unweighted. In a replay for backward fc2, the way back and the sum are placeholders.
+Combined weighted_experts_and_combine(const at::Tensor& arrived, const A2aRoute& a, const at::Tensor& by_expert,
+                                      const std::vector<int64_t>& rows, const at::Tensor& probs, const LayerWeights& w,
+                                      const MoeRouting& mr, int64_t n, int64_t hidden) {
+  if (mr.fused || mr.expert.fn || mr.expert.buffer_free)
+    throw std::invalid_argument("skip_dead on real ranks runs ATen's SwiGLU experts (kernels: aten)");
+  const Dist& d = *mr.dist;
+  at::Tensor weights = probs.reshape(-1).index_select(0, a.slots.to(probs.device()));
+  at::Tensor p_arrived = d.alltoall(weights.unsqueeze(1), a.recv, a.send).reshape(-1);
+  at::Tensor grouped = arrived.index_select(0, by_expert), p_grouped = p_arrived.index_select(0, by_expert);
+  std::vector<at::Tensor> outs;
+  int64_t off = 0;
+  for (size_t e = 0; e < rows.size(); off += rows[e], ++e) {
+    if (rows[e] == 0) continue;
+    ModuleScope experts(Module::Experts);
+    at::Tensor z, act;
+    {
+      ModuleScope fc1(Module::ExpertFc1);
+      z = at::matmul(grouped.narrow(0, off, rows[e]), w.w_in[e]);
+    }
+    {
+      ModuleScope moe_act(Module::MoeAct);
+      auto halves = z.chunk(2, -1);
+      act = at::silu(halves[0]) * halves[1] * p_grouped.narrow(0, off, rows[e]).unsqueeze(1);
+    }
+    ModuleScope fc2(Module::ExpertFc2);
+    outs.push_back(mr.outputs_dead ? dead_linear(act, w.w_out[e]) : at::matmul(act, w.w_out[e]));
+  }
+  // Nothing arrived: both exchanges stay in the graph (their backward all-to-alls run on every rank).
+  at::Tensor out_arrived;
+  if (outs.empty()) {
+    out_arrived = nothing_arrived(arrived) + p_arrived.sum() * 0.0;
+  } else {
+    at::Tensor out_grouped = at::cat(outs);
+    out_arrived = at::zeros_like(out_grouped).index_add(0, by_expert, out_grouped);
+  }
+  if (mr.outputs_dead) {
+    at::Tensor back = DeadExchange::apply(out_arrived, a.send, a.recv, &d);
+    return {dead_scatter({back}, {a.tokens}, n, hidden), at::zeros({}, probs.options())};
+  }
+  at::Tensor back = d.alltoall(out_arrived, a.send, a.recv);
+  at::Tensor y = at::zeros({n, hidden}, probs.options());
+  y.index_add_(0, a.tokens, back);
+  return {y, at::zeros({}, probs.options())};
+}
+
 }  // namespace
 
 // Real ranks' prefetched range: its exchange's routing and its rows in flight.
@@ -162,8 +237,6 @@ at::Tensor a2a_rows_grad(const A2aRows& p, const at::Tensor& g_arrived, const Mo
 
 Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
                             int64_t begin, int64_t end) {
-  if (mr.weighted_act)
-    throw std::invalid_argument("skip_dead runs on emulated ranks only: real ranks combine in their own arrangement");
   const Dist& d = *mr.dist;
   const int64_t n = end - begin;
   // dispatch: this range's kept assignments, ordered by expert (so by destination rank).
@@ -183,6 +256,7 @@ Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const 
     scatter_add_rows_(y, back, at::Tensor(), at::Tensor(), a.tokens);
     return {y, at::zeros({}, x.options())};
   }
+  if (mr.weighted_act) return weighted_experts_and_combine(arrived, a, by_expert, rows, probs, w, mr, n, x.size(1));
   return experts_and_combine(arrived, a, by_expert, rows, probs, w, mr, n, x.size(1));
 }
 

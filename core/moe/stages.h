@@ -102,6 +102,11 @@ std::vector<at::Tensor> experts_weighted(const Dispatched& d, const LayerWeights
                                          const at::Tensor& probs_range);
 Combined combine_unweighted(const std::vector<at::Tensor>& outputs, const Dispatched& d, const at::Tensor& probs_range,
                             const MoeRouting& mr);
+// A replay's dead parts (outputs_dead): act @ w and rows added into their tokens' places, the values
+// not computed (placeholders), their backward as the real ones'.
+at::Tensor dead_linear(const at::Tensor& act, const at::Tensor& w);
+at::Tensor dead_scatter(const std::vector<at::Tensor>& rows, const std::vector<at::Tensor>& tokens, int64_t n,
+                        int64_t hidden);
 
 // The same stages across real ranks: dispatch sends each row to the rank of its expert (counts
 // first, the paper's "notify", then the rows), experts run on what arrived, combine sends the

@@ -58,6 +58,13 @@ at::Tensor row_weights(const Dispatched& d, size_t e, const at::Tensor& flat_pro
 
 }  // namespace
 
+at::Tensor dead_linear(const at::Tensor& act, const at::Tensor& w) { return DeadLinear::apply(act, w); }
+
+at::Tensor dead_scatter(const std::vector<at::Tensor>& rows, const std::vector<at::Tensor>& tokens, int64_t n,
+                        int64_t hidden) {
+  return DeadScatter::apply(at::TensorList(rows), at::TensorList(tokens), n, hidden);
+}
+
 std::vector<at::Tensor> experts_weighted(const Dispatched& d, const LayerWeights& w, const MoeRouting& mr,
                                          const at::Tensor& probs) {
   const at::Tensor flat_probs = probs.reshape(-1);

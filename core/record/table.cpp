@@ -116,7 +116,64 @@ const RecordView* baseline_of(const std::vector<RecordView>& rs, const RecordVie
   return base;
 }
 
-std::vector<std::string> run_row(const RecordView& r, const RecordView* base, bool elsewhere, bool old) {
+// The timed steps spread more than this around their median ((max - min) / median): the machine was
+// busy, or the steps differ; a time then says little beside another run's.
+constexpr double kNoisySpread = 0.3;
+
+bool noisy(const RecordView& r) {
+  if (!r.step_ms || !(r.step_ms->median > 0)) return false;
+  return (r.step_ms->max - r.step_ms->min) / r.step_ms->median > kNoisySpread;
+}
+
+// Where a sweep over a routing law's parameter stops raising the hottest rank's rows (zipf under
+// top-k saturates: no expert twice per token caps a rank's share), the note that says so: the law's
+// parameter is not the imbalance; s' (the overload) is.
+std::string saturation_note(const std::vector<RecordView>& rs) {
+  std::map<std::string, std::map<double, double>> by;  // (law, the rest of the point) -> value -> s'
+  std::string law_key;
+  for (const auto& r : rs) {
+    if (!r.tokens_received) continue;
+    std::string rest, law;
+    double value = NAN;
+    std::stringstream parts(r.point);
+    for (std::string kv; std::getline(parts, kv, ',');) {
+      const size_t eq = kv.find('=');
+      if (eq != std::string::npos && kv.rfind("workload.", 0) == 0 && kv.substr(0, eq) != "workload.kind") {
+        char* end = nullptr;
+        const std::string v = kv.substr(eq + 1);
+        value = std::strtod(v.c_str(), &end);
+        if (end == v.c_str()) value = NAN;
+        law = kv.substr(0, eq);
+      } else {
+        rest += kv + ",";
+      }
+    }
+    if (std::isnan(value)) continue;
+    double& sp = by[law + "|" + rest][value];
+    sp = std::max(sp, *r.tokens_received);
+    law_key = law;
+  }
+  for (const auto& [key, curve] : by) {
+    double prev_v = NAN, prev_s = NAN;
+    for (const auto& [v, sp] : curve) {
+      if (!std::isnan(prev_s) && sp <= prev_s)
+        return key.substr(0, key.find('|')) + " " + fmt_double("%g", v) + " gave the hottest rank no more rows (s' " +
+               fmt_double("%.0f", sp) + ") than " + fmt_double("%g", prev_v) + " (" + fmt_double("%.0f", prev_s) +
+               "): the law saturates here; read imbalance as s' (the overload), not as the law's parameter";
+      prev_v = v, prev_s = sp;
+    }
+  }
+  return "";
+}
+
+// Which of the optional columns a table shows: all with --wide; else those that say something.
+struct Columns {
+  bool chunks = true, dropped = true, statics = true;
+  size_t point = 44, strategy = 60;
+};
+
+std::vector<std::string> run_row(const RecordView& r, const RecordView* base, bool elsewhere, bool old,
+                                 const Columns& cols) {
   const double act = r.peak_activation_bytes.value_or(NAN);
   const double ms = r.raw && (*r.raw).value("step_ms", json()).is_object() ? r.step_ms->median : NAN;
   std::string act_ratio = "-", time_ratio = "-";
@@ -126,24 +183,33 @@ std::vector<std::string> run_row(const RecordView& r, const RecordView* base, bo
   }
   const json drop = r.get("dropped_fraction");
   const std::string at_rank = r.world_size > 1 ? " r" + std::to_string(r.rank) : "";
-  return {cut(r.point, 44) + at_rank + (old ? "^" : ""),
-          cut(r.strategy, 60),
-          r.status,
-          std::to_string(int64_t(r.tokens_received.value_or(0))),
-          chunks_text(r.get("chunks")),
-          drop.is_number() ? fmt_double("%.1f%%", 100 * drop.get<double>()) : "-",
-          r.static_bytes ? fmt_bytes(*r.static_bytes) : "-",
-          std::isnan(act) ? "-" : fmt_bytes(act),
-          std::isnan(ms) ? "-" : fmt_double("%.1f", ms),
-          act_ratio,
-          time_ratio};
+  std::vector<std::string> row = {cut(r.point, cols.point) + at_rank + (old ? "^" : ""), cut(r.strategy, cols.strategy),
+                                  r.status, std::to_string(int64_t(r.tokens_received.value_or(0)))};
+  if (cols.chunks) row.push_back(chunks_text(r.get("chunks")));
+  if (cols.dropped) row.push_back(drop.is_number() ? fmt_double("%.1f%%", 100 * drop.get<double>()) : "-");
+  if (cols.statics) row.push_back(r.static_bytes ? fmt_bytes(*r.static_bytes) : "-");
+  row.push_back(std::isnan(act) ? "-" : fmt_bytes(act));
+  row.push_back(std::isnan(ms) ? "-" : fmt_double("%.1f", ms) + (noisy(r) ? "~" : ""));
+  row.push_back(act_ratio);
+  row.push_back(time_ratio);
+  return row;
 }
 
 }  // namespace
 
-Grid run_grid(const std::vector<json>& records, size_t earlier) {
+Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
   const std::vector<RecordView> rs = views(records);
   Grid g;
+  Columns cols;
+  bool any_noisy = false;
+  if (!wide) {
+    cols.statics = false, cols.point = 28, cols.strategy = 40;
+    cols.chunks = cols.dropped = false;
+    for (const auto& r : rs) {
+      cols.chunks |= r.get("chunks").is_array() || r.get("chunks").is_number();
+      cols.dropped |= r.get("dropped_fraction").is_number();
+    }
+  }
   std::string baseline;
   bool verified_any = false, offload_any = false;  // offloading's columns where a strategy offloads
   for (const auto& r : rs) {
@@ -152,8 +218,11 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     offload_any |= r.raw->contains("offload_host_peak_bytes");
   }
   if (!baseline.empty()) g.title = "ratios against " + baseline + " (the baseline) at the same point";
-  g.header = {"point",  "strategy", "status",  "s'",       "chunks",   "dropped",
-              "static", "act peak", "step ms", "act/base", "time/base"};
+  g.header = {"point", "strategy", "status", "s'"};
+  if (cols.chunks) g.header.push_back("chunks");
+  if (cols.dropped) g.header.push_back("dropped");
+  if (cols.statics) g.header.push_back("static");
+  for (const char* h : {"act peak", "step ms", "act/base", "time/base"}) g.header.push_back(h);
   if (offload_any) g.header.push_back("host peak"), g.header.push_back("copy ms (modelled)");
   if (verified_any) g.header.push_back("verified");
   g.left = 3;
@@ -163,7 +232,8 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     bool elsewhere = false;
     const RecordView* base = baseline_of(rs, r, elsewhere);
     any_elsewhere |= elsewhere && base && r.peak_activation_bytes;
-    std::vector<std::string> row = run_row(r, base, elsewhere, n < earlier);
+    std::vector<std::string> row = run_row(r, base, elsewhere, n < earlier, cols);
+    any_noisy |= noisy(r);
     if (offload_any) {
       const json host = r.get("offload_host_peak_bytes"), copy = r.get("copy_ms_modelled");
       row.push_back(host.is_number() ? fmt_bytes(host.get<double>()) : "-");
@@ -188,9 +258,16 @@ Grid run_grid(const std::vector<json>& records, size_t earlier) {
     for (const auto& x : origins) o += (o.empty() ? "" : "; ") + x;
     g.notes.push_back("^ measured earlier, not by this run (--resume): " + o);
   }
-  g.notes.push_back(
-      "dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
-      "min-max over layers and steps where it varies");
+  if (cols.dropped || cols.chunks)
+    g.notes.push_back(
+        "dropped = share of assignments capacity capping dropped (- for dropless strategies); chunks = count, or "
+        "min-max over layers and steps where it varies");
+  if (any_noisy)
+    g.notes.push_back(
+        "~ its timed steps spread more than 30% around the median (max - min): the machine was busy, or the steps "
+        "differ; compare within one run (memfine compare tests every timed step), not against another machine's");
+  if (const std::string sat = saturation_note(rs); !sat.empty()) g.notes.push_back("! " + sat);
+  if (!wide) g.notes.push_back("memfine table DIR --wide: every column, labels in full");
   if (verified_any) g.notes.push_back(verified_note(rs));
   return g;
 }

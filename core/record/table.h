@@ -27,8 +27,10 @@ std::string markdown(const Grid& g);
 // static and activation bytes, median step time and ratios against the strategy of role
 // "baseline" (where it ran out of memory, against it at the nearest budget of the same point where
 // it fit, marked), the verify verdict where checked; the first `earlier` records (from before a
-// --resume) are marked with the machine and commit they came from.
-Grid run_grid(const std::vector<json>& records, size_t earlier = 0);
+// --resume) are marked with the machine and commit they came from. Not `wide`: within about 120
+// columns (labels cut, static bytes left out, chunks and dropped only where a record has them); a
+// step time whose timed steps spread widely is marked.
+Grid run_grid(const std::vector<json>& records, size_t earlier = 0, bool wide = false);
 inline std::string summary_table(const std::vector<json>& records, size_t earlier = 0) {
   return text(run_grid(records, earlier));
 }

@@ -73,6 +73,9 @@ json from_rank0(const Dist* dist, const json& mine) {
 }  // namespace
 
 std::unique_ptr<Job> start_job(Command command, const std::string& yaml, const RunOptions& opt, int& code) {
+  // The checkout as the job starts (asked once per process): edits made while it measures must not
+  // decide which commit its records name.
+  git_commit();
   auto job = std::make_unique<Job>();
   job->yaml = yaml;
   job->command = command;

@@ -68,7 +68,8 @@ Param skip_dead_param() {
   return bool_param("skip_dead",
                     "the probabilities weigh the experts' activation (Megatron's arrangement, the same sums) and the "
                     "replay for backward skips the experts' second GEMM and the combine, whose outputs backward never "
-                    "reads (Megatron-LM PR #7416); emulated ranks only",
+                    "reads (Megatron-LM PR #7416); on real ranks the probabilities travel with the rows and the way back is "
+                    "skipped too (ATen kernels)",
                     false);
 }
 

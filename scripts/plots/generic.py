@@ -98,6 +98,14 @@ def run_sweep(path, recs, out, stem, axis, folder_label=""):
     numeric = all(isinstance(R.point_values(r["point"]).get(axis), (int, float)) for r in recs)
     order = [v for v in R.sweep_axes(recs)[axis]]
     xpos = (lambda v: v) if numeric else (lambda v: order.index(v))
+    # A routing law's parameter is not the imbalance (zipf saturates under top-k): the axis is the
+    # measured overload at each of its values, labelled with the value.
+    overload = {}
+    if axis.startswith("workload.") and all(isinstance(r.get("overload_factor"), (int, float)) for r in recs):
+        for r in recs:
+            v = R.point_values(r["point"])[axis]
+            overload[v] = max(overload.get(v, 0), r["overload_factor"])
+        xpos, numeric = (lambda v: overload[v]), True
     for i, (key, group) in enumerate(facets):
         a1, a2 = axes[0][i], axes[1][i]
         top = max([(R.activation(r) or 0) / div for r in group] + [1e-9])
@@ -108,21 +116,29 @@ def run_sweep(path, recs, out, stem, axis, folder_label=""):
             c = S.color_of(pts[0][1])
             drops = [r["dropped_fraction"] for _, r in ok if R.drops(r)]
             name = label + (f" (drops {_share_range(drops)})" if drops else "")
-            a1.plot([x for x, _ in ok], [R.activation(r) / div for _, r in ok], "o-", color=c, label=name, ms=4)
-            a2.plot([x for x, _ in ok], [R.median_ms(r) for _, r in ok], "o-", color=c, label=name, ms=4)
+            mk = S.marker_of(pts[0][1])
+            a1.plot([x for x, _ in ok], [R.activation(r) / div for _, r in ok], "-", marker=mk, color=c, label=name, ms=4)
+            a2.plot([x for x, _ in ok], [R.median_ms(r) for _, r in ok], "-", marker=mk, color=c, label=name, ms=4)
             for x, r in pts:
                 if r["status"] != "ok":
                     S.mark_oom(a1, x, top * 1.05, r["status"].upper(), color=c)
-        facet = ", ".join(f"{k}={v}" for k, v in key)
+        facet = R.point_title(list(key)) if key else ""
         for ax, yl in ((a1, f"activation peak ({unit})"), (a2, "median step time (ms)")):
             ax.set_ylabel(yl, fontsize=8)
             if not numeric:
                 ax.set_xticks(range(len(order)))
                 ax.set_xticklabels([str(v) for v in order], fontsize=7)
+        if overload:
+            for ax in (a1, a2):
+                ax.set_xticks(sorted(set(overload.values())))
+            a2.set_xticks(sorted(overload.values()))
+            a2.set_xticklabels([f"{o:.1f}x\n{axis.split('.')[-1]} {v}" for v, o in sorted(overload.items(), key=lambda t: t[1])],
+                               fontsize=7)
         a1.set_title(((folder_label + ": ") if folder_label else "") + (facet or ""), fontsize=8)
-        a2.set_xlabel(axis + (" (MiB)" if axis == "memory.budget" else ""))
+        a2.set_xlabel("overload: s' over the balanced share (the law's " + axis + " below it)" if overload
+                      else axis + (" (MiB)" if axis == "memory.budget" else ""))
         a1.legend(fontsize=6)
-    fig.suptitle(f"Every strategy against {axis} (x: out of memory)", fontsize=9)
+    fig.suptitle(f"Every strategy against {'the measured overload' if overload else axis} (x: out of memory)", fontsize=9)
     return S.save(fig, out, stem, _caption(path, recs) + (" | columns: " + ", ".join(others) if others else ""))
 
 

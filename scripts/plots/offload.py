@@ -220,9 +220,9 @@ def lines(path):
             "(its bytes x the recompute's FLOP rate) / (its recompute FLOPs). At DeepSeek-V3's MoE shape (hidden "
             f"{DSV3['hidden']}, expert ffn {DSV3['ffn_hidden']}, bf16) one routed token-expert pair keeps its input "
             f"row, its output row and z = [a | b]: {b:,} bytes ({b / 1e3:.1f} KB), and recomputing its expert costs "
-            f"{f / 1e6:.1f} MFLOP; at {H100_TFLOPS:g} TFLOP/s that is {f / (H100_TFLOPS * 1e12) * 1e6:.2f} us per "
-            f"pair against {b / 35e9 * 1e6:.2f} us to copy it at 35 GB/s and {b / 400e9 * 1e6:.3f} us at 400 GB/s: "
-            f"break-even **{be:.1f} GB/s**. The issue's 36.9 KB, 88 MFLOP and about 67 GB/s check out. So on a "
+            f"{f / 1e6:.1f} MFLOP; at {H100_TFLOPS:g} TFLOP/s that is {f / (H100_TFLOPS * 1e12) * 1e6:.2f} µs per "
+            f"pair against {b / 35e9 * 1e6:.2f} µs to copy it at 35 GB/s and {b / 400e9 * 1e6:.3f} µs at 400 GB/s: "
+            f"break-even **{be:.1f} GB/s**. So on a "
             "PCIe-class link (35 GB/s) copying such a pair takes "
             f"{be / 35:.1f}x as long as recomputing it, and offloading pays only where the copy hides behind other "
             f"compute; on a Grace-Hopper-class link (400 GB/s) it takes {be / 400:.2f}x."]

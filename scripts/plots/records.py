@@ -225,6 +225,26 @@ def point_values(point):
     return out
 
 
+# A sweep key as a person reads it in a title (keys not listed keep their name).
+_KEY_WORDS = {"workload.alpha": "zipf alpha", "workload.sigma": "lognormal sigma", "parallel.ep": "EP",
+              "model.seq": "sequence", "model.hidden": "hidden", "model.experts": "experts", "model.topk": "top-k",
+              "model.layers": "layers", "model.micro_batch": "micro-batch", "workload.hot_fraction": "hot share",
+              "workload.kind": "routing", "kernels": "kernels", "dtype": "dtype"}
+
+
+def words(key, value):
+    """'memory.budget', 170.0 -> 'budget 170 MiB'; 'workload.alpha', 1.5 -> 'zipf alpha 1.5'."""
+    if key == "memory.budget":
+        return "no budget" if value is None else f"budget {value:g} MiB"
+    return f"{_KEY_WORDS.get(key, key)} {value:g}" if isinstance(value, (int, float)) else f"{_KEY_WORDS.get(key, key)} {value}"
+
+
+def point_title(point_or_pairs):
+    """A point (or its (key, value) pairs) in words: 'zipf alpha 1.5, EP 8'."""
+    pairs = point_values(point_or_pairs).items() if isinstance(point_or_pairs, str) else point_or_pairs
+    return ", ".join(words(k, v) for k, v in pairs) or "one point"
+
+
 def _budget_mib(text):
     """A budget as its point writes it, in MiB: 100MiB, 1GiB, 104857600."""
     for unit, scale in (("TiB", 2.0 ** 20), ("GiB", 1024.0), ("MiB", 1.0), ("KiB", 1 / 1024.0), ("GB", 1e9 / MIB),

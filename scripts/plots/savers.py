@@ -58,7 +58,7 @@ def lines(path):
         return []
     out += ["| point | memfine(chunks=4) | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
     for point, cells in rows.items():
-        out.append(f"| {point} | {cells['memfine']} | " + " | ".join(cells.get(n, "-") for n in names) + " |")
+        out.append(f"| {R.point_title(point)} | {cells['memfine']} | " + " | ".join(cells.get(n, "-") for n in names) + " |")
     out += [""]
     for k in names:
         less, faster, n = tally[k]
@@ -95,7 +95,7 @@ def lines(path):
             ps = R.first(rs, strategy=label, status="ok")
             ref = R.first(rs, role="reference", status="ok")
             if ps and ref:
-                cells.append(f"{point}: {'reran' if ps.get('reruns') else 'no rerun'}, activation "
+                cells.append(f"{R.point_title(point)}: {'reran' if ps.get('reruns') else 'no rerun'}, activation "
                              f"{R.pct(R.activation(ps), R.activation(ref))}, step {R.median_ms(ps) / R.median_ms(ref):.2f}x")
         if cells:
             out.append(f"- {label} against no_recompute: " + "; ".join(cells) + ".")

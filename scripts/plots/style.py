@@ -12,10 +12,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from . import records as R  # noqa: E402
 
-# The paper's methods keep the paper's colours; every other strategy's comes from its label, so
-# adding a strategy to a figure never recolours the ones already there.
+# The paper's methods keep the paper's colours; every other strategy takes its family's colour (its
+# registered name's), variants of one family lighter or darker by their label, so a family looks the
+# same in every figure and adding a strategy never recolours the ones already there.
 _FIXED = [(R.BASELINE, "tab:blue"), (R.FIXED8, "tab:orange"), (R.MACT, "tab:green"), (R.STORE_WHEN_FITS, "tab:red"),
           (R.OBJECTIVE_TIME, "tab:purple"), (R.REFERENCE, "tab:gray")]
+_FAMILY = {"no_recompute": "#7f7f7f", "full_recompute": "#1f77b4", "moe_recompute": "#8c564b",
+           "moe_act_recompute": "#17becf", "memfine": "#ff7f0e", "moeblaze": "#bcbd22", "capacity": "#e377c2",
+           "offload": "#2ca02c", "compress": "#9467bd", "chunked_ep": "#d62728", "paged_stash": "#393b79"}
+_MARKER = {"no_recompute": "o", "full_recompute": "s", "moe_recompute": "^", "moe_act_recompute": "v",
+           "memfine": "D", "moeblaze": "P", "capacity": "X", "offload": "*", "compress": "h", "chunked_ep": "<",
+           "paged_stash": ">"}
+
+
+def _shade(hex_colour, label):
+    """The family's colour, lighter or darker by the label (the family's own label keeps it)."""
+    import matplotlib.colors as mc
+    rgb = mc.to_rgb(hex_colour)
+    k = int(hashlib.md5(label.encode()).hexdigest(), 16) % 5
+    t = (0.0, 0.3, -0.3, 0.5, -0.45)[k] if "(" in label else 0.0
+    return tuple(c + (1 - c) * t if t > 0 else c * (1 + t) for c in rgb)
 
 
 def color_of(r):
@@ -27,9 +43,18 @@ def color_of(r):
         label = r["strategy"]
     else:
         label = r
+    family = label.split("(")[0]
+    if family in _FAMILY:
+        return _shade(_FAMILY[family], label)
     # tab20 without the fixed strategies' colours (blue, orange, green, red, purple, grey).
     palette = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (0, 2, 4, 6, 8, 14)]
     return palette[int(hashlib.md5(label.encode()).hexdigest(), 16) % len(palette)]
+
+
+def marker_of(r):
+    """A record's (or a label's) marker: its family's."""
+    label = r["strategy"] if isinstance(r, dict) else r
+    return _MARKER.get(label.split("(")[0], "o")
 
 
 def figure(*args, **kw):

@@ -23,8 +23,10 @@ def imbalance(path, out_dir):
         pts = sorted(((r["overload_factor"], r) for r in recs if r["strategy"] == label), key=lambda t: t[0])
         ok = [(x, r) for x, r in pts if r["status"] == "ok"]
         c = S.color_of(pts[0][1])
-        a1.plot([x for x, _ in ok], [R.activation(r) / R.MIB for _, r in ok], "o-", label=with_drops(recs, label), color=c)
-        a2.plot([x for x, _ in ok], [R.median_ms(r) for _, r in ok], "o-", label=with_drops(recs, label), color=c)
+        mk = S.marker_of(label)
+        a1.plot([x for x, _ in ok], [R.activation(r) / R.MIB for _, r in ok], "-", marker=mk, label=with_drops(recs, label),
+                color=c)
+        a2.plot([x for x, _ in ok], [R.median_ms(r) for _, r in ok], "-", marker=mk, label=with_drops(recs, label), color=c)
         for x, r in pts:
             if r["status"] != "ok":
                 S.mark_oom(a1, x, top, color=c)
