@@ -88,6 +88,23 @@ TEST(Cli, CostModelFittedOnAnotherMachineIsRefused) {
   EXPECT_NE(r.err.find("cost_model: fitted on another machine (Another CPU 9000"), std::string::npos) << r.err;
 }
 
+// What is valid but likely not meant is said only where every point gives it: MACT without a budget
+// warns when no point has one, not when the sweep sets a budget at some points.
+TEST(Cli, WarningsOnlyWhereEveryPointGivesThem) {
+  std::string text = kTiny;
+  const std::string plain = "  - {name: memfine, chunks: 2}";
+  text.replace(text.find(plain), plain.size(), "  - {name: memfine, chunks: auto}");
+  Result r = run("validate " + write("auto_no_budget.yaml", text));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("chunks: auto without memory.budget"), std::string::npos) << r.err;
+  std::string swept = text;
+  swept.replace(swept.find("  model.seq: [16, 32]"), std::string("  model.seq: [16, 32]").size(),
+                "  memory.budget: [none, 64MiB]");
+  r = run("validate " + write("auto_swept_budget.yaml", swept));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("chunks: auto without memory.budget"), std::string::npos) << r.err;
+}
+
 // A fixed per-layer plan (objective: time's kind) needs one count per layer, none negative.
 TEST(Cli, PerLayerChunkPlanIsChecked) {
   std::string text = kTiny;  // 1 layer

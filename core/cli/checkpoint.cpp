@@ -29,7 +29,7 @@ int checkpoint(const Args& a) {
     return v;
   };
   CheckpointPlan plan;
-  std::string rate_source;
+  std::string rate_source, rate_text = "--mtbf-h as given";
   try {
     double mtbf = number("--mtbf-h", 0);
     if (mtbf <= 0) {
@@ -40,6 +40,9 @@ int checkpoint(const Args& a) {
                                                                            : reliability_preset(rel).node_failure_rate;
       if (rate <= 0) throw std::invalid_argument("--reliability: a rate must be above 0");
       rate_source = rel;
+      rate_text = std::isdigit(static_cast<unsigned char>(rel[0]))
+                      ? rel + " failures per 1000 node-days (as given)"
+                      : reliability_preset(rel).source;
       mtbf = job_mttf(int64_t(nodes), rate);
     }
     const double write = number("--write-min", -1);
@@ -52,7 +55,7 @@ int checkpoint(const Args& a) {
   if (a.has("--json")) {
     nlohmann::json j{
         {"mttf_h", plan.mttf},        {"write_min", plan.write * 60},           {"restart_min", plan.restart * 60},
-        {"reliability", rate_source}, {"young_interval_min", plan.young * 60},  {"daly_interval_min", plan.daly * 60},
+        {"reliability", rate_source}, {"reliability_source", rate_text}, {"young_interval_min", plan.young * 60},  {"daly_interval_min", plan.daly * 60},
         {"ettr", plan.ettr},          {"daly_efficiency", plan.daly_efficiency}};
     for (const auto& [k, v] : made_stamp()) j[k] = v;
     std::cout << j.dump() << "\n";
@@ -60,6 +63,7 @@ int checkpoint(const Args& a) {
   }
   std::printf("job MTBF %.3g h, checkpoint write %.3g min, restart %.3g min\n", plan.mttf, plan.write * 60,
               plan.restart * 60);
+  std::printf("failure rate: %s (--reliability: llama3, rsc1, rsc2 or a rate)\n", rate_text.c_str());
   std::printf("interval: Young (and Kokolis et al.'s optimum) %.3g min, Daly %.3g min\n", plan.young * 60,
               plan.daly * 60);
   std::printf("expected ETTR at Young's interval (Kokolis et al.): %.3f\n", plan.ettr);

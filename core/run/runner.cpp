@@ -1,6 +1,7 @@
 #include "core/run/runner.h"
 
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "core/dist/dist.h"
@@ -11,6 +12,7 @@
 #include "core/run/measure.h"
 #include "core/run/progress.h"
 #include "core/run/threads.h"
+#include "core/util/format.h"
 #include "core/util/say.h"
 
 namespace memfine {
@@ -40,6 +42,20 @@ bool failed(const SweepPoint& p, const std::vector<Measured>& ms, const Dist* di
 
 }  // namespace
 
+// The budgets the points run under, as read (a size written in MB and one in MiB are different
+// numbers): "none", or each distinct one in MiB and MB with the points it holds at.
+std::string budgets_text(const std::vector<SweepPoint>& points) {
+  std::map<int64_t, int64_t> at;
+  for (const auto& p : points) ++at[p.config.budget];
+  std::string out;
+  for (const auto& [b, n] : at) {
+    out += out.empty() ? "" : "; ";
+    out += b < 0 ? "none" : fmt_bytes(double(b)) + " (" + fmt_double("%.1f", double(b) / 1e6) + " MB)";
+    if (at.size() > 1) out += " at " + std::to_string(n) + " point" + (n == 1 ? "" : "s");
+  }
+  return out;
+}
+
 int run_experiment(const std::string& yaml, const RunOptions& opt) {
   int code = 0;
   const std::unique_ptr<Job> job = start_job(Command::Run, yaml, opt, code);
@@ -51,6 +67,9 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     for (const auto& s : p.config.strategies) todo += !job->has(p.id, s.label());
     total += todo * (p.config.warmup + p.config.repeats);
   }
+  if (job->writer && opt.progress)
+    say("memfine run: " + std::to_string(job->points.size()) + " point" + (job->points.size() == 1 ? "" : "s") +
+        ", " + std::to_string(total) + " steps to run; memory.budget: " + budgets_text(job->points));
   Progress progress(total, opt.progress && job->writer);
   bool any_failed = false;
   std::vector<json> fresh;

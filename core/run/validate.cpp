@@ -40,7 +40,10 @@ constexpr double kMaxSweepWork = double(1 << 28);
 
 // Resolves each strategy against its declaration (typed values, the canonical label) in place, and
 // checks it against the point: values when the strategy is made, the rest by its check_point.
-void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<std::string>& warned) {
+// Warnings by where and what, with the points that gave them.
+using Warnings = std::map<std::pair<std::string, std::string>, int64_t>;
+
+void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, Warnings& warned) {
   std::map<std::string, size_t> labels;
   for (size_t i = 0; i < c.strategies.size(); ++i) {
     StrategySpec& spec = c.strategies[i];
@@ -59,8 +62,7 @@ void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, std::set<st
       const StrategyInfo& info = strategy_registry().at(spec.name);
       make_strategy(spec);  // a strategy checks how its values go together when it is made
       const std::string warning = info.check_point ? info.check_point(spec, c) : "";
-      if (!warning.empty() && warned.insert(c.where(path) + warning).second && says_warnings())
-        std::cerr << c.where(path) << ": " << path << ": warning: " << spec.label() << ": " << warning << "\n";
+      if (!warning.empty()) ++warned[{c.where(path) + ": " + path, spec.label() + ": " + warning}];
     } catch (const std::exception& e) {
       add(p, c, path, spec.label() + ": " + e.what());
     }
@@ -99,7 +101,8 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
   const bool parsed = errors.empty();
   Problems p{path, errors};
   const std::vector<std::string> kinds = workload_kinds();
-  std::set<std::string> cost_models, warned;
+  std::set<std::string> cost_models;
+  Warnings warned;
   std::set<std::pair<std::string, int64_t>> corpora;
   double sweep_work = 0;
   for (auto& pt : points) {
@@ -168,6 +171,12 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
       if (const std::string why = corpus_problem(c.train.corpus, c.model.seq); !why.empty())
         add(p, c, "train.corpus", why);
   }
+  // What is valid but likely not meant, said where every point of the sweep gives it: a sweep that
+  // sets it apart at some points (a budget swept from none) means it.
+  if (says_warnings())
+    for (const auto& [where_what, n] : warned)
+      if (n == int64_t(points.size()))
+        std::cerr << where_what.first << ": warning: " << where_what.second << "\n";
   if (sweep_work > kMaxSweepWork && errors.empty() && !points.empty())
     p.add_at(points.front().config.where("sweep"), "sweep",
              "the sweep's points x strategies x layers x experts (x routed steps) is " +

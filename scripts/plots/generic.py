@@ -16,7 +16,7 @@ from . import style as S
 
 def _title(group, folder_label):
     point = group[0]["point"]
-    return (f"{folder_label}: " if folder_label else "") + (point if point != "base" else "one point")
+    return (f"{folder_label}: " if folder_label else "") + R.point_title(point)
 
 
 def _caption(path, recs):
@@ -59,10 +59,13 @@ def bars(ax_mem, ax_time, group, title):
         note_mem, note_time = _ratio(r, base, R.activation), _ratio(r, base, R.median_ms)
         if R.drops(r):
             note_mem += f"\ndrops {100 * r['dropped_fraction']:.0f}%"
-        ax_mem.text(x, a, note_mem, ha="center", va="bottom", fontsize=6)
-        ax_time.text(x, s.get("max", ms) if isinstance(s, dict) else ms, note_time, ha="center", va="bottom", fontsize=6)
+        # Many bars: their labels stand upright, or neighbours' run into each other.
+        turn = 90 if len(group) > 10 else 0
+        ax_mem.text(x, a, note_mem, ha="center", va="bottom", fontsize=6, rotation=turn)
+        ax_time.text(x, s.get("max", ms) if isinstance(s, dict) else ms, note_time, ha="center", va="bottom",
+                     fontsize=6, rotation=turn)
     for ax, top in ((ax_mem, top_mem), (ax_time, top_ms)):
-        ax.set_ylim(0, top * 1.25)
+        ax.set_ylim(0, top * (1.4 if len(group) > 10 else 1.25))
         ax.set_xticks(list(xs))
     ax_mem.set_xticklabels([])
     ax_time.set_xticklabels([r["strategy"] for r in group], rotation=35, ha="right", fontsize=6)

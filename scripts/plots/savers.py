@@ -24,12 +24,14 @@ def lines(path):
     """REPORT.md's section: where each saver keeps less than MemFine's chunks, or steps faster, and
     where not; a lossy one with the gradient error it costs."""
     recs = R.load(path)
-    out = ["## The newest savers: ChunkedEP and 8-bit activation storage", "",
+    out = ["## The newest savers: ChunkedEP, Paged Stash and 8-bit activation storage", "",
            "On the hottest of 8 emulated ranks as imbalance grows (experiments/savers_2026.yaml; "
            "`paper_figures/savers_2026_table.md`, `savers_2026.png`). `chunked_ep` splits each rank's own tokens "
            "into chunks as MemFine does, but replays them last to first with the next earlier chunk's dispatched "
            "rows held (in flight) while one runs; its all-to-all overlap needs real ranks, so on one process only its "
-           "memory and its extra work show. `compress` keeps what its modules save as FP8 "
+           "memory and its extra work show. `paged_stash` copies what each expert saves into pages of a pool sized "
+           "from the mean rows a rank receives, and a rank beyond its buffers' capacity or its pages has the step "
+           "run again without the stash (the pool still held). `compress` keeps what its modules save as FP8 "
            "codes (or bfloat16) and decodes them for backward: it is lossy, so its gradient error against the plain "
            "computation is measured in every record. Each cell: activation peak against MemFine's chunks' (memfine, "
            "chunks 4) at the same point, step time against its (one run's medians: a difference of a few percent "
@@ -92,7 +94,7 @@ def lines(path):
     for label in sorted({r["strategy"] for r in recs if r.get("name") == "paged_stash"}):
         cells = []
         for point, rs in R.by_point(recs).items():
-            ps = R.first(rs, strategy=label, status="ok")
+            ps = next((r for r in rs if r["strategy"] == label and r["status"] == "ok"), None)
             ref = R.first(rs, role="reference", status="ok")
             if ps and ref:
                 cells.append(f"{R.point_title(point)}: {'reran' if ps.get('reruns') else 'no rerun'}, activation "

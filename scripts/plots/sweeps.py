@@ -330,7 +330,7 @@ def strategies(path, out_dir, stem, title):
     points = list(R.by_point(R.hottest(recs)).items())
     fig, axes = S.figure(2, len(points), figsize=(4.6 * len(points) + 1, 7), squeeze=False)
     for i, (point, rs) in enumerate(points):
-        bars(axes[0][i], axes[1][i], rs, point + "\n" + R.config_line(rs[0], skip=("model.layers", "model.hidden",
+        bars(axes[0][i], axes[1][i], rs, R.point_title(point) + "\n" + R.config_line(rs[0], skip=("model.layers", "model.hidden",
                                                                                     "model.ffn_hidden", "model.seq")))
     fig.suptitle(f"{title}, {R.device_label(recs)}\non the bars: ratio to full recomputation; hatched: drops assignments "
                  "(another model)", fontsize=9)
