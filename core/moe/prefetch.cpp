@@ -2,6 +2,7 @@
 // dispatched at once and held; on real ranks their all-to-all is issued and left in flight
 // (core/moe/alltoall.cpp).
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "core/moe/stages.h"
 
