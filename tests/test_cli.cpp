@@ -105,6 +105,15 @@ TEST(Cli, WarningsOnlyWhereEveryPointGivesThem) {
   EXPECT_EQ(r.err.find("chunks: auto without memory.budget"), std::string::npos) << r.err;
 }
 
+// An experiment given to `project` gets one message that says what to do.
+TEST(Cli, ProjectGivenAnExperimentSaysSo) {
+  Result r = run("project " + write("an_experiment.yaml", kTiny));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("not a project file: it has no `hardware:`"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("memfine run"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("unknown key"), std::string::npos) << r.err;
+}
+
 // A fixed per-layer plan (objective: time's kind) needs one count per layer, none negative.
 TEST(Cli, PerLayerChunkPlanIsChecked) {
   std::string text = kTiny;  // 1 layer

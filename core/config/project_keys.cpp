@@ -357,6 +357,17 @@ ProjectConfig parse_project(const std::string& file, const std::string& presets_
     throw std::invalid_argument(file + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
   if (!root.IsMap()) throw std::invalid_argument(file + ": expected a map of project keys (it needs `hardware:`)");
+  // An experiment given to `project`: one message that says what to do, not one per key.
+  if (!root["hardware"].IsDefined()) {
+    std::string seen;
+    for (const char* k : {"warmup", "repeats", "sweep", "parallel", "workload", "verify"})
+      if (root[k].IsDefined()) seen += (seen.empty() ? "" : ", ") + std::string(k);
+    if (!seen.empty())
+      throw std::invalid_argument(file + ": not a project file: it has no `hardware:` and holds an experiment's keys (" +
+                                  seen + "); `memfine run " + file +
+                                  "` measures an experiment, a project file names hardware, gpus and global_batch "
+                                  "(`memfine keys project`)");
+  }
   Problems p{file, problems};
   p.lines = &c.lines;
   MapReader r(root, "", p);
