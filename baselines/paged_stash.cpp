@@ -36,7 +36,6 @@ class PagedStash : public Strategy {
       const ModelConfig& m = in.config->model;
       stash_ = std::make_unique<Stash>(shape_.stash, m.layers, m.tokens(), m.topk);
     }
-    if (rerun_) stash_->set_on(false);
     return run_shape(x, in, *this, shape_);
   }
   ExpertPath expert() const override { return stash_->expert(); }
@@ -48,7 +47,10 @@ class PagedStash : public Strategy {
     stash_->release();
     return false;
   }
-  void begin_rerun() override { rerun_ = true; }
+  void begin_rerun() override {
+    rerun_ = true;
+    if (stash_) stash_->set_on(false);
+  }
 
  protected:
   void begin_own_step(int64_t) override {

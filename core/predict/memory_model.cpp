@@ -27,7 +27,8 @@ class Step {
   void offload_groups();
   void layer_backward(int64_t l, double below);
   void moe_chunks_backward(int64_t l, double base, const std::string& at);
-  std::vector<MoeRows> chunk_rows(int64_t l, int64_t chunks) const;
+  // The non-empty token chunks of layer l with their index, in order.
+  std::vector<std::pair<int64_t, MoeRows>> chunk_rows(int64_t l, int64_t chunks) const;
   bool stored_chunks(int64_t l) const {
     const StrategyShape& sl = shape_[size_t(l)];
     return sl.moe == MoeMode::Stored && sl.chunks > 1 && !sl.recompute_layer;
@@ -192,12 +193,12 @@ void Step::layer_backward(int64_t l, double below) {
   } else if (stored_chunks(l)) {
     // Stored chunks: autograd runs the last chunk's backward first, the earlier chunks still kept;
     // each chunk's stored bytes go once its backward has run.
-    const std::vector<MoeRows> rows = chunk_rows(l, sl.chunks);
+    const auto rows = chunk_rows(l, sl.chunks);
     double alive = stored_chunks_bytes(l);
     const double base = below + kept + shared_grads + grad - alive;
     for (size_t i = rows.size(); i-- > 0;) {
-      consider(moe_backward_peak(z_, rows[i], base + alive), at + ", MoE chunk " + std::to_string(i));
-      alive -= moe_stored(z_, rows[i], false);
+      consider(moe_backward_peak(z_, rows[i].second, base + alive), at + ", MoE chunk " + std::to_string(rows[i].first));
+      alive -= moe_stored(z_, rows[i].second, false);
     }
   } else {
     const double moe = sl.moe == MoeMode::Stored && !sl.recompute_layer ? 0 : moe_stored(z_, whole_[size_t(l)]);
@@ -210,22 +211,22 @@ void Step::layer_backward(int64_t l, double below) {
              at + ", attention");
 }
 
-// The non-empty token chunks of layer l, in order (token-level routing; counts: equal shares).
-std::vector<MoeRows> Step::chunk_rows(int64_t l, int64_t chunks) const {
+// Token-level routing: each chunk's own rows; counts: each chunk's share of every expert's.
+std::vector<std::pair<int64_t, MoeRows>> Step::chunk_rows(int64_t l, int64_t chunks) const {
   const RankRouting& rr = rank_.layers[size_t(l)];
   std::optional<PeerIndex> peers;
   if (rr.own_experts.defined()) peers = peer_index(rr);
-  std::vector<MoeRows> rows;
+  std::vector<std::pair<int64_t, MoeRows>> rows;
   for (int64_t ci = 0; ci < chunks; ++ci) {
     const int64_t a = ci * T_ / chunks, b = (ci + 1) * T_ / chunks;
-    if (a < b) rows.push_back(moe_rows(rr, c_.model.topk, T_, a, b, -1, 0, peers ? &*peers : nullptr));
+    if (a < b) rows.emplace_back(ci, moe_rows(rr, c_.model.topk, T_, a, b, -1, 0, peers ? &*peers : nullptr));
   }
   return rows;
 }
 
 double Step::stored_chunks_bytes(int64_t l) const {
   double b = 0;
-  for (const MoeRows& r : chunk_rows(l, shape_[size_t(l)].chunks)) b += moe_stored(z_, r, false);
+  for (const auto& [ci, r] : chunk_rows(l, shape_[size_t(l)].chunks)) b += moe_stored(z_, r, false);
   return b;
 }
 
@@ -255,15 +256,9 @@ void Step::moe_chunks_backward(int64_t l, double base, const std::string& at) {
              at + ", MoE chunk " + which);
   };
   if (rr.own_experts.defined()) {  // token-level routing: each chunk's own rows
-    const PeerIndex peers = peer_index(rr);
-    std::vector<MoeRows> rows;
-    std::vector<int64_t> used;
-    for (int64_t ci = 0; ci < chunks; ++ci) {
-      const int64_t a = ci * T / chunks, b = (ci + 1) * T / chunks;
-      if (a < b) rows.push_back(moe_rows(rr, c_.model.topk, T, a, b, -1, 0, &peers)), used.push_back(ci);
-    }
+    const auto rows = chunk_rows(l, chunks);
     for (size_t i = 0; i < rows.size(); ++i)
-      chunk(rows[i], i > 0 ? held_rows(rows[i - 1]) : 0.0, std::to_string(used[i]));
+      chunk(rows[i].second, i > 0 ? held_rows(rows[i - 1].second) : 0.0, std::to_string(rows[i].first));
   } else {
     // Counts: a chunk takes its share of every expert's rows, so only its size matters: the
     // first chunk's (T / chunks tokens) and, where they differ, one more token.

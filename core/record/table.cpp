@@ -130,7 +130,6 @@ bool noisy(const RecordView& r) {
 // parameter is not the imbalance; s' (the overload) is.
 std::string saturation_note(const std::vector<RecordView>& rs) {
   std::map<std::string, std::map<double, double>> by;  // (law, the rest of the point) -> value -> s'
-  std::string law_key;
   for (const auto& r : rs) {
     if (!r.tokens_received) continue;
     std::string rest, law;
@@ -151,7 +150,6 @@ std::string saturation_note(const std::vector<RecordView>& rs) {
     if (std::isnan(value)) continue;
     double& sp = by[law + "|" + rest][value];
     sp = std::max(sp, *r.tokens_received);
-    law_key = law;
   }
   for (const auto& [key, curve] : by) {
     double prev_v = NAN, prev_s = NAN;

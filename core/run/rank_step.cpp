@@ -104,17 +104,19 @@ at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step) {
 }
 
 double train_step(TrainState& st, Strategy& s, int64_t step, bool update) {
-  st.adam->zero_grad();
-  if (st.input.requires_grad() && st.input.grad().defined()) st.input.mutable_grad().zero_();
+  // One pass: gradients from zero, forward, backward; the loss's value.
+  auto pass = [&] {
+    st.adam->zero_grad();
+    if (st.input.requires_grad() && st.input.grad().defined()) st.input.mutable_grad().zero_();
+    at::Tensor loss = forward_loss(st, s, step);
+    const double value = loss.item<double>();
+    loss.backward();
+    return value;
+  };
   MemoryMeter& meter = MemoryMeter::get(st.cfg.device);
   const int64_t origin = meter.current_bytes();
   s.begin_step(step);
-  double loss_value;
-  {
-    at::Tensor loss = forward_loss(st, s, step);
-    loss_value = loss.item<double>();
-    loss.backward();
-  }
+  double loss_value = pass();
   // A strategy whose pass could not hold what it needed (Paged Stash's overflow) has the step run
   // again, once, its own way; on real ranks every rank does if any asks. Its two passes are each
   // measured; the step's peak is the larger.
@@ -122,15 +124,9 @@ double train_step(TrainState& st, Strategy& s, int64_t step, bool update) {
   if (st.dist) again = st.dist->allreduce_max(at::tensor({int64_t(again)}, at::kLong)).item<int64_t>() > 0;
   if (again) {
     const int64_t first = meter.peak_bytes();
-    st.adam->zero_grad();
-    if (st.input.requires_grad() && st.input.grad().defined()) st.input.mutable_grad().zero_();
     meter.reset_peak();
     s.begin_rerun();
-    {
-      at::Tensor loss = forward_loss(st, s, step);
-      loss_value = loss.item<double>();
-      loss.backward();
-    }
+    loss_value = pass();
     s.finish_pass();
     const int64_t second = meter.peak_bytes();
     meter.raise_peak(first);

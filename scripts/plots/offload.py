@@ -123,7 +123,7 @@ def offload(path, out_dir):
         fr = sorted(front, key=frontier_ms)
         line, = ax.plot([frontier_ms(r) for r in fr], [R.activation(r) / div for r in fr], "--", color="0.5", lw=0.8)
         handles.setdefault("pareto frontier (dropless)", line)
-        S.dress(ax, "step ms (offload: compute + modelled copy wait)", f"device peak ({unit})", point, legend=False)
+        S.dress(ax, "step ms (offload: compute + modelled copy wait)", f"device peak ({unit})", R.point_title(point), legend=False)
     # The break-even: per routed pair, copying its bytes against recomputing its expert.
     ax = cells[len(points)]
     bws = [10 ** (k / 20) for k in range(-40, 81)]  # 0.01 .. 10^4 GB/s
@@ -137,7 +137,7 @@ def offload(path, out_dir):
                 textcoords="offset points")
     for _, bw in BANDWIDTHS:
         ax.axvline(bw, color="0.7", lw=0.6, ls=":")
-    S.dress(ax, "host bandwidth (GB/s)", "us per routed token-expert pair",
+    S.dress(ax, "host bandwidth (GB/s)", "µs per routed token-expert pair",
             "offload beats recompute right of the line", legend=False)
     ax.legend(fontsize=6, loc="lower left")
     for extra in cells[len(points) + 1:]:

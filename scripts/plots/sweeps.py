@@ -30,7 +30,10 @@ def imbalance(path, out_dir):
         for x, r in pts:
             if r["status"] != "ok":
                 S.mark_oom(a1, x, top, color=c)
-    S.dress(a1, "overload factor (s' / balanced share)", "activation peak (MiB)", "activation memory against imbalance")
+    S.dress(a1, "overload factor (s' / balanced share)", "activation peak (MiB)", "activation memory against imbalance",
+            legend=False)
+    # Above the panel, not inside it: there it would cover the lines.
+    a1.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.1), ncol=3)
     S.dress(a2, "overload factor (s' / balanced share)", "median step time (ms)", "step time against imbalance", legend=False)
     fig.suptitle(f"Memory and time as routing imbalance grows, {R.device_label(recs)}", fontsize=10)
     return S.save(fig, out_dir, "imbalance_memory", R.source_line(path, recs) + " | " +

@@ -118,19 +118,14 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
     const int64_t n = x.size(0);
     // The chunks' input gradients go straight into their rows of the layer's (one chunk: the
     // chunk's are the layer's); weight gradients into the experts' .grad, chunk after chunk.
+    const bool last_to_first = call.replay == ChunkReplay::LastToFirstPrefetched;
     at::Tensor gx, gp;
-    if (call.chunks > 1) gx = at::zeros_like(x), gp = at::zeros_like(probs);
+    if (call.chunks > 1 || last_to_first) gx = at::zeros_like(x), gp = at::zeros_like(probs);
     // The incoming gradient is the residual branch's too (y is added to it): read it, never own it.
     const at::Tensor g_out = grad[0];
-    if (call.replay == ChunkReplay::LastToFirstPrefetched) {
-      gx = at::zeros_like(x), gp = at::zeros_like(probs);
-      replay_last_to_first(call, x, probs, g_out, grad[1], gx, gp);
-      variable_list result = {gx, gp};
-      result.resize(2 + size_t(ctx->saved_data["n_params"].toInt()) + 1);
-      return result;
-    }
-    const std::vector<Dispatched> routed = call.routed(n, x.device());
-    for (int64_t c = 0; c < call.chunks; ++c) {
+    if (last_to_first) replay_last_to_first(call, x, probs, g_out, grad[1], gx, gp);
+    const std::vector<Dispatched> routed = last_to_first ? std::vector<Dispatched>() : call.routed(n, x.device());
+    for (int64_t c = 0; c < call.chunks && !last_to_first; ++c) {
       auto [a, b] = call.range(c, n);
       if (a == b) continue;
       RegionInputs in = region_inputs({x.narrow(0, a, b - a), probs.narrow(0, a, b - a)});
