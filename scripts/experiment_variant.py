@@ -62,9 +62,12 @@ def main(argv=None):
         doc = yaml.safe_load(f)
     out = variant(doc, args.mode)
     # Relative paths in the experiment (trace files) stay valid from the new location.
+    here = lambda p: os.path.abspath(os.path.join(os.path.dirname(args.input), p))
     w = out.get("workload", {})
     if w.get("trace") and not os.path.isabs(w["trace"]):
-        w["trace"] = os.path.abspath(os.path.join(os.path.dirname(args.input), w["trace"]))
+        w["trace"] = here(w["trace"])
+    if out.get("cost_model") and not os.path.isabs(out["cost_model"]):
+        out["cost_model"] = here(out["cost_model"])
     with open(args.output, "w") as f:
         yaml.safe_dump(out, f, sort_keys=False)
     return 0

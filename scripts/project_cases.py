@@ -5,6 +5,8 @@ checkpoint`, into results/model/ (JSON lines that name the commit and date they 
   project_checkpoint.jsonl  the checkpoint cases of experiments/project/validation/checkpoint.csv
   project_scaling.jsonl     experiments/project_deepseek_v3.yaml at each cluster size (global batch
                             scaled with it): the best layout of each strategy, and what was rejected
+  project_paper_chunks.jsonl  experiments/project_paper_chunks.yaml: full recomputation and 8 chunks
+                            at the paper's shapes and imbalance on H100, every layout (fitting or not)
 scripts/plots/project.py turns them into the validation table and the goodput figure."""
 import argparse
 import csv
@@ -40,6 +42,8 @@ def main(argv=None):
     ap.add_argument("--memfine", default="build/memfine", help="the binary (default build/memfine)")
     ap.add_argument("--cases", default="experiments/project/validation", help="the validation cases' folder")
     ap.add_argument("--sweep", default="experiments/project_deepseek_v3.yaml", help="the project file swept over sizes")
+    ap.add_argument("--chunks", default="experiments/project_paper_chunks.yaml",
+                    help="the project file of what a chunk costs at the paper's shapes")
     ap.add_argument("--out", default="results/model", help="output folder (default results/model)")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
@@ -74,6 +78,7 @@ def main(argv=None):
                                   "git_commit": base["git_commit"], "date": base["date"]}
             rows.append(dict(row, rejected=rejected, layouts=len(got)))
     write(os.path.join(a.out, "project_scaling.jsonl"), rows)
+    write(os.path.join(a.out, "project_paper_chunks.jsonl"), run(a.memfine, ["project", a.chunks, "--json"]))
     return 0
 
 

@@ -81,6 +81,32 @@ TEST(Workload, HotExpertsGetTheirShare) {
   EXPECT_EQ(s[0] + s[1], 2400);  // 30% of 4 * 1000 * 2
 }
 
+TEST(Workload, HotExpertsOnOneRankGiveItTheHotShareInEveryLayer) {
+  ModelConfig m;
+  m.experts = 128, m.topk = 4, m.seq = 256, m.micro_batch = 1, m.layers = 4;
+  WorkloadConfig w;
+  w.kind = "hot", w.hot_fraction = 0.625, w.hot_experts = 4, w.hot_placement = "one_rank";
+  const int64_t ep = 32, El = 4, total = ep * 256 * 4;
+  int64_t rank = -1;
+  for (int64_t l = 0; l < m.layers; ++l) {
+    const auto c = expert_counts(w, m, ep, l, 7);
+    std::vector<int64_t> per_rank(size_t(ep), 0);
+    for (int64_t e = 0; e < m.experts; ++e) per_rank[size_t(e / El)] += c[size_t(e)];
+    const auto hot = std::max_element(per_rank.begin(), per_rank.end());
+    if (rank < 0) rank = hot - per_rank.begin();
+    EXPECT_EQ(hot - per_rank.begin(), rank) << "layer " << l;
+    EXPECT_EQ(*hot, total * 5 / 8);  // 0.625 of all assignments: 20x the balanced share of a rank
+  }
+  // Spread at random, the four hot experts rarely share a rank: the hottest rank gets far less.
+  w.hot_placement = "random";
+  const auto c = expert_counts(w, m, ep, 0, 7);
+  std::vector<int64_t> per_rank(size_t(ep), 0);
+  for (int64_t e = 0; e < m.experts; ++e) per_rank[size_t(e / El)] += c[size_t(e)];
+  EXPECT_LT(*std::max_element(per_rank.begin(), per_rank.end()), total * 5 / 8);
+  w.kind = "zipf", w.hot_placement = "one_rank";
+  EXPECT_THROW(validate_workload(w, m, ep), std::invalid_argument);
+}
+
 TEST(Workload, TraceReplaysExactly) {
   const std::string path = memfine::test_util::scratch_root() + "/trace.csv";
   const std::vector<int64_t> layer0 = {50, 10, 0, 2, 8, 20, 10, 0};  // 100 = 2 ranks * 25 tokens * top-2

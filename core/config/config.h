@@ -54,6 +54,11 @@ struct WorkloadConfig {
   double sigma = 1.0;             // lognormal sigma
   double hot_fraction = 0.5;      // hot: share of all assignments forced onto the hot experts
   int64_t hot_experts = 1;        // hot: how many experts are hot
+  // hot: "random" draws the hot experts anywhere (per layer); "one_rank" puts them on consecutive
+  // experts from one expert-parallel rank's first, the same rank in every layer, so that one rank
+  // receives the whole hot share (the paper's Table 4 prices its hottest rank with every local
+  // expert at Figure 2's p99).
+  std::string hot_placement = "random";
   std::string trace;              // trace: CSV path (resolved against the YAML's folder)
   // How imbalance changes over training steps and depth. "none": the same routing every step.
   // "figure5": the shape of the paper's Figures 2 and 5 - calm first steps, a hot middle around

@@ -16,6 +16,11 @@ const Section<WorkloadConfig>& workload_keys() {
        number<W>("hot_fraction", &W::hot_fraction, 0, 1,
                  "hot: this share of all assignments goes to `hot_experts` experts"),
        integer<W>("hot_experts", &W::hot_experts, 1, 65536, "hot: how many experts are hot"),
+       choice<W>("hot_placement", &W::hot_placement, {"random", "one_rank"},
+                 "hot: `random` draws the hot experts anywhere (anew in each layer); `one_rank` makes them "
+                 "consecutive experts from one expert-parallel rank's first (the same rank in every layer), so "
+                 "that rank receives the whole hot share: its overload is `hot_fraction * ep` when `hot_experts` "
+                 "fit on it"),
        text<W>(
            "trace", &W::trace, "path",
            "trace: CSV `layer,expert,tokens`, or `step,layer,expert,tokens` as `memfine train --trace-out` writes "

@@ -181,11 +181,16 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
 
 std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l) {
   const bool ep_in_node = l.ep * l.tp <= hw.gpus_per_node;
+  // The grouped GEMM's rate as grouped_rate() takes it: the measured curve where the preset has one.
+  std::string grouped;
+  for (const auto& [rows, tflops] : hw.grouped_gemm_curve)
+    grouped += (grouped.empty() ? "" : ", ") + four_digits(tflops) + " at " + four_digits(rows);
+  grouped = grouped.empty() ? four_digits(hw.grouped_gemm_small_tflops) + "-" + four_digits(hw.grouped_gemm_tflops) +
+                                  " by rows per expert (knee " + four_digits(hw.grouped_gemm_knee_rows) + ")"
+                            : "by rows per expert on the preset's curve (" + grouped + " rows)";
   return {"compute: dense GEMMs at " + four_digits(hw.gemm_tflops) + " TFLOP/s, attention at " +
-              four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + four_digits(hw.grouped_gemm_small_tflops) +
-              "-" + four_digits(hw.grouped_gemm_tflops) + " by rows per expert (knee " +
-              four_digits(hw.grouped_gemm_knee_rows) +
-              "); MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
+              four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + grouped +
+              "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
               "permutes, SwiGLU's product, the loss) at " +
               four_digits(hw.hbm_gb_s) +
               " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers",

@@ -229,6 +229,8 @@ void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep
   if (w.kind == "hot" && w.hot_experts > m.experts)
     throw std::invalid_argument("hot_experts (" + std::to_string(w.hot_experts) + ") exceeds experts (" +
                                 std::to_string(m.experts) + ")");
+  if (w.hot_placement != "random" && w.kind != "hot")
+    throw std::invalid_argument("hot_placement places the hot experts of kind 'hot'; kind is '" + w.kind + "'");
   if (w.schedule == "trace" && w.kind != "trace")
     throw std::invalid_argument("schedule 'trace' replays a trace's steps: it needs kind 'trace'");
   if (w.kind == "trace") {
@@ -260,8 +262,17 @@ std::vector<int64_t> expert_counts(const WorkloadConfig& w, const ModelConfig& m
     const int64_t hot = std::min(w.hot_experts, E);
     // With a schedule the hot share moves between balanced (hot/E) and hot_fraction.
     const double frac = double(hot) / double(E) + strength * (w.hot_fraction - double(hot) / double(E));
-    for (int64_t r = 0; r < E; ++r)
-      weight[order[r]] = r < hot ? frac / double(hot) : (hot == E ? 0.0 : (1.0 - frac) / double(E - hot));
+    std::vector<int64_t> hot_ids(order.begin(), order.begin() + hot);
+    if (w.hot_placement == "one_rank") {
+      // Drawn from the seed alone (not the layer), so every layer's hot share lands on one rank.
+      std::mt19937_64 pick(mix_seed(seed, 999));
+      const int64_t local = std::max<int64_t>(1, E / std::max<int64_t>(ep, 1));
+      const int64_t base = int64_t(pick() % uint64_t(std::max<int64_t>(1, E / local))) * local;
+      for (int64_t i = 0; i < hot; ++i) hot_ids[size_t(i)] = (base + i) % E;
+    }
+    const double cold = hot == E ? 0.0 : (1.0 - frac) / double(E - hot);
+    std::fill(weight.begin(), weight.end(), cold);
+    for (int64_t e : hot_ids) weight[size_t(e)] = frac / double(hot);
   } else if (w.kind == "trace") {
     const auto trace = read_trace(w.trace, layer, E, w.schedule == "trace" ? step : 0);
     for (int64_t e = 0; e < E; ++e) weight[e] = double(trace[e]);

@@ -154,14 +154,15 @@ def chunk_grid(ax, grid, steps, title, layer0=0):
     index = {v: i for i, v in enumerate(values)}
     im = ax.imshow([[index[v] for v in row] for row in grid], aspect="auto", cmap=cmap,
                    norm=mcolors.BoundaryNorm([i - 0.5 for i in range(len(values) + 1)], cmap.N), origin="upper")
-    if len(grid) * len(grid[0]) <= 600:
+    if len(grid[0]) <= 40 and len(grid) * len(grid[0]) <= 600:  # digits only where a cell is wide enough to read
         for i, row in enumerate(grid):
             for j, v in enumerate(row):
                 ax.text(j, i, str(v), ha="center", va="center", fontsize=5, color="white" if index[v] < len(values) / 2 else "black")
     ax.set_yticks(range(len(grid)))
     ax.set_yticklabels([str(layer0 + i) for i in range(len(grid))], fontsize=6)
     step_labels = [str(s) for s in steps]
-    every = max(1, len(step_labels) // 25)
+    # Every step where they fit; about a dozen labels otherwise, so that a shared x axis stays legible.
+    every = 1 if len(step_labels) <= 24 else -(-len(step_labels) // 12)
     ax.set_xticks(range(0, len(step_labels), every))
     ax.set_xticklabels(step_labels[::every], fontsize=6)
     ax.set_title(title, fontsize=8)

@@ -104,10 +104,13 @@ def offload(path, out_dir):
                          "verified"], rows, notes, formats=("md", "csv"))
 
     cols = 3
-    nrows = (len(points) + 2 + cols - 1) // cols  # the frontiers, the break-even, the legend
+    nrows = (len(points) + 1 + cols - 1) // cols  # the frontiers, the legend
     fig, axes = S.figure(nrows, cols, figsize=(5.2 * cols, 4.4 * nrows), squeeze=False)
     cells = [ax for row in axes for ax in row]
     handles = {}
+    # One marker per offloaded module set (their colours are one family's shades, too close to tell).
+    sets = list(dict.fromkeys(short(r).split(";")[0] + ")" for r in recs if offloads(r)))
+    marker = lambda name: "sD^vP*"[sets.index(name) % 6] if name in sets else "s"
     for ax, (point, rs) in zip(cells, points):
         ok = [r for r in rs if r["status"] == "ok"]
         front = pareto([r for r in ok if not R.drops(r)])
@@ -116,16 +119,30 @@ def offload(path, out_dir):
             name = short(r).split(";")[0] + (")" if offloads(r) else "")  # one colour per module set
             color = S.color_of(name) if offloads(r) else S.color_of(r)
             fast = offloads(r) and R.params_of(r).get("h2d_gbps", 35) > 100
-            h = ax.scatter([x], [y], marker="s" if offloads(r) else ("x" if R.drops(r) else "o"), s=40, color=color,
-                           facecolors="none" if fast else color, zorder=3)
+            h = ax.scatter([x], [y], marker=marker(name) if offloads(r) else ("x" if R.drops(r) else "o"), s=40,
+                           color=color, facecolors="none" if fast else color, zorder=3)
             if not fast:
                 handles.setdefault(name, h)
         fr = sorted(front, key=frontier_ms)
         line, = ax.plot([frontier_ms(r) for r in fr], [R.activation(r) / div for r in fr], "--", color="0.5", lw=0.8)
         handles.setdefault("pareto frontier (dropless)", line)
         S.dress(ax, "step ms (offload: compute + modelled copy wait)", f"device peak ({unit})", R.point_title(point), legend=False)
-    # The break-even: per routed pair, copying its bytes against recomputing its expert.
-    ax = cells[len(points)]
+    for extra in cells[len(points):]:
+        extra.axis("off")
+    cells[-1].legend(list(handles.values()), list(handles.keys()), loc="center", fontsize=7, frameon=False,
+                     title="offloading: filled 35 GB/s host-to-device, open 400 GB/s", title_fontsize=7)
+    caption = (R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; "
+               + R.source_line(path, recs) + ". Offloading's step times add modelled copy waits to measured compute.")
+    fig.suptitle(f"Recompute, chunk or offload, measured on {R.device_label(recs)}", fontsize=10)
+    out += S.save(fig, out_dir, "offload", caption)
+    return out + break_even(out_dir)
+
+
+def break_even(out_dir):
+    """Arithmetic, not a measurement: per routed pair at DeepSeek-V3's shape, copying its bytes
+    against recomputing its expert on an H100 (its own figure, apart from the CPU's measurements)."""
+    fig, axes = S.figure(1, 1, figsize=(5.6, 4.2), squeeze=False)
+    ax = axes[0][0]
     bws = [10 ** (k / 20) for k in range(-40, 81)]  # 0.01 .. 10^4 GB/s
     b, f = pair_bytes(DSV3["hidden"], DSV3["ffn_hidden"], DSV3["bytes"]), pair_flops(DSV3["hidden"], DSV3["ffn_hidden"])
     ax.loglog(bws, [b / (bw * 1e9) * 1e6 for bw in bws], color="tab:blue", label="copy one pair's bytes (DeepSeek-V3, bf16)")
@@ -135,20 +152,15 @@ def offload(path, out_dir):
     ax.axvline(be, color="0.3", lw=0.8)
     ax.annotate(f"break-even {be:.0f} GB/s", (be, f / (H100_TFLOPS * 1e12) * 1e6), fontsize=7, xytext=(4, 8),
                 textcoords="offset points")
-    for _, bw in BANDWIDTHS:
+    for label, bw in BANDWIDTHS:
         ax.axvline(bw, color="0.7", lw=0.6, ls=":")
     S.dress(ax, "host bandwidth (GB/s)", "µs per routed token-expert pair",
-            "offload beats recompute right of the line", legend=False)
+            "Offload beats recompute right of the line (H100, arithmetic)", legend=False)
     ax.legend(fontsize=6, loc="lower left")
-    for extra in cells[len(points) + 1:]:
-        extra.axis("off")
-    cells[-1].legend(list(handles.values()), list(handles.keys()), loc="center", fontsize=7, frameon=False,
-                     title="filled squares: 35 GB/s host-to-device; open: 400 GB/s", title_fontsize=7)
-    caption = (R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; "
-               + R.source_line(path, recs) + ". Offload squares: filled 35 GB/s host-to-device, open 400 GB/s; "
-               "their step times add modelled copy waits to measured compute.")
-    out += S.save(fig, out_dir, "offload", caption)
-    return out
+    caption = (f"Not measured: one routed pair keeps {b:,.0f} bytes (hidden {DSV3['hidden']}, expert ffn "
+               f"{DSV3['ffn_hidden']}, bf16) and recomputing its expert costs {f / 1e6:.1f} MFLOP at an assumed "
+               f"{H100_TFLOPS:g} TFLOP/s; dotted: the offload experiment's two host bandwidths.")
+    return S.save(fig, out_dir, "offload_break_even", caption)
 
 
 def lines(path):
@@ -165,7 +177,7 @@ def lines(path):
              if dev_err else "")
     out = ["## Recompute, chunk or offload", "",
            "Every family of memory saver at one shape (experiments/offload.yaml; `paper_figures/offload_table.md`, "
-           "`offload.png`). Offloading's copies are modelled on this CPU (host and device are one memory): its step "
+           "`offload.png`; the break-even below: `offload_break_even.png`). Offloading's copies are modelled on this CPU (host and device are one memory): its step "
            "time is measured compute plus the modelled time compute waits for copies at the strategy's host bandwidth; "
            "its device peak and host peak are measured." + model + " Each cell: device peak (change against "
            "no_recompute), step time against no_recompute's (offloading's: the frontier's time).", ""]

@@ -73,7 +73,7 @@ def table4_modeled(pred_path, out_dir):
                          header, rows, notes)
 
 
-def table4_measured(path, out_dir):
+def table4_measured(path, out_dir, stem="table4_measured", title="Table 4 at our scale, measured"):
     recs = R.load(path)
     c = claims()
     rows = []
@@ -108,14 +108,14 @@ def table4_measured(path, out_dir):
              "Where full recomputation runs out of memory (the paper's Model I) there is no throughput ratio at that budget; "
              "the larger budget (Model II) gives it.",
              R.source_line(path, recs), "Config: " + R.config_line(recs[0], skip=("memory.budget",))]
-    return S.write_table(out_dir, "table4_measured", "Table 4 at our scale, measured", header, rows, notes)
+    return S.write_table(out_dir, stem, title, header, rows, notes)
 
 
 def _p99(c):
     return sorted(c)[min(len(c) - 1, int(math.ceil(0.99 * len(c))) - 1)]
 
 
-def figure2(path, out_dir):
+def figure2(path, out_dir, stem="figure2_received_tokens"):
     recs = R.load(path)
     rec = next(r for r in recs if r.get("expert_tokens"))
     counts = rec["expert_tokens"]
@@ -151,17 +151,17 @@ def figure2(path, out_dir):
             label=f"paper (its layers {paper[0]['layer']}-{paper[-1]['layer']}): p99 / balanced")
     ax.plot(range(len(paper)), [float(r["max_tokens_per_expert"]) / balanced_paper for r in paper], "s--",
             label="paper: max / balanced")
-    ep = rec["config"]["parallel"]["ep"]
+    cap = rec["config"]["model"]["experts"] / rec["config"]["model"]["topk"]  # every token once: experts / topk shares
     ax.set_xlabel(f"MoE layer, counted from the first of each (ours from 0, the paper's from {paper[0]['layer']}); an expert "
-                  f"gets each token once, so ours is capped at ep = {ep}x, the paper's at 32x")
+                  f"gets each token once, so ours is capped at experts / topk = {cap:g}x, the paper's at 32x")
     ax.set_ylabel("x balanced share")
     ax.legend(fontsize=7, ncol=2)
     fig.suptitle(f"Figure 2: tokens received per expert per layer (step {rec.get('expert_tokens_step', 0)}), "
                  f"{R.device_label(recs)}")
-    return S.save(fig, out_dir, "figure2_received_tokens", R.source_line(path, recs) + " | " + R.config_line(rec))
+    return S.save(fig, out_dir, stem, R.source_line(path, recs) + " | " + R.config_line(rec))
 
 
-def figure4(path, out_dir):
+def figure4(path, out_dir, stem="figure4_throughput", what=""):
     recs = R.load(path)
     groups = sorted(R.by_point(recs).items())
     fig, axes = S.figure(2, len(groups), figsize=(6 * len(groups), 6.2), squeeze=False, sharey="row",
@@ -205,8 +205,8 @@ def figure4(path, out_dir):
         ax.legend(fontsize=7)
     paper = R.read_csv("figure4_tgs.csv")
     claims_text = "; ".join(f"Model {r['model']} method {r['method'][0]}: {r['avg_tokens_per_gpu_per_s'] or 'OOM'}" for r in paper)
-    fig.suptitle(f"Figure 4: throughput per step, {R.device_label(recs)}", fontsize=10)
-    return S.save(fig, out_dir, "figure4_throughput",
+    fig.suptitle(f"Figure 4: throughput per step{what}, {R.device_label(recs)}", fontsize=10)
+    return S.save(fig, out_dir, stem,
                   R.source_line(path, recs) + " | paper (tokens per GPU per s, 32 GPUs): " + claims_text)
 
 

@@ -22,6 +22,15 @@ def jobs(results, predictions):
         ("figure2", figure2, at("paper_figure5")),
         ("figure4", figure4, at("paper_figure5")),
         ("figure5", figure5, at("paper_figure5")),
+        # The same at the paper's imbalance (the hottest rank up to 20x its share; #47).
+        ("table4_paper_imbalance", lambda src, out: table4_measured(
+            src, out, "table4_paper_imbalance", "Table 4 at our scale and the paper's imbalance, measured"),
+         at("paper_imbalance")),
+        ("figure2_paper_imbalance", lambda src, out: figure2(src, out, "figure2_paper_imbalance"), at("paper_imbalance")),
+        ("figure4_paper_imbalance", lambda src, out: figure4(src, out, "figure4_paper_imbalance", " at the paper's imbalance"),
+         at("paper_imbalance")),
+        ("figure5_paper_imbalance", lambda src, out: figure5(src, out, "figure5_paper_imbalance",
+                                                             "ours at the paper's imbalance"), at("paper_imbalance")),
         ("trace_replay", lambda src, out: figure5(src, out, "trace_replay_mact_chunks",
                                                   "ours: routing learned in quality.yaml, replayed"), at("trace_replay")),
         ("imbalance", imbalance, at("imbalance_sweep")),
