@@ -167,6 +167,33 @@ TEST(Cli, SweepWritesWellFormedRecords) {
   EXPECT_EQ(memfine::read_results(dir + "/results.jsonl").size(), 6u);
 }
 
+// Under a schedule the record's s' and overload are the hottest timed step's, not the first's.
+TEST(Cli, ScheduledRecordsGiveTheHottestStepsOverload) {
+  const std::string dir = fresh_dir("scheduled");
+  const std::string text = R"(name: scheduled
+seed: 2
+threads: 1
+warmup: 0
+repeats: 5
+model: {layers: 2, hidden: 16, heads: 2, kv_heads: 1, head_dim: 8, ffn_hidden: 16, experts: 16, topk: 2, seq: 16}
+parallel: {ep: 8}
+workload: {kind: hot, hot_experts: 2, hot_fraction: 0.5, hot_placement: one_rank, schedule: figure5, peak_step: 3, width: 1}
+strategies: [full_recompute]
+)";
+  Result r = run("run " + write("scheduled.yaml", text) + " --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rec = memfine::read_results(dir + "/results.jsonl").at(0);
+  int64_t most = 0, first = 0;
+  for (const auto& row : rec["tokens_received_per_step"])
+    for (const auto& v : row) most = std::max(most, v.get<int64_t>());
+  for (const auto& v : rec["tokens_received_per_step"][0]) first = std::max(first, v.get<int64_t>());
+  EXPECT_GT(most, first);  // the schedule's peak (step 3) is hotter than its first step
+  EXPECT_EQ(rec["tokens_received"].get<int64_t>(), most);
+  EXPECT_DOUBLE_EQ(rec["overload_factor"].get<double>(), double(most) / double(16 * 2));
+  // The hot share on one rank at the peak's deepest layer: 0.5 of all assignments, 0.5 x 8 = 4x.
+  EXPECT_DOUBLE_EQ(rec["overload_factor"].get<double>(), 4.0);
+}
+
 TEST(Cli, OutOfMemoryIsARecordedResult) {
   // A budget between memfine's need and full recomputation's, taken from an unconstrained run.
   const std::string free_dir = fresh_dir("oom_free");

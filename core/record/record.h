@@ -34,7 +34,7 @@ struct Measured {
 struct PointRouting {
   int64_t rank = 0, world = 1;
   std::string backend;              // real ranks' process group; empty: one process
-  int64_t tokens_received = 0;      // largest s' over layers
+  int64_t tokens_received = 0;      // largest s' over layers (under a schedule: and timed steps)
   int64_t tokens_received_sum = 0;  // over layers (FLOPs)
   double overload = 0;
   json per_layer = json::array(), expert_tokens = json::array(), per_step = json::array();

@@ -37,15 +37,18 @@ const std::vector<FieldSpec>& record_schema() {
       {"world_size", "integer", "", "processes of a real-rank job; 1 one process", "measured"},
       {"backend", "string", "", "real ranks' process group (gloo, nccl)", "measured"},
       {"tokens_received", "integer|number", "rows",
-       "s': the rows this rank's experts receive in the most loaded layer (paper scale: the paper's s')",
+       "s': the rows this rank's experts receive in the most loaded layer (under a schedule: at the hottest "
+       "timed step; paper scale: the paper's s')",
        "measured predicted"},
-      {"tokens_received_per_layer", "list", "rows", "s' per layer (train: of the hottest of stats_ep ranks)",
+      {"tokens_received_per_layer", "list", "rows",
+       "s' per layer (under a schedule: its most over the timed steps; train: of the hottest of stats_ep ranks)",
        "measured train"},
       {"tokens_received_per_step", "list", "rows", "under a schedule: s' per timed step and layer", "measured"},
       {"expert_tokens", "list", "rows", "the assignments each expert receives, per layer (all ranks)",
        "measured train"},
       {"expert_tokens_step", "integer", "", "the step whose routing expert_tokens is", "measured"},
-      {"overload_factor", "number", "", "s' over the balanced share (tokens x topk)", "measured"},
+      {"overload_factor", "number", "", "s' over the balanced share (tokens x topk); under a schedule the most of any "
+       "timed step and layer", "measured"},
       // Memory.
       {"static_bytes", "integer", "bytes", "parameters + gradients + Adam state + inputs of this rank",
        "measured train"},

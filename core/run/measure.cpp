@@ -149,20 +149,27 @@ PointRouting point_routing(const ExperimentConfig& c, const EmulatedRank& er, co
   if (c.workload.kind != "router" && c.model.experts * c.model.layers <= 8192)
     for (int64_t l = 0; l < c.model.layers; ++l)
       rt.expert_tokens.push_back(expert_counts(c.workload, c.model, c.ep, l, c.seed, rt.expert_tokens_step));
-  if (c.workload.schedule != "none") {  // s' per timed step and layer
-    EmulatedRank stepped = er;
-    for (int64_t it = c.warmup; it < c.warmup + c.repeats; ++it) {
-      route_step(stepped, c, it);
-      json row = json::array();
-      for (const auto& l : stepped.layers) row.push_back(l.tokens_received);
-      rt.per_step.push_back(row);
-    }
-  }
   for (const auto& l : er.layers) {
     rt.tokens_received = std::max(rt.tokens_received, l.tokens_received);
     rt.tokens_received_sum += l.tokens_received;
     rt.overload = std::max(rt.overload, l.overload_factor);
     rt.per_layer.push_back(l.tokens_received);
+  }
+  if (c.workload.schedule != "none") {  // s' per timed step and layer; the record's s' is the hottest step's
+    EmulatedRank stepped = er;
+    for (int64_t it = c.warmup; it < c.warmup + c.repeats; ++it) {
+      route_step(stepped, c, it);
+      json row = json::array();
+      for (size_t l = 0; l < stepped.layers.size(); ++l) {
+        const auto& layer = stepped.layers[l];
+        row.push_back(layer.tokens_received);
+        if (it == c.warmup) rt.tokens_received = 0, rt.overload = 0, rt.per_layer[l] = 0;
+        rt.tokens_received = std::max(rt.tokens_received, layer.tokens_received);
+        rt.overload = std::max(rt.overload, layer.overload_factor);
+        rt.per_layer[l] = std::max(rt.per_layer[l].get<int64_t>(), layer.tokens_received);
+      }
+      rt.per_step.push_back(row);
+    }
   }
   return rt;
 }

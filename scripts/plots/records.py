@@ -268,6 +268,16 @@ def sweep_axes(records):
     return {k: v for k, v in axes.items() if len(v) > 1}
 
 
+def overload(r):
+    """s' over the balanced share; under a schedule the hottest timed step's (records before that was the
+    record's own definition gave the first step's, so it is taken from the per-step rows where present)."""
+    per = r.get("tokens_received_per_step")
+    m = r.get("config", {}).get("model", {})
+    if per and m.get("seq") and m.get("topk"):
+        return max(max(row) for row in per if row) / (m["seq"] * m.get("micro_batch", 1) * m["topk"])
+    return r.get("overload_factor") or 0
+
+
 def activation(r):
     return r.get("peak_activation_bytes")
 

@@ -64,7 +64,7 @@ def measured_set(runs, which):
     budget = lambda p: points[p][0].get("budget_bytes") or 1e30
     tight, loose = min(points, key=budget), max(points, key=budget)
     full_ok = R.select(recs, role="baseline", status="ok")
-    top = max((r.get("overload_factor") or 0) for r in recs)
+    top = max(R.overload(r) for r in recs)
     return dict(recs=recs, runs=runs, points=points, tight=tight, loose=loose, which=which, overload=top,
                 at=lambda point, how, rs=None: R.first(R.by_point(rs or recs).get(point, []), **how),
                 full_need=max(R.activation(r) for r in full_ok) if full_ok else None)
