@@ -152,8 +152,8 @@ def figure2(path, out_dir, stem="figure2_received_tokens"):
     ax.plot(range(len(paper)), [float(r["max_tokens_per_expert"]) / balanced_paper for r in paper], "s--",
             label="paper: max / balanced")
     cap = rec["config"]["model"]["experts"] / rec["config"]["model"]["topk"]  # every token once: experts / topk shares
-    ax.set_xlabel(f"MoE layer, counted from the first of each (ours from 0, the paper's from {paper[0]['layer']}); an expert "
-                  f"gets each token once, so ours is capped at experts / topk = {cap:g}x, the paper's at 32x")
+    ax.set_xlabel(f"MoE layer (ours from 0, the paper's from {paper[0]['layer']}); an expert gets each token once: "
+                  f"at most experts / topk = {cap:g}x, the paper's 32x", fontsize=8)
     ax.set_ylabel("x balanced share")
     ax.legend(fontsize=7, ncol=2)
     fig.suptitle(f"Figure 2: tokens received per expert per layer (step {rec.get('expert_tokens_step', 0)}), "
