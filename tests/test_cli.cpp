@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli_testing.h"
+#include "core/record/committed_run.h"
 #include "core/record/results.h"
 
 namespace fs = std::filesystem;
@@ -165,6 +166,28 @@ TEST(Cli, SweepWritesWellFormedRecords) {
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("--resume"), std::string::npos);
   EXPECT_EQ(memfine::read_results(dir + "/results.jsonl").size(), 6u);
+}
+
+// A run whose every step took far longer than the committed run of the same experiment on the same
+// machine class says the machine is busy; the same speed, or another configuration, says nothing.
+TEST(Cli, ARunFarSlowerThanTheCommittedOneSaysTheMachineIsBusy) {
+  const std::string committed = std::string(MEMFINE_TESTS_DIR) + "/../results/cpu/quickstart/results.jsonl";
+  ASSERT_TRUE(fs::exists(committed)) << committed;
+  auto same = memfine::read_results(committed);
+  const std::string elsewhere = scratch("elsewhere.jsonl");
+  EXPECT_EQ(memfine::committed_speed_note(same, elsewhere), "");
+  auto slower = same;
+  for (auto& r : slower)
+    if (r["status"] == "ok") r["step_ms"]["median"] = r["step_ms"]["median"].get<double>() * 3;
+  const std::string note = memfine::committed_speed_note(slower, elsewhere);
+  EXPECT_NE(note.find("3.00x as long"), std::string::npos) << note;
+  EXPECT_NE(note.find("busier or slower"), std::string::npos) << note;
+  EXPECT_NE(note.find("results/cpu/quickstart/results.jsonl"), std::string::npos) << note;
+  // Another configuration is another experiment's speed: nothing to say.
+  for (auto& r : slower) r["config"]["repeats"] = 99;
+  EXPECT_EQ(memfine::committed_speed_note(slower, elsewhere), "");
+  // Writing the committed file itself (reproduce --remeasure): nothing to compare with.
+  EXPECT_EQ(memfine::committed_speed_note(same, committed), "");
 }
 
 // Under a schedule the record's s' and overload are the hottest timed step's, not the first's.

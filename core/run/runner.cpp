@@ -7,6 +7,7 @@
 #include "core/dist/dist.h"
 #include "core/dist/gather.h"
 #include "core/meter/ceiling.h"
+#include "core/record/committed_run.h"
 #include "core/record/record.h"
 #include "core/record/table.h"
 #include "core/run/measure.h"
@@ -120,6 +121,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
   if (dist) any_failed = dist->allreduce_max(at::tensor({double(any_failed)}, at::kDouble)).item<double>() > 0;
   if (!job->writer) return any_failed ? 1 : 0;
   std::cout << summary_table(job->results->records(), job->earlier);
+  if (!dist) std::cout << committed_speed_note(fresh, job->results->path());
   if (dist) std::cout << hottest_ranks(fresh);
   std::cout << "\nresults: " << job->results->path() << " (" << fresh.size() << " new records, "
             << job->results->records().size() << " in all)\n";
