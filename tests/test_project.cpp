@@ -215,7 +215,9 @@ TEST(Project, RanksByGoodputAndSaysWhyTheRestFail) {
     EXPECT_TRUE(e.fits);
     EXPECT_GT(e.goodput.ettr, 0);
     EXPECT_LE(e.goodput.ettr, 1);
-    EXPECT_NEAR(e.step, e.compute + e.chunk_overhead + e.recompute + e.comm + e.offload_wait + e.bubble, 1e-9 * e.step);
+    EXPECT_NEAR(e.step, e.compute + e.chunk_overhead + e.recompute + e.comm + e.offload_wait + e.bubble + e.optimizer,
+                1e-9 * e.step);
+    EXPECT_GT(e.optimizer, 0);
   }
   for (const auto& e : r.rejected) EXPECT_FALSE(e.why.empty()) << e.layout.text() << " " << e.strategy;
   const std::string table = project_table(c, r);
@@ -275,6 +277,33 @@ Hardware plain_gpu() {
   hw.grouped_gemm_tflops = 100, hw.grouped_gemm_small_tflops = 100, hw.nvlink_gb_s = 100, hw.network_gb_s = 10;
   hw.nvlink_latency_us = 0, hw.network_latency_us = 0;
   return hw;
+}
+
+// The optimizer step moves what each framework's code reads and writes per parameter at the HBM
+// rate: the distributed optimizer's shard (38 bytes with fp32 gradients and moments: the fused
+// Adam's 16 read and 12 written, the bf16 copy's 6, the norm's 4) and its zeroed gradient buffer,
+// this suite's unsharded Adam (21 fp32 accesses), FSDP's shard.
+TEST(Project, TheOptimizerStepIsWhatItMovesAtTheHbmRate) {
+  const ModelConfig m = plain();
+  Hardware hw = plain_gpu();
+  hw.hbm_gb_s = 1000;
+  Layout l;
+  l.dp = 4, l.ep = 4, l.global_batch = 4;
+  const double attn = attention_proj_flops(m) / 2, dense = attn + double(m.hidden * m.experts);
+  const double experts = double(m.experts / l.ep) * 3 * double(m.hidden * m.ffn_hidden);
+  const double per_stage = double(m.layers) * dense + 2 * double(m.vocab * m.hidden), expert_all = double(m.layers) * experts;
+  auto optimizer = [&](const std::string& framework) {
+    ProjectConfig c;
+    c.framework.name = framework;
+    ProjectSetting set;
+    set.framework = framework_setting(c);
+    return estimate(m, hw, l, *strategy("no_recompute"), set).optimizer;
+  };
+  // Experts are sharded over DP x TP / EP = 1 here, the rest over DP = 4.
+  EXPECT_NEAR(optimizer("megatron_te"), ((per_stage / 4 + expert_all) * 38 + (per_stage + expert_all) * 4) / 1e12,
+              1e-12);
+  EXPECT_NEAR(optimizer("memfine_layer"), (per_stage + expert_all) * 84 / 1e12, 1e-12);
+  EXPECT_NEAR(optimizer("fsdp_te"), (per_stage / 4 + expert_all) * 16 / 1e12, 1e-12);
 }
 
 // Interleaved 1F1B keeps 2 (PP - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches on the first

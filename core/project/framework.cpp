@@ -19,6 +19,31 @@ constexpr double kWorkspaceGb = 3;
 // (which Megatron's MoE README sets to prevent fragmentation): assumed 5%, not measured here.
 constexpr double kFragmentation = 0.05;
 
+// What the optimizer step moves through memory per parameter, counted from each framework's code.
+void optimizer_traffic(FrameworkSetting& s) {
+  if (s.profile == Profile::Memfine) {
+    // This suite's Adam (core/model/optimizer.cpp), unsharded, 21 element accesses a parameter: m
+    // scaled (2) and added to (3), v scaled (2) and addcmul'ed (3), v / c2 (2), its sqrt (2) and
+    // + eps (2), the addcdiv (4), the gradient zeroed (1); fp32 parameters on a CPU.
+    s.optimizer_bytes = 21 * 4, s.optimizer_sharded = false;
+    return;
+  }
+  if (s.fsdp) {
+    // FSDP2's Adam on its shard (weights, gradients and moments in the shard's dtype): reads the
+    // four, writes weights and moments, and reads the gradients again for the norm clipping.
+    const double grad = s.fsdp_state_bytes / 4;
+    s.optimizer_bytes = s.fsdp_state_bytes + (s.fsdp_state_bytes - grad) + grad;
+    return;
+  }
+  // Megatron's distributed optimizer (megatron/core/optimizer/distrib_optimizer.py with TE's or
+  // apex's FusedAdam): the fused kernel reads the fp32 master weight, the gradient and both moments
+  // and writes the three back; the master weights are copied into the bf16 model weights
+  // (_copy_main_params_to_model_params: 4 read, 2 written); clip_grads.py's multi_tensor_l2norm
+  // reads the gradients once. The whole gradient buffer is zeroed every step (zero_grad_buffer).
+  s.optimizer_bytes = (4 + s.grad_bytes + 2 * s.moment_bytes) + (4 + 2 * s.moment_bytes) + 6 + s.grad_bytes;
+  s.grad_zero_bytes = s.grad_bytes;
+}
+
 }  // namespace
 
 FrameworkSetting framework_setting(const ProjectConfig& c) {
@@ -45,6 +70,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.fragmentation = f.fragmentation >= 0 ? f.fragmentation : kFragmentation;
   s.margin = f.margin;
   s.ep_overlap = f.ep_overlap;
+  optimizer_traffic(s);
   return s;
 }
 

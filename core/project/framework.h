@@ -24,6 +24,12 @@ struct FrameworkSetting {
   double workspace = 0;             // bytes outside the allocator (CUDA context, NCCL)
   double fragmentation = 0;         // reserved over allocated, less 1
   double margin = 0.1;              // borderline within this share of the peak
+  // The optimizer step: bytes it moves per parameter of its shard (read and written, framework.cpp
+  // counts them from the framework's code), whether it shards over data parallelism, and the
+  // gradient buffer it zeroes per parameter of the stage.
+  double optimizer_bytes = 0;
+  bool optimizer_sharded = true;
+  double grad_zero_bytes = 0;
   bool ep_overlap = false;
 };
 

@@ -56,7 +56,7 @@ std::vector<std::string> row_of(const Estimate& e, int64_t n) {
           fmt_double("%.1f", e.host_gb),
           e.chunks > 0 ? std::to_string(e.chunks) : "-",
           fmt_double("%.2f", e.step),
-          fmt_double("%.2f", e.compute),
+          fmt_double("%.2f", e.compute + e.optimizer),
           fmt_double("%.2f", e.recompute + e.chunk_overhead + e.offload_wait),
           fmt_double("%.2f", e.comm),
           fmt_double("%.2f", e.bubble),
@@ -158,7 +158,8 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
       j["chunks"] = e.chunks, j["step_s"] = e.step;
       j["step_parts_s"] = {
           {"compute", e.compute}, {"recompute", e.recompute},       {"comm", e.comm},
-          {"bubble", e.bubble},   {"offload_wait", e.offload_wait}, {"chunk_overhead", e.chunk_overhead}};
+          {"bubble", e.bubble},   {"offload_wait", e.offload_wait}, {"chunk_overhead", e.chunk_overhead},
+          {"optimizer", e.optimizer}};
       j["all_to_all_s"] = e.all_to_all;
       j["tokens_per_s_gpu"] = e.tokens_per_s_gpu, j["balanced_tokens_per_s_gpu"] = e.balanced_tokens_per_s_gpu;
       j["model_tflops_gpu"] = e.model_tflops_gpu;

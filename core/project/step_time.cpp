@@ -120,7 +120,8 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   const double a2a = all_to_all_of(m, hw, l, set, received);
   const double tp_comm =
       l.tp > 1 ? 4 * double(m.layers) / pp * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
-  const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw);
+  // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
+  const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw), dp_link = pp_link;
   const double pp_comm = l.pp > 1 ? 2 * send_time(pp_link, tokens_gpu * h * kB) : 0;
   // Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's
   // forward beside another's backward, each one's dispatch and combine behind the other's compute:
@@ -155,8 +156,8 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   double fsdp_exposed = 0;
   if (set.framework.fsdp) {
     const double gather =
-        2 * (all_gather_time(network(hw), l.dp * l.cp, mem.stage_params * 2) +
-             (expert_dp > 1 ? all_gather_time(network(hw), int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
+        2 * (all_gather_time(dp_link, l.dp * l.cp, mem.stage_params * 2) +
+             (expert_dp > 1 ? all_gather_time(dp_link, int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
     fsdp_exposed = std::max(0.0, gather - c.total - recompute);
   }
   // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
@@ -165,11 +166,19 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
   // micro-batch's backward.
   const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
-  const double dp_t = reduce_scatter_time(network(hw), l.dp * l.cp, grads) +
-                      all_gather_time(network(hw), l.dp * l.cp, grads / 2) +
-                      (expert_dp > 1 ? reduce_scatter_time(network(hw), int64_t(expert_dp), expert_grads) : 0);
+  const double dp_t = reduce_scatter_time(dp_link, l.dp * l.cp, grads) +
+                      all_gather_time(dp_link, l.dp * l.cp, grads / 2) +
+                      (expert_dp > 1 ? reduce_scatter_time(dp_link, int64_t(expert_dp), expert_grads) : 0);
   const double dp_exposed = std::max(0.0, dp_t - per_micro * 2 / 3);
   StepParts p;
+  // The optimizer step: what it moves through memory at the HBM rate (memory-bound kernels).
+  if (hw.hbm_gb_s > 0) {
+    const FrameworkSetting& f = set.framework;
+    const double shard = f.optimizer_sharded ? mem.stage_params / double(l.dp * l.cp) + mem.stage_expert_params / expert_dp
+                                             : mem.stage_params + mem.stage_expert_params;
+    p.optimizer = (shard * f.optimizer_bytes + (mem.stage_params + mem.stage_expert_params) * f.grad_zero_bytes) /
+                  (hw.hbm_gb_s * 1e9);
+  }
   p.compute = double(micro) * (c.total - c.chunk), p.chunk_overhead = double(micro) * c.chunk;
   p.recompute = double(micro) * (recompute + rerun), p.offload_wait = double(micro) * wait;
   p.comm = double(micro) * (comm + fsdp_exposed) + dp_exposed;
@@ -193,7 +202,9 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
               "permutes, SwiGLU's product, the loss) at " +
               four_digits(hw.hbm_gb_s) +
-              " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers",
+              " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers; "
+              "the optimizer step moves " + four_digits(set.framework.optimizer_bytes) + " bytes a parameter of " +
+              (set.framework.optimizer_sharded ? "its shard" : "the rank") + " at the HBM rate, once a step",
           "communication: the all-to-all (4 per MoE layer, " +
               std::string(ep_in_node                        ? "NVLink"
                           : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"

@@ -14,7 +14,8 @@ namespace memfine {
 
 struct StepParts {
   double compute = 0, chunk_overhead = 0, recompute = 0, comm = 0, all_to_all = 0, offload_wait = 0, bubble = 0;
-  double step() const { return compute + chunk_overhead + recompute + comm + offload_wait + bubble; }
+  double optimizer = 0;  // the optimizer step, once a step after the last micro-batch
+  double step() const { return compute + chunk_overhead + recompute + comm + offload_wait + bubble + optimizer; }
 };
 
 // What the step time needs of the memory side: the stage's parameters (data-parallel traffic)
