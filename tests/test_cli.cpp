@@ -396,6 +396,16 @@ TEST(Cli, PredictNeedsNoDevice) {
   }
   EXPECT_EQ(n, 6);  // 2 points x 3 strategies
   EXPECT_NE(g.err.find("2 point(s); `memfine run` would do"), std::string::npos) << g.err;
+  // A wall time where the device class has a committed cost model (results/cpu/), none elsewhere;
+  // an experiment's own cost model that cannot be read is said, not a failure.
+  EXPECT_NE(c.err.find("at the cost model's rate (results/cpu/cost_model.json"), std::string::npos) << c.err;
+  EXPECT_EQ(g.err.find("cost model"), std::string::npos) << g.err;
+  std::string broken = cpu;
+  broken.replace(broken.find("seed: 2"), 7, "seed: 2\ncost_model: " + write("broken.json", "{\"layer_ms\": 3}"));
+  const Result b = run("predict " + write("broken.yaml", broken));
+  EXPECT_EQ(b.code, 0) << b.err;
+  EXPECT_NE(b.err.find("no wall time: cost model"), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("malformed"), std::string::npos) << b.err;
 }
 
 // Every shipped experiment is valid. The GPU ones are checked with device: cpu on a CPU-only build

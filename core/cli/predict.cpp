@@ -1,6 +1,7 @@
 // `memfine predict FILE.yaml`: the memory models' view of an experiment, nothing run (the
 // implementation model at the experiment's scale, the paper's equations for a paper: section, the
 // cluster-scale projection of a project file).
+#include <filesystem>
 #include <iostream>
 
 #include "core/cli/commands.h"
@@ -8,7 +9,9 @@
 #include "core/config/project.h"
 #include "core/meter/memory_meter.h"
 #include "core/model/flops.h"
+#include "core/predict/cost_model.h"
 #include "core/predict/paper_model.h"
+#include "core/record/environment.h"
 #include "core/record/prediction_record.h"
 #include "core/record/table.h"
 #include "core/run/validate.h"
@@ -17,7 +20,11 @@
 
 namespace memfine::cli {
 
+namespace fs = std::filesystem;
+
 namespace {
+std::string wall_time(const ExperimentConfig& c, double work_tflop);
+
 // The most token-expert assignments predict routes one by one before it predicts from counts.
 constexpr double kMaxRoutedAssignments = double(1 << 25);
 
@@ -130,9 +137,30 @@ int predict(const Args& a) {
     std::cout << predict_table(out);
   if (modelled_points > 0)
     std::cerr << "memfine predict: " << yaml << ": " << modelled_points << " point(s); `memfine run` would do "
-              << work_tflop
-              << " TFLOP of model work (warmup and timed steps of every strategy, recomputation not counted)\n";
+              << four_digits(work_tflop)
+              << " TFLOP of model work (warmup and timed steps of every strategy, recomputation not counted)"
+              << wall_time(points.front().config, work_tflop) << "\n";
   return 0;
+}
+
+// The work's wall time at a cost model's rate: the experiment's own, else its device class's committed
+// one (results/cpu/cost_model.json); nothing where there is none.
+std::string wall_time(const ExperimentConfig& c, double work_tflop) {
+  const fs::path path = !c.cost_model.empty()
+                            ? fs::path(c.cost_model)
+                            : fs::path(source_dir()) / "results" / device_class(c.device) / "cost_model.json";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "";
+  try {
+    const CostModel cm = CostModel::load(path.string());
+    const double s = work_tflop * 1e12 / cm.flops_per_s();
+    const std::string t = s < 90 ? four_digits(s) + " s" : four_digits(s / 60) + " min";
+    return "; at least " + t + " at the cost model's rate (" + fs::relative(path, fs::current_path(), ec).string() +
+           ": " + four_digits(cm.flops_per_s() / 1e9) + " GFLOP/s of model work in its benchmarked layer's step on " +
+           cm.machine() + "; this machine may differ, recomputation and chunks add to it)";
+  } catch (const std::exception& e) {
+    return "; no wall time: " + std::string(e.what());
+  }
 }
 
 }  // namespace
@@ -144,7 +172,8 @@ Command predict_command() {
           R"(Prints, without running anything, the memory model's predictions per point and strategy: static,
 activation and total bytes, whether they fit memory.budget, MACT's chunks per layer, and why a
 strategy is not predicted or does not fit; on stderr, the FLOPs a `memfine run` of the file would
-do. Any build predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the
+do, and the least wall time they take at a cost model's rate (the experiment's cost_model:, else its
+device class's committed results/<class>/cost_model.json; recomputation and chunks add to it). Any build predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the
 memory model does not need. Files with a paper: section use the paper's own equations; a project
 file (memfine project's: it names a hardware) is projected as `memfine project` projects it.
 

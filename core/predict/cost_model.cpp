@@ -29,9 +29,12 @@ CostModel CostModel::load(const std::string& path) {
     ref.head_dim = num("head_dim"), ref.ffn_hidden = num("ffn_hidden"), ref.experts = num("experts");
     ref.topk = num("topk"), ref.seq = num("seq"), ref.micro_batch = num("micro_batch");
     cm.ref_flops_ = step_flops(ref, int64_t(j.at("rows").get<double>())).total();
+    cm.machine_ = ctx.value("cpu_model", std::string("a machine")) + ", " + ctx.value("libtorch_threads", std::string("?")) +
+                  " threads";
   } catch (const std::exception& e) {
     throw std::runtime_error("cost model '" + path + "' is malformed: " + e.what());
   }
+  if (!(cm.s0_ > 0)) throw std::runtime_error("cost model '" + path + "' has no stored layer time");
   if (cm.fwd_bwd_.size() < 2) throw std::runtime_error("cost model '" + path + "' has too few expert timings");
   return cm;
 }
