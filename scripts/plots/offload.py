@@ -1,6 +1,7 @@
 """Recompute, chunk or offload (experiments/offload.yaml): the frontier of device peak against step
 time for every strategy, the host memory offloading holds, and the bandwidth above which
 offloading an activation beats recomputing it."""
+from . import bars as B
 from . import records as R
 from . import style as S
 
@@ -103,60 +104,91 @@ def offload(path, out_dir):
                          f"host pred. {unit}", "step ms", "emul. ms", "exposed ms (modelled)", "frontier ms", "pareto",
                          "verified"], rows, notes, formats=("md", "csv"))
 
-    cols = 3
-    nrows = (len(points) + 1 + cols - 1) // cols  # the frontiers, the legend
-    fig, axes = S.figure(nrows, cols, figsize=(5.2 * cols, 4.4 * nrows), squeeze=False)
+    out += S.save(_frontier_figure(recs, points, unit, div), out_dir, "offload",
+                  R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; "
+                  + R.source_line(path, recs) + ". Offloading's points add modelled copy waits to measured compute.")
+    return out + break_even(out_dir)
+
+
+def _frontier_figure(recs, points, unit, div):
+    """Device peak against step time, a panel per point on common axes; offloading's points (measured
+    compute plus a modelled copy wait) hollow-edged stars, the 400 GB/s twin a ring around its 35 GB/s one."""
+    cols = 2
+    nrows = (len(points) + cols - 1) // cols
+    fig, axes, lax = S.figure(nrows, cols, legend_row=True, figsize=(8, 2.9 * nrows + 1.6), squeeze=False,
+                              sharex=True, sharey=True)
     cells = [ax for row in axes for ax in row]
     handles = {}
-    # One marker per offloaded module set (their colours are one family's shades, too close to tell).
-    sets = list(dict.fromkeys(short(r).split(";")[0] + ")" for r in recs if offloads(r)))
-    marker = lambda name: "sD^vP*"[sets.index(name) % 6] if name in sets else "s"
     for ax, (point, rs) in zip(cells, points):
         ok = [r for r in rs if r["status"] == "ok"]
         front = pareto([r for r in ok if not R.drops(r)])
         for r in ok:
             x, y = frontier_ms(r), R.activation(r) / div
-            name = short(r).split(";")[0] + (")" if offloads(r) else "")  # one colour per module set
-            color = S.color_of(name) if offloads(r) else S.color_of(r)
+            m, lo, hi = S.spread_ms(r)
             fast = offloads(r) and R.params_of(r).get("h2d_gbps", 35) > 100
-            h = ax.scatter([x], [y], marker=marker(name) if offloads(r) else ("x" if R.drops(r) else "o"), s=40,
-                           color=color, facecolors="none" if fast else color, zorder=3)
-            if not fast:
-                handles.setdefault(name, h)
+            lk = S.look(r)
+            if fast:  # the same computation at 400 GB/s: a ring around the 35 GB/s star
+                h = ax.scatter([x], [y], marker="o", s=140, facecolors="none", edgecolors=lk["color"], lw=1.2, zorder=2)
+                handles.setdefault("offload at 400 GB/s (ring)", ax.scatter([], [], marker="o", s=140, facecolors="none",
+                                                                           edgecolors="0.3", lw=1.2))
+                continue
+            ax.errorbar([x], [y], xerr=[[m - lo], [hi - m]], fmt="none", ecolor=lk["color"], elinewidth=0.7, capsize=1.5,
+                        alpha=0.7, zorder=2)
+            h = ax.scatter([x], [y], marker=lk["marker"], s=110 if offloads(r) else 45, color=lk["color"],
+                           edgecolors="black" if offloads(r) else lk["mec"], linewidths=0.6, zorder=3)
+            name = S.label_words(short_key(r)) + (" (modelled copy wait)" if offloads(r) else "")
+            handles.setdefault(name + (" (drops assignments)" if R.drops(r) else ""), h)
         fr = sorted(front, key=frontier_ms)
-        line, = ax.plot([frontier_ms(r) for r in fr], [R.activation(r) / div for r in fr], "--", color="0.5", lw=0.8)
+        line, = ax.plot([frontier_ms(r) for r in fr], [R.activation(r) / div for r in fr], "--", color="0.5", lw=0.8,
+                        zorder=1)
         handles.setdefault("pareto frontier (dropless)", line)
-        S.dress(ax, "step ms (offload: compute + modelled copy wait)", f"device peak ({unit})", R.point_title(point), legend=False)
-    for extra in cells[len(points):]:
-        extra.axis("off")
-    cells[-1].legend(list(handles.values()), list(handles.keys()), loc="center", fontsize=7, frameon=False,
-                     title="offloading: filled 35 GB/s host-to-device, open 400 GB/s", title_fontsize=7)
-    caption = (R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; "
-               + R.source_line(path, recs) + ". Offloading's step times add modelled copy waits to measured compute.")
-    fig.suptitle(f"Recompute, chunk or offload, measured on {R.device_label(recs)}", fontsize=10)
-    out += S.save(fig, out_dir, "offload", caption)
-    return out + break_even(out_dir)
+        ax.set_title(R.point_title(point))
+        ax.grid(color="0.92", lw=0.5)
+    for ax in cells[len(points):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("step time (ms)")
+    for row in axes:
+        row[0].set_ylabel(f"device peak ({unit})")
+    S.legend(lax, list(handles.values()), list(handles.keys()), ncol=2)
+    S.suptitle(fig, f"Recompute, chunk or offload: device peak against step time, {R.device_label(recs)}\n"
+                    "measured, except offloading (stars): measured compute plus a copy wait modelled at 35 GB/s host-to-"
+                    f"device (ring: 400 GB/s); whiskers: min-max over {B.timed_steps(recs)}")
+    return fig
+
+
+def short_key(r):
+    """An offloading strategy's label without its bandwidth (one entry for both), any other's label."""
+    if not offloads(r):
+        return r["strategy"]
+    p = {k: v for k, v in R.params_of(r).items() if k in R.parse_label(r["strategy"])[1] and k not in ("h2d_gbps", "d2h_gbps")}
+    text = lambda v: "[" + ",".join(map(str, v)) + "]" if isinstance(v, list) else str(v)
+    return "offload(" + ",".join(f"{k}={text(v)}" for k, v in p.items()) + ")"
 
 
 def break_even(out_dir):
     """Arithmetic, not a measurement: per routed pair at DeepSeek-V3's shape, copying its bytes
     against recomputing its expert on an H100 (its own figure, apart from the CPU's measurements)."""
-    fig, axes = S.figure(1, 1, figsize=(5.6, 4.2), squeeze=False)
-    ax = axes[0][0]
-    bws = [10 ** (k / 20) for k in range(-40, 81)]  # 0.01 .. 10^4 GB/s
+    fig, ax = S.figure(1, 1, figsize=(5.0, 3.6))
+    bws = [10 ** (k / 40) for k in range(0, 141)]  # 1 .. 3000 GB/s
+    bws = [b for b in bws if b <= 3000]
     b, f = pair_bytes(DSV3["hidden"], DSV3["ffn_hidden"], DSV3["bytes"]), pair_flops(DSV3["hidden"], DSV3["ffn_hidden"])
-    ax.loglog(bws, [b / (bw * 1e9) * 1e6 for bw in bws], color="tab:blue", label="copy one pair's bytes (DeepSeek-V3, bf16)")
-    ax.axhline(f / (H100_TFLOPS * 1e12) * 1e6, color="tab:red", ls="--",
-               label=f"recompute it at {H100_TFLOPS:g} TFLOP/s (H100)")
+    ax.loglog(bws, [b / (bw * 1e9) * 1e6 for bw in bws], color=S.FAMILY["offload"], lw=1.6,
+              label="copy one pair's bytes (DeepSeek-V3, bf16)")
+    rec_us = f / (H100_TFLOPS * 1e12) * 1e6
+    ax.axhline(rec_us, color="black", ls="--", lw=1.2, label=f"recompute it at {H100_TFLOPS:g} TFLOP/s (H100)")
     be = break_even_gbps(b, f, H100_TFLOPS)
-    ax.axvline(be, color="0.3", lw=0.8)
-    ax.annotate(f"break-even {be:.0f} GB/s", (be, f / (H100_TFLOPS * 1e12) * 1e6), fontsize=7, xytext=(4, 8),
-                textcoords="offset points")
-    for label, bw in BANDWIDTHS:
-        ax.axvline(bw, color="0.7", lw=0.6, ls=":")
+    ax.axvline(be, color="black", lw=0.8)
+    ax.annotate(f"break-even\n{be:.0f} GB/s", (be, rec_us), fontsize=S.SMALL, xytext=(4, 10), textcoords="offset points")
+    for k, (label, bw) in enumerate(BANDWIDTHS):  # the first's words left of its line, the second's right
+        ax.axvline(bw, color="0.45", lw=0.8, ls=":")
+        ax.annotate(f"{bw:g} GB/s\n{label.split(',')[0]}", (bw, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(-3 if k == 0 else 3, -3), textcoords="offset points", fontsize=S.SMALL, color="0.3", va="top",
+                    ha="right" if k == 0 else "left")
+    ax.set_xlim(bws[0], bws[-1])
     S.dress(ax, "host bandwidth (GB/s)", "µs per routed token-expert pair",
-            "Offload beats recompute right of the line (H100, arithmetic)", legend=False)
-    ax.legend(fontsize=6, loc="lower left")
+            "Offload beats recompute right of the break-even (H100, arithmetic)", legend=False)
+    ax.legend(loc="lower left", frameon=False)
     caption = (f"Not measured: one routed pair keeps {b:,.0f} bytes (hidden {DSV3['hidden']}, expert ffn "
                f"{DSV3['ffn_hidden']}, bf16) and recomputing its expert costs {f / 1e6:.1f} MFLOP at an assumed "
                f"{H100_TFLOPS:g} TFLOP/s; dotted: the offload experiment's two host bandwidths.")

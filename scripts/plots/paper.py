@@ -3,7 +3,10 @@ measured at ours), Figure 2 (tokens per expert), Figure 4 (throughput per step),
 chunk grid). The paper's numbers come from experiments/data/."""
 import math
 import os
+import re
+import statistics
 
+from . import names as N
 from . import records as R
 from . import style as S
 from .generic import chunk_grid
@@ -115,59 +118,90 @@ def _p99(c):
     return sorted(c)[min(len(c) - 1, int(math.ceil(0.99 * len(c))) - 1)]
 
 
-def figure2(path, out_dir, stem="figure2_received_tokens"):
+def figure2(path, out_dir, stem="figure2_received_tokens", what=""):
+    """Tokens each expert received per layer (ours, CPU) above; below, ours and the paper's (GPU) max and
+    p99 over the balanced share, each in its own panel (their layers are not the same layers)."""
     recs = R.load(path)
     rec = next(r for r in recs if r.get("expert_tokens"))
     counts = rec["expert_tokens"]
+    m = rec["config"]["model"]
     layers, cols = len(counts), 4
     rows_n = math.ceil(layers / cols)
-    fig, axes = S.figure(rows_n + 1, cols, figsize=(12, 2.2 * (rows_n + 1)), squeeze=False)
+    fig, axes = S.figure(rows_n + 1, cols, figsize=(7.5, 1.45 * rows_n + 2.9), squeeze=False,
+                         gridspec_kw={"height_ratios": [1] * rows_n + [1.6]})
+    cap = sum(counts[0]) / m["topk"]  # an expert gets each token at most once
+    hist = [axes[l // cols][l % cols] for l in range(layers)]
     for l, c in enumerate(counts):
-        ax = axes[l // cols][l % cols]
-        ax.bar(range(len(c)), c, width=1.0, color="tab:blue")
-        ax.axhline(_p99(c), color="tab:red", lw=1, ls="--", label=f"p99 {_p99(c)}")
-        ax.set_title(f"our layer {l}", fontsize=8)
-        ax.tick_params(labelsize=6)
-        ax.legend(fontsize=6, loc="upper right")
+        ax = hist[l]
+        ax.bar(range(len(c)), c, width=1.0, color="0.45", lw=0)
+        ax.axhline(_p99(c), color="black", lw=1, ls="--")
+        ax.axhline(cap, color="0.5", lw=0.8, ls=":")
+        ax.set_title(f"our layer {l}: p99 {_p99(c)}", pad=2)
+        ax.set_ylim(0, cap * 1.08)
         if l % cols == 0:
-            ax.set_ylabel("tokens received", fontsize=7)
-        ax.set_xlabel("expert id", fontsize=7)
+            ax.set_ylabel("tokens")
+        else:
+            ax.tick_params(labelleft=False)
+        if l + cols >= layers:
+            ax.set_xlabel("expert id")
+        else:
+            ax.tick_params(labelbottom=False)
     for k in range(layers, rows_n * cols):
         axes[k // cols][k % cols].axis("off")
     paper = R.read_csv("figure2_received_tokens.csv")
     gs = axes[rows_n][0].get_gridspec()
     for ax in axes[rows_n]:
         ax.remove()
-    ax = fig.add_subplot(gs[rows_n, :])
+    ours_ax, paper_ax = fig.add_subplot(gs[rows_n, :2]), fig.add_subplot(gs[rows_n, 2:])
     ours_p99 = [_p99(c) / (sum(c) / len(c)) for c in counts]
     ours_max = [max(c) / (sum(c) / len(c)) for c in counts]
+    same = sum(abs(a - b) < 1e-9 for a, b in zip(ours_p99, ours_max))
+    # Max as large hollow squares, p99 as small dots inside them: where they are equal both stay visible.
+    ours_ax.plot(range(layers), ours_max, "s-", ms=8, mfc="white", color="black", lw=1.2, label="max / mean")
+    ours_ax.plot(range(layers), ours_p99, "o--", ms=3.5, color="0.45", lw=1, label="p99 / mean"
+                 + (f" (= max at {same} layers)" if same else ""))
+    ours_ax.axhline(m["experts"] / m["topk"], color="0.5", lw=0.8, ls=":")
+    ours_ax.set_ylim(0, m["experts"] / m["topk"] * 1.15)
     balanced_paper = 4096.0  # s x top-k x ep / experts: 4096 x 8 x 32 / 256
-    # With few experts a layer's p99 is nearly its max: max as large hollow squares underneath,
-    # p99 as small filled dots on top, so that neither hides the other.
-    ax.plot(range(len(ours_max)), ours_max, "s-", ms=9, mfc="none", lw=3, alpha=0.6, color="tab:orange",
-            label="ours: max / mean")
-    ax.plot(range(len(ours_p99)), ours_p99, "o-", ms=4, lw=1, color="tab:blue", label="ours: p99 / mean")
-    ax.plot(range(len(paper)), [float(r["p99_tokens_per_expert"]) / balanced_paper for r in paper], "o--",
-            label=f"paper (its layers {paper[0]['layer']}-{paper[-1]['layer']}): p99 / balanced")
-    ax.plot(range(len(paper)), [float(r["max_tokens_per_expert"]) / balanced_paper for r in paper], "s--",
-            label="paper: max / balanced")
-    cap = rec["config"]["model"]["experts"] / rec["config"]["model"]["topk"]  # every token once: experts / topk shares
-    ax.set_xlabel(f"MoE layer (ours from 0, the paper's from {paper[0]['layer']}); an expert gets each token once: "
-                  f"at most experts / topk = {cap:g}x, the paper's 32x", fontsize=8)
-    ax.set_ylabel("x balanced share")
-    ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(f"Figure 2: tokens received per expert per layer (step {rec.get('expert_tokens_step', 0)}), "
-                 f"{R.device_label(recs)}")
+    first = int(paper[0]["layer"])
+    players = [int(r["layer"]) for r in paper]
+    paper_ax.plot(players, [float(r["max_tokens_per_expert"]) / balanced_paper for r in paper], "s-", ms=8, mfc="white",
+                  color="black", lw=1.2, label="max / balanced")
+    paper_ax.plot(players, [float(r["p99_tokens_per_expert"]) / balanced_paper for r in paper], "o--", ms=3.5,
+                  color="0.45", lw=1, label="p99 / balanced")
+    paper_ax.set_ylim(bottom=0)
+    S.dress(ours_ax, "our MoE layer", "× balanced share", f"ours (CPU): {N.workload(rec['config'])}", legend=False)
+    S.dress(paper_ax, "the paper's MoE layer", "× balanced share", f"the paper (GPU), its layers {first}-{players[-1]}",
+            legend=False)
+    for ax in (ours_ax, paper_ax):
+        ax.legend(loc="upper left", frameon=False)
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.35)  # room for the legend above the lines
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    S.suptitle(fig, f"Figure 2{what}: tokens each expert received per layer (step {rec.get('expert_tokens_step', 0)}), "
+                    f"{R.device_label(recs)}\n{N.workload(rec['config'])}; dashed: p99; dotted: the most an expert can "
+                    f"receive (each token once: {cap:.0f} tokens, experts / top-k = {m['experts'] / m['topk']:g}x)")
     return S.save(fig, out_dir, stem, R.source_line(path, recs) + " | " + R.config_line(rec))
 
 
+def _iqr(values):
+    """The middle half of per-step values, as text ('' with fewer than 4)."""
+    if len(values) < 4:
+        return ""
+    q = statistics.quantiles(values, n=4)
+    return f", IQR {q[0]:.0f}-{q[2]:.0f}"
+
+
 def figure4(path, out_dir, stem="figure4_throughput", what=""):
+    """Tokens per second at every timed step, a panel per budget; under each panel its legend (median and
+    interquartile range over the steps) and our medians' ratios, with the paper's GPU ratios apart."""
     recs = R.load(path)
-    groups = sorted(R.by_point(recs).items())
-    fig, axes = S.figure(2, len(groups), figsize=(6 * len(groups), 6.2), squeeze=False, sharey="row",
-                         gridspec_kw={"height_ratios": [4, 1]})
+    budget = lambda kv: R.point_values(kv[0]).get("memory.budget")
+    groups = sorted(R.by_point(recs).items(), key=lambda kv: (not isinstance(budget(kv), float), budget(kv) or 0, kv[0]))
+    fig, axes = S.figure(2, len(groups), figsize=(4.3 * len(groups) + 0.6, 6.0), squeeze=False, sharey="row",
+                         gridspec_kw={"height_ratios": [3, 1.2]})
     tgs = paper_tgs()
     number = lambda r: R.method_name(r)[:1]
+    top = 0.0
     for i, (point, group) in enumerate(groups):
         ax, box = axes[0][i], axes[1][i]
         # The comparison under the plot: each method's median against full recomputation (or,
@@ -176,43 +210,54 @@ def figure4(path, out_dir, stem="figure4_throughput", what=""):
         fits = bool(full) and full["status"] == "ok"
         model, ref_name = ("II", "1") if fits else ("I", "2")
         ref = full if fits else R.first(group, **R.FIXED8)
-        lines = [f"against method {ref_name}, ours / the paper's (its Model {model}):"]
+        ours, theirs = [], []
         for r in group:
             if not number(r).isdigit() or number(r) == ref_name or not ref or ref["status"] != "ok" or r["status"] != "ok":
                 continue
-            ours = R.median_ms(ref) / R.median_ms(r) - 1
-            theirs = tgs[(model, number(r))] / tgs[(model, ref_name)] - 1 if (model, ref_name) in tgs and (model, number(r)) in tgs else None
-            lines.append(f"method {number(r)} ({R.method_name(r)[3:]}): {100 * ours:+.1f}% / "
-                         + (f"{100 * theirs:+.2f}%" if theirs is not None else "-"))
+            ours.append(f"method {number(r)}: {100 * (R.median_ms(ref) / R.median_ms(r) - 1):+.1f}%")
+            if (model, ref_name) in tgs and (model, number(r)) in tgs:
+                theirs.append(f"method {number(r)}: {100 * (tgs[(model, number(r))] / tgs[(model, ref_name)] - 1):+.2f}%")
         box.axis("off")
-        box.text(0.0, 1.0, "\n".join(lines), transform=box.transAxes, fontsize=8, va="top")
-        for r in group:
+        handles = []
+        for k, r in enumerate(group):
             name = R.method_name(r)
             m = r["config"]["model"]
             tokens = m["seq"] * m.get("micro_batch", 1)
             times = r.get("step_ms_all") or []
             warm = r["config"]["warmup"]
             if r["status"] == "ok":
-                ax.plot(range(warm, warm + len(times)), [tokens / (t / 1e3) for t in times], "o-", ms=3,
-                        color=S.color_of(r), label=f"{name}: median {tokens / (R.median_ms(r) / 1e3):.0f}")
+                tps = [tokens / (t / 1e3) for t in times]
+                top = max([top] + tps)
+                line, = ax.plot(range(warm, warm + len(times)), tps, **S.look(r, ms=3, lw=1.1))
+                line.set_label(f"{name}: median {tokens / (R.median_ms(r) / 1e3):.0f}{_iqr(tps)}")
             else:  # out of memory: marked where it happened, not drawn as zero
                 step = warm + len(times)
-                ax.axvline(step, color=S.color_of(r), ls=":", lw=1.5, label=f"{name}: out of memory at step {step}")
-        ax.set_title(point.replace("memory.budget=", "budget "))
+                line = ax.axvline(step, color=S.color_of(r), ls=":", lw=1.5, label=f"{name}: out of memory at step {step}")
+            handles.append(line)
+        title = (f"against method {ref_name}, medians: ours (this CPU) " + ", ".join(ours) + "\n"
+                 + (f"the paper (GPU, its Model {model}): " + ", ".join(theirs) + "\n" if theirs else "") if ours else "")
+        box.legend(handles, [h.get_label() for h in handles], loc="upper left", frameon=False, alignment="left",
+                   title=title + "tokens per second over the timed steps (median, interquartile range):")
+        # The budget as the point writes it, a space before its unit: 'budget 150 MiB'.
+        ax.set_title(re.sub(r"(\d)([KMGT]i?B)\b", r"\1 \2", point.replace("memory.budget=", "budget ")))
         ax.set_xlabel("step")
-        ax.set_ylabel("tokens per device per second")
+        if i == 0:
+            ax.set_ylabel("tokens per second (this CPU)")
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(fontsize=7)
+    axes[0][0].set_ylim(0, top * 1.05 or 1.0)
     paper = R.read_csv("figure4_tgs.csv")
     claims_text = "; ".join(f"Model {r['model']} method {r['method'][0]}: {r['avg_tokens_per_gpu_per_s'] or 'OOM'}" for r in paper)
-    fig.suptitle(f"Figure 4: throughput per step{what}, {R.device_label(recs)}", fontsize=10)
+    cfg = recs[0]["config"]
+    S.suptitle(fig, f"Figure 4{what}: throughput per step, {R.device_label(recs)}\n{N.workload(cfg)}, "
+                    f"{cfg['model']['layers']} layers; methods: 1 full recomputation, 2 MemFine 8 chunks, 3 MemFine + MACT")
     return S.save(fig, out_dir, stem,
-                  R.source_line(path, recs) + " | paper (tokens per GPU per s, 32 GPUs): " + claims_text)
+                  R.source_line(path, recs) + " | the paper's GPU numbers (tokens per GPU per s, 32 GPUs; not plotted): "
+                  + claims_text)
 
 
-def figure5(path, out_dir, stem="figure5_mact_chunks", what="ours", how=None):
-    """MACT's chunk grid beside the paper's; `how` selects the MACT record (default: the paper's
-    MACT), trace_replay draws the grid over routing learned in real training."""
+def figure5(path, out_dir, stem="figure5_mact_chunks", what="ours", how=None, title=None):
+    """MACT's chunk grid (ours, CPU) above the paper's (GPU), one colour per chunk count; `how` selects the
+    MACT record (default: the paper's MACT), trace_replay draws the grid over routing learned in real training."""
     recs = R.load(path)
     rec = next((r for r in R.select(recs, status="ok", **(how or R.MACT))
                 if isinstance(r.get("chunks"), list) and r["chunks"] and isinstance(r["chunks"][0], list)), None)
@@ -221,16 +266,21 @@ def figure5(path, out_dir, stem="figure5_mact_chunks", what="ours", how=None):
     grid = [list(col) for col in zip(*rec["chunks"])]  # [layer][step]
     paper = R.read_csv("figure5_mact_chunks.csv")
     pgrid = [[int(r[f"it{i}"]) for i in range(1, 21)] for r in paper]
-    fig, axes = S.figure(1, 2, figsize=(12, 4.8))
+    rows = [max(3.0, len(grid)), max(3.0, len(pgrid))]
+    fig, axes = S.figure(2, 1, figsize=(7.5, 1.9 + 0.2 * sum(rows)), gridspec_kw={"height_ratios": rows})
     steps = [i + 1 for i in rec.get("chunk_steps") or range(len(grid[0]))]  # from 1, as the paper counts
-    ours_im, ours_v = chunk_grid(axes[0], grid, steps, f"{what} ({rec['point'].replace('memory.budget=', 'budget ')})")
-    paper_im, paper_v = chunk_grid(axes[1], pgrid, list(range(1, 21)), "paper (Model I)", layer0=int(paper[0]["layer"]))
-    axes[0].set_ylabel("our layer")
-    axes[1].set_ylabel("the paper's layer (its MoE layers)")
-    for ax, im, values in ((axes[0], ours_im, ours_v), (axes[1], paper_im, paper_v)):
+    every = [v for row in grid + pgrid for v in row]
+    point = R.point_title(rec["point"]) if rec["point"] != "base" else ""
+    budget = (rec["config"].get("memory") or {}).get("budget")
+    where = ", ".join(t for t in (point or (f"budget {budget / R.MIB:.0f} MiB" if budget else ""),
+                                  N.workload(rec["config"])) if t)
+    im, counts = chunk_grid(axes[0], grid, steps, f"{what} (CPU): {where}", values=every)
+    chunk_grid(axes[1], pgrid, list(range(1, 21)), "the paper (GPU, Model I)", layer0=int(paper[0]["layer"]), values=every)
+    axes[0].set_ylabel("our\nMoE layer")
+    axes[1].set_ylabel("the paper's\nMoE layer")
+    for ax in axes:
         ax.set_xlabel("iteration (from 1)")
-        cb = fig.colorbar(im, ax=ax, ticks=range(len(values)))
-        cb.ax.set_yticklabels([str(v) for v in values])
-        cb.set_label("chunks (only the counts that occur)", fontsize=7)
-    fig.suptitle(f"Figure 5: chunk count MACT chose per layer and step, {R.device_label(recs)}", fontsize=10)
+    S.chunk_colorbar(fig, im, counts, list(axes))
+    S.suptitle(fig, (title or "Figure 5: chunk count MACT chose per layer and iteration")
+               + f"\nours on {R.device_label(recs)} (top), the paper's GPU run (bottom; not the same layers)")
     return S.save(fig, out_dir, stem, R.source_line(path, recs) + " | " + R.config_line(rec), tight=False)

@@ -11,14 +11,6 @@ from . import style as S
 from . import validation as V
 from .paper import _method_key, paper_methods
 
-# One look per strategy in these figures (the strategies of `memfine project`, not experiment labels).
-# Each strategy in the colour the measured figures give it (scripts/plots/style.py: the baseline
-# blue, the reference grey, MACT green, the rest by label); a marker and line style per family.
-LOOK = {"no_recompute": ("tab:gray", "-", "o"), "full_recompute": ("tab:blue", "-", "s"),
-        "moe_act_recompute": (S.color_of("moe_act_recompute"), "--", "^"), "memfine": ("tab:green", "none", "x"),
-        "offload": (S.color_of("offload"), "-", "D"), "capacity": (S.color_of("capacity"), ":", "o")}
-
-
 def family(r):
     """The strategy's registered name (a projection line's "name"; older lines wrote it as "strategy")."""
     return r.get("name") or R.parse_label(r["strategy"])[0]
@@ -91,37 +83,79 @@ def _scaling(src):
     return rows, sizes, by
 
 
+def _alike(by, sizes, s):
+    """' (= full_recompute)', ' (= full_recompute at 256-16384 GPUs)' or ' (within 0.5% of no_recompute)':
+    where strategy s's goodput coincides with an earlier one's (drawn side by side, said in its legend)."""
+    g = lambda name, n: (by[name].get(n) or {}).get("goodput", {}).get("tokens_per_s_gpu") if (by[name].get(n) or {}).get(
+        "fits") else None
+    for o in sorted(by):
+        if o >= s:
+            break
+        both = [n for n in sizes if g(s, n) is not None and g(o, n) is not None]
+        if not both:
+            continue
+        equal = [n for n in both if g(s, n) == g(o, n)]
+        if len(equal) == len(both):
+            return f" (= {o})"
+        if len(equal) > 1:
+            return f" (= {o} at {equal[0]}-{equal[-1]} GPUs)"
+        close = [n for n in both if abs(g(s, n) - g(o, n)) <= 0.005 * g(o, n)]
+        if len(close) == len(both):
+            return f" (within 0.5% of {o})"
+        if len(close) > 1:
+            return f" (within 0.5% of {o} at {close[0]}-{close[-1]} GPUs)"
+    return ""
+
+
+def _goodput_figure(rows, sizes, by):
+    """Left: goodput per GPU by strategy (dotted: failure-free), strategies that coincide drawn a little
+    apart; right: the effective training time ratio (from 0) and the job's mean time to failure."""
+    fig = S.plt.figure(figsize=(9, 4.8), layout="constrained")
+    S._taken.clear()
+    gs = fig.add_gridspec(3, 2, width_ratios=[1.6, 1], height_ratios=[1, 1, 0.001])
+    ax, a_ettr, a_mttf = fig.add_subplot(gs[:2, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[1, 1])
+    lax = fig.add_subplot(gs[2, :])
+    lax.axis("off")
+    names = [s for s in sorted(by) if any(by[s].get(n, {}).get("fits") for n in sizes)]
+    for k, s in enumerate(names):
+        per = by[s]
+        xs = [n for n in sizes if per.get(n, {}).get("fits")]
+        label = S.label_words(s) + (" (drops tokens)" if s == "capacity" else "") + _alike(by, sizes, s)
+        shift = 2 ** S.dodge(k, len(names), 1.0, 0.05)  # a twentieth of an octave apart
+        lk = S.look(s, ms=5)
+        lk["ls"] = "-"
+        ax.plot([n * shift for n in xs], [per[n]["goodput"]["tokens_per_s_gpu"] for n in xs], label=label, **lk)
+        ax.plot([n * shift for n in xs], [per[n]["tokens_per_s_gpu"] for n in xs], color=lk["color"], ls=":", lw=1.1)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=0)
+    S.dress(ax, "GPUs (H100 80GB)", "tokens/s per GPU", "Projected goodput (solid) and failure-free speed (dotted)",
+            legend=False)
+    S.legend(lax, *ax.get_legend_handles_labels(), ncol=2)
+    ettr = {n: next(r["goodput"]["ettr"] for r in rows if r["gpus"] == n and r.get("fits")) for n in sizes
+            if any(r["gpus"] == n and r.get("fits") for r in rows)}
+    mttf = {n: next(r["goodput"]["mttf_h"] for r in rows if r["gpus"] == n and r.get("fits")) for n in ettr}
+    a_ettr.plot(list(ettr), list(ettr.values()), marker="o", ms=3, color="black")
+    a_ettr.set_ylim(0, 1.05)
+    for n in (min(ettr), max(ettr)):
+        a_ettr.annotate(f"{ettr[n]:.3f}", (n, ettr[n]), xytext=(0, -11), textcoords="offset points", ha="center",
+                        fontsize=S.SMALL)
+    a_mttf.plot(list(mttf), list(mttf.values()), marker="s", ms=3, color="0.35", ls="--")
+    a_mttf.set_yscale("log")
+    for a in (a_ettr, a_mttf):
+        a.set_xscale("log", base=2)
+    S.dress(a_ettr, "", "ETTR", "What failures leave\n(Kokolis et al., optimal interval)", legend=False)
+    S.dress(a_mttf, "GPUs", "job MTTF (h)", "", legend=False)
+    a_ettr.tick_params(labelbottom=False)
+    S.suptitle(fig, "DeepSeek-V3 at cluster scale, projected by memfine project (not measured): best layout per strategy")
+    return fig
+
+
 def scaling(src, out_dir):
     """paper_figures/project_goodput.{png,pdf} and its table: DeepSeek-V3's goodput per GPU against
     cluster size, the best layout of each strategy at each size."""
     rows, sizes, by = _scaling(src)
-    fig, (ax, ax2) = S.figure(1, 2, figsize=(11, 4.2))
-    def same(a, b):  # one strategy's best layouts project exactly as another's
-        return all(by[a].get(n, {}).get("tokens_per_s_gpu") == by[b].get(n, {}).get("tokens_per_s_gpu") for n in sizes)
-
-    for s, per in sorted(by.items()):
-        xs = [n for n in sizes if per.get(n, {}).get("fits")]
-        if not xs:
-            continue
-        twin = next((o for o in sorted(by) if o < s and same(s, o)), None)
-        label = s + (" (drops tokens)" if s == "capacity" else "") + (f" (= {twin})" if twin else "")
-        c, ls, mk = LOOK.get(s, (S.color_of(s), "-", "o"))
-        ax.plot(xs, [per[n]["goodput"]["tokens_per_s_gpu"] for n in xs], marker=mk, ms=4, color=c, ls=ls, label=label)
-        ax.plot(xs, [per[n]["tokens_per_s_gpu"] for n in xs], color=c, ls="--", lw=0.7, alpha=0.5)
-    ax.set_xscale("log", base=2)
-    S.dress(ax, "GPUs (H100 80GB)", "tokens/s per GPU", "Goodput (solid) and failure-free speed (dashed), best layout")
+    fig = _goodput_figure(rows, sizes, by)
     first = next(r for r in rows if r.get("fits"))
-    ettr = {n: next(r["goodput"]["ettr"] for r in rows if r["gpus"] == n and r.get("fits")) for n in sizes
-            if any(r["gpus"] == n and r.get("fits") for r in rows)}
-    mttf = {n: next(r["goodput"]["mttf_h"] for r in rows if r["gpus"] == n and r.get("fits")) for n in ettr}
-    ax2.plot(list(ettr), list(ettr.values()), marker="o", ms=3, color="black", label="ETTR")
-    ax2.set_xscale("log", base=2)
-    tw = ax2.twinx()
-    tw.plot(list(mttf), list(mttf.values()), marker="s", ms=3, color="tab:gray", ls="--", label="job MTTF (h)")
-    tw.set_yscale("log")
-    tw.set_ylabel("job mean time to failure (h)", fontsize=8)
-    S.dress(ax2, "GPUs", "expected effective training time ratio", "What failures leave (Kokolis et al., optimal interval)")
-    tw.legend(fontsize=7, loc="lower left")
     caption = (f"memfine project {first['project']} --gpus N (global batch scaled with N; "
                f"experiments/project_deepseek_v3.yaml, its search space and zipf routing), {_commit(rows)}. "
                "Goodput = ETTR x tokens/s; ETTR from Llama 3's failure rate per node, a 10 min restart and the "

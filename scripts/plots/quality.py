@@ -79,6 +79,115 @@ def switch_table1():
     return {(r["routing"], float(r["capacity_factor"])): float(r["neg_log_perplexity"]) for r in R.read_csv("switch_table1.csv")}
 
 
+def _curve(by, key, tokens):
+    """[(training tokens, [value per seed])] of a strategy's runs, at the steps that record `key`."""
+    at = {}
+    for rs in by.values():
+        for r in rs:
+            if r.get(key) is not None:
+                at.setdefault((r["step"] + 1) * tokens, []).append(r[key])
+    return sorted(at.items())
+
+
+def _every(n):
+    return max(1, n // 8)
+
+
+def _eval_figure(runs, rows, ref, tokens):
+    """Held-out loss against tokens (mean over seeds; band: the reference's range over seeds), and below
+    it each strategy's paired difference from the reference, its 95% interval at the last step."""
+    fig = S.plt.figure(figsize=(7.5, 7.4), layout="constrained")
+    S._taken.clear()
+    gs = fig.add_gridspec(3, 2, height_ratios=[0.001, 1, 1], width_ratios=[5, 1.2])
+    lax, ax, ad = fig.add_subplot(gs[0, :]), fig.add_subplot(gs[1, :]), fig.add_subplot(gs[2, 0])
+    af = fig.add_subplot(gs[2, 1], sharey=ad)
+    lax.axis("off")
+    ref_at = {(r["seed"], r["step"]): r["eval_loss"] for rs in runs[ref].values() for r in rs if r.get("eval_loss") is not None}
+    order = sorted(runs, key=lambda s: (s != ref, capped(runs, s), s))
+    handles, n_seeds = [], len(runs[ref])
+    for k, s in enumerate(order):
+        by = runs[s]
+        curve = _curve(by, "eval_loss", tokens)
+        lk = S.look(s, ms=3.5, lw=1.2, markevery=_every(len(curve)))
+        diffs = []
+        for step in sorted({r["step"] for rs in by.values() for r in rs if r.get("eval_loss") is not None}):
+            mine = {seed: r["eval_loss"] for seed, rs in by.items() for r in rs if r["step"] == step and r.get("eval_loss") is not None}
+            mean, half, n = paired(mine, {seed: ref_at[(seed, step)] for seed in mine if (seed, step) in ref_at})
+            if n:
+                diffs.append(((step + 1) * tokens, mean, half))
+        same = s != ref and diffs and all(d == 0 for _, d, _ in diffs)
+        label = S.label_words(s) + (f" (identical to {S.label_words(ref)}: the lines coincide)" if same else "")
+        ax.plot([x for x, _ in curve], [sum(v) / len(v) for _, v in curve], **lk)
+        if s == ref:
+            ax.fill_between([x for x, _ in curve], [min(v) for _, v in curve], [max(v) for _, v in curve], color=lk["color"],
+                            alpha=0.2, lw=0)
+        handles.append((S.legend_handle(s, ms=3.5), label))
+        if s == ref or not diffs:
+            continue
+        ad.plot([x for x, _, _ in diffs], [d for _, d, _ in diffs], **lk)
+        x, d, half = diffs[-1]
+        if half != float("inf"):
+            af.errorbar([k], [d], yerr=[half], fmt=lk["marker"], color=lk["color"], mec=lk["mec"], ms=4, capsize=2,
+                        elinewidth=1.0)
+    for a in (ad, af):
+        a.axhline(0, color="0.3", lw=0.8, zorder=0)
+    af.set_xticks([])
+    af.set_xlim(0, len(order))
+    af.tick_params(labelleft=False)
+    af.set_title(f"last step: 95% interval\n(Student t, {n_seeds - 1} d.o.f.)")
+    S.dress(ax, "", "held-out loss (nats per byte)",
+            f"Held-out loss over training (mean over {n_seeds} seeds; band: {S.label_words(ref)}'s range over them)",
+            legend=False)
+    S.dress(ad, "training tokens", f"difference from {S.label_words(ref)}\n(nats per byte)",
+            f"Each strategy minus {S.label_words(ref)} at the same seed (mean over seeds)", legend=False)
+    ax.set_xlim(ad.get_xlim())
+    S.legend(lax, [h for h, _ in handles], [t for _, t in handles], ncol=2)
+    S.suptitle(fig, "Capacity capping's cost in model quality against dropless strategies")
+    return fig
+
+
+def _dropped_figure(runs, tokens):
+    """Capacity capping's dropped share over training: mean over seeds, band: their range; colour by
+    capacity factor, dashed: drops by position."""
+    fig, ax, lax = S.figure(1, 1, legend_row=True, figsize=(7, 4))
+    handles = []
+    for s, by in sorted(runs.items()):
+        if not capped(runs, s):
+            continue
+        curve = _curve(by, "dropped_fraction", tokens)
+        lk = S.look(s, ms=3.5, lw=1.2, markevery=_every(len(curve)))
+        ax.plot([x for x, _ in curve], [100 * sum(v) / len(v) for _, v in curve], **lk)
+        ax.fill_between([x for x, _ in curve], [100 * min(v) for _, v in curve], [100 * max(v) for _, v in curve],
+                        color=lk["color"], alpha=0.12, lw=0)
+        handles.append((S.legend_handle(s, ms=3.5), S.label_words(s)))
+    ax.set_ylim(bottom=0)
+    S.dress(ax, "training tokens", "assignments dropped (%)",
+            f"Capacity capping's dropped share over training (mean over {len(next(iter(runs.values())))} seeds; "
+            "band: their range)", legend=False)
+    S.legend(lax, [h for h, _ in handles], [t for _, t in handles], ncol=2)
+    return fig
+
+
+def _overload_figure(runs, ref, m, t, tokens):
+    """The overload factor per layer over training (the reference run): our measured Figure 2."""
+    fig, ax = S.figure(figsize=(7, 4))
+    by = runs[ref]
+    n = min(len(rs) for rs in by.values())
+    for layer in range(m["layers"]):
+        per = [[overloads(rs[i], t["stats_ep"])[layer] for rs in by.values()] for i in range(n)]
+        xs = [(i + 1) * tokens for i in range(n)]
+        lk = S.layer_look(layer, m["layers"])
+        ax.plot(xs, [sum(v) / len(v) for v in per], label=f"layer {layer}", lw=1.1, **lk)
+        ax.fill_between(xs, [min(v) for v in per], [max(v) for v in per], color=lk["color"], alpha=0.12, lw=0)
+    ax.axhline(1.0, color="0.6", lw=0.8)
+    ax.set_ylim(bottom=0)
+    S.dress(ax, "training tokens", f"overload factor (hottest of {t['stats_ep']} ranks / mean)",
+            f"Learned routing's imbalance over training ({S.label_words(ref)}, mean over {len(by)} seeds; band: their range)",
+            legend=False)
+    ax.legend(loc="lower right", frameon=False)
+    return fig
+
+
 def quality(path, out_dir):
     recs, runs, first, rows, ref = quality_stats(path)
     src = R.source_line(path, [r for r in recs if "env" in r])  # step 0 of each run carries the environment
@@ -87,64 +196,9 @@ def quality(path, out_dir):
     tokens = m["seq"] * m["micro_batch"]
     cap = f"{src}. Model: {m['layers']} layers, hidden {m['hidden']}, {m['experts']} experts top-{m['topk']}, " \
           f"byte vocabulary, {t['steps']} steps x {tokens} tokens, seeds {sorted({r['seed'] for r in recs})}."
-    out = []
-    style_of = lambda s: "-" if not capped(runs, s) else ("--" if R.params_of(runs[s][next(iter(runs[s]))][0]).get(
-        "drop_policy") == "position" else ":")
-    # Held-out loss against tokens (mean over seeds; band: the seeds' range), and below it each
-    # strategy's difference from dropless at the same seed with its 95% interval over seeds: the
-    # effect the table reports, which the curves' overlap hides.
-    fig, (ax, ad) = S.figure(2, 1, figsize=(7.5, 7), sharex=True)
-    ref_at = {}
-    for rs in runs[ref].values():
-        for r in rs:
-            if r.get("eval_loss") is not None:
-                ref_at[(r["seed"], r["step"])] = r["eval_loss"]
-    for s, by in sorted(runs.items()):
-        curves = [((r["step"] + 1) * tokens, r["eval_loss"]) for rs in by.values() for r in rs if r.get("eval_loss") is not None]
-        xs = sorted({x for x, _ in curves})
-        ys = [[y for x2, y in curves if x2 == x] for x in xs]
-        line, = ax.plot(xs, [sum(v) / len(v) for v in ys], style_of(s), label=s, lw=1.3)
-        ax.fill_between(xs, [min(v) for v in ys], [max(v) for v in ys], alpha=0.12, color=line.get_color())
-        if s == ref:
-            continue
-        steps = sorted({r["step"] for rs in by.values() for r in rs if r.get("eval_loss") is not None})
-        dx, dm, dlo, dhi = [], [], [], []
-        for step in steps:
-            mine = {seed: r["eval_loss"] for seed, rs in by.items() for r in rs if r["step"] == step and r.get("eval_loss") is not None}
-            theirs = {seed: ref_at[(seed, step)] for seed in mine if (seed, step) in ref_at}
-            mean, half, n = paired(mine, theirs)
-            if n:
-                dx.append((step + 1) * tokens), dm.append(mean)
-                dlo.append(mean - (half if half != float("inf") else 0)), dhi.append(mean + (half if half != float("inf") else 0))
-        ad.plot(dx, dm, style_of(s), color=line.get_color(), lw=1.2, label=s)
-        ad.fill_between(dx, dlo, dhi, alpha=0.12, color=line.get_color())
-    ad.axhline(0, color="0.4", lw=0.8)
-    S.dress(ax, "", "held-out loss (nats per byte)", "Held-out loss over training (mean; band: the seeds' range)")
-    ax.legend(fontsize=6)
-    S.dress(ad, "training tokens", f"difference from {ref} (nats)",
-            "Each strategy minus dropless at the same seed (mean; band: 95% interval over seeds)", legend=False)
-    out += S.save(fig, out_dir, "quality_eval_loss", cap)
-    # Dropped share per step (capacity capping), mean over seeds.
-    fig, ax = S.figure(figsize=(7, 4))
-    for s, by in sorted(runs.items()):
-        if not capped(runs, s):
-            continue
-        n = min(len(rs) for rs in by.values())
-        ys = [sum(drop_share(rs, i) or 0 for rs in by.values()) / len(by) for i in range(n)]
-        ax.plot(range(n), [100 * y for y in ys], style_of(s), label=s, lw=1.2)
-    S.dress(ax, "step", "assignments dropped (%)", "Capacity capping's dropped share over training (mean over seeds)")
-    out += S.save(fig, out_dir, "quality_dropped", cap)
-    # Overload factor per layer over training (the dropless run): our measured Figure 2.
-    fig, ax = S.figure(figsize=(7, 4))
-    by = runs[ref]
-    n = min(len(rs) for rs in by.values())
-    for layer in range(m["layers"]):
-        ys = [sum(overloads(rs[i], t["stats_ep"])[layer] for rs in by.values()) / len(by) for i in range(n)]
-        ax.plot(range(n), ys, label=f"layer {layer}", lw=1.1)
-    ax.axhline(1.0, color="0.6", lw=0.8)
-    S.dress(ax, "step", f"overload factor (hottest of {t['stats_ep']} ranks / mean)",
-            f"Learned routing's imbalance over training ({ref}, mean over seeds)")
-    out += S.save(fig, out_dir, "quality_overload", cap)
+    out = S.save(_eval_figure(runs, rows, ref, tokens), out_dir, "quality_eval_loss", cap)
+    out += S.save(_dropped_figure(runs, tokens), out_dir, "quality_dropped", cap)
+    out += S.save(_overload_figure(runs, ref, m, t, tokens), out_dir, "quality_overload", cap)
     # Switch Table 1's convention: negative log perplexity at the last step.
     topk = f"top-{m['topk']}"
     switch = switch_table1()
@@ -194,33 +248,57 @@ def train_ranks(path, out_dir):
     m = cfg["model"]
     cap = f"{R.source_line(path, [r for r in recs if 'env' in r])}. {ranks} real ranks (Gloo), {m['experts']} experts " \
           f"top-{m['topk']}, hidden {m['hidden']}, {m['micro_batch']} x {m['seq']} tokens per rank and step."
-    fig, axes = S.figure(4, 1, figsize=(7.5, 10.5), sharex=True)
+    fig, axes, lax = S.figure(2, 2, legend_row=True, figsize=(9, 6.2))
+    (a_recv, a_grid), (a_peak, a_time) = axes
     ref = by.get(mact) or next(iter(by.values()))
     ok = [r for r in ref if r["status"] == "ok"]
     for layer in range(m["layers"]):
-        axes[0].plot([r["step"] for r in ok], [overloads(r, ranks)[layer] for r in ok], label=f"layer {layer}", lw=1.0)
-    axes[0].axhline(1.0, color="0.6", lw=0.8)
-    S.dress(axes[0], "", "s' / balanced share", f"Rows the hottest of {ranks} real ranks receives (learned routing)")
+        a_recv.plot([r["step"] for r in ok], [overloads(r, ranks)[layer] for r in ok], label=f"layer {layer}", lw=1.0,
+                    **S.layer_look(layer, m["layers"]))
+    a_recv.axhline(1.0, color="0.6", lw=0.8)
+    a_recv.set_ylim(bottom=0)
+    S.dress(a_recv, "step", "overload (hottest rank's rows\n/ balanced share)",
+            f"Rows the hottest of {ranks} real ranks receives\n(learned routing, {S.label_words(ref[0]['strategy'])})",
+            legend=False)
+    a_recv.legend(loc="lower right", frameon=False)
     if mact:
         grid = [[r["chunks"][l] for r in ok] for l in range(m["layers"])]
-        im, values = chunk_grid(axes[1], grid, [r["step"] for r in ok], f"MACT's chunks per layer and step ({mact})")
-        axes[1].set_ylabel("layer")
-        cb = fig.colorbar(im, ax=axes[1], ticks=range(len(values)), pad=0.01)
-        cb.ax.set_yticklabels([str(v) for v in values])
+        im, counts = chunk_grid(a_grid, grid, [r["step"] for r in ok], f"Chunks per layer and step ({S.label_words(mact)})")
+        a_grid.set_ylabel("layer")
+        a_grid.set_xlabel("step")
+        S.chunk_colorbar(fig, im, counts, a_grid, pad=0.01)
+    else:
+        a_grid.axis("off")
+    handles = []
     for s, rs in sorted(by.items()):
-        c = S.color_of(rs[0])
         with_peak = [r for r in rs if "peak_activation_bytes" in r]
-        axes[2].plot([r["step"] for r in with_peak], [r["peak_activation_bytes"] / R.MIB for r in with_peak], label=s,
-                     lw=1.0, color=c)
+        lk = S.look(s, ms=3, lw=1.0, markevery=max(1, len(with_peak) // 10))
+        a_peak.plot([r["step"] for r in with_peak], [r["peak_activation_bytes"] / R.MIB for r in with_peak], **lk)
         bad = [r for r in rs if r["status"] == "oom"]
         if bad:
-            axes[2].plot([bad[0]["step"]], [bad[0]["peak_activation_bytes"] / R.MIB], "x", color=c, ms=8)
+            a_peak.plot([bad[0]["step"]], [bad[0]["peak_activation_bytes"] / R.MIB], "x", color=lk["color"], ms=8, mew=1.8,
+                        clip_on=False, zorder=4)
         fine = [r for r in rs if r["status"] == "ok" and r["step"] > 0]  # step 0 warms the allocator
+        text = S.label_words(s)
         if fine:
-            axes[3].plot([r["step"] for r in fine], [r["step_ms"] for r in fine], lw=0.8, color=c,
-                         label=f"{s}: median {statistics.median(r['step_ms'] for r in fine):.0f} ms")
+            a_time.plot([r["step"] for r in fine], [r["step_ms"] for r in fine], **dict(lk, lw=0.8))
+            text += (f": median {statistics.median(r['step_ms'] for r in fine):.0f} ms over steps {fine[0]['step']}-"
+                     f"{fine[-1]['step']}" + (" (then out of memory)" if bad else ""))
+        elif bad:
+            text += f": out of memory at step {bad[0]['step']}"
+        handles.append((S.legend_handle(s, line=len(with_peak) > 1, ms=4), text))
     if room is not None:
-        axes[2].axhline(room / R.MIB, color="red", lw=0.9, ls="--", label="budget's room for activations")
-    S.dress(axes[2], "", "activation peak, fullest rank (MiB)", "Peak per step (x: over the budget, the run ends oom)")
-    S.dress(axes[3], "step", "step time, slowest rank (ms)", "Step time (what MACT's choices cost)")
+        a_peak.axhline(room / R.MIB, color="black", lw=0.9, ls="--")
+        a_peak.annotate("budget's room for activations", (1.0, room / R.MIB), xycoords=("axes fraction", "data"),
+                        xytext=(-2, 3), textcoords="offset points", ha="right", fontsize=S.SMALL)
+    last = max(r["step"] for rs in by.values() for r in rs)
+    for ax in (a_recv, a_peak, a_time):
+        ax.set_xlim(-0.03 * last, 1.03 * last)
+    a_peak.set_ylim(bottom=0)
+    a_time.set_ylim(bottom=0)
+    S.dress(a_peak, "step", "activation peak, fullest rank (MiB)", "Peak per step (x: over the budget, the run ends)",
+            legend=False)
+    S.dress(a_time, "step", "step time, slowest rank (ms)", "Step time (what MACT's choices cost)", legend=False)
+    S.legend(lax, [h for h, _ in handles], [t for _, t in handles], ncol=2)
+    S.suptitle(fig, f"Training on {ranks} real ranks under a budget, {R.device_label(recs)}")
     return S.save(fig, out_dir, "train_ranks", cap)

@@ -26,13 +26,15 @@ def jobs(results, predictions):
         ("table4_paper_imbalance", lambda src, out: table4_measured(
             src, out, "table4_paper_imbalance", "Table 4 at our scale and the paper's imbalance, measured"),
          at("paper_imbalance")),
-        ("figure2_paper_imbalance", lambda src, out: figure2(src, out, "figure2_paper_imbalance"), at("paper_imbalance")),
+        ("figure2_paper_imbalance", lambda src, out: figure2(src, out, "figure2_paper_imbalance", " at the paper's imbalance"), at("paper_imbalance")),
         ("figure4_paper_imbalance", lambda src, out: figure4(src, out, "figure4_paper_imbalance", " at the paper's imbalance"),
          at("paper_imbalance")),
-        ("figure5_paper_imbalance", lambda src, out: figure5(src, out, "figure5_paper_imbalance",
-                                                             "ours at the paper's imbalance"), at("paper_imbalance")),
-        ("trace_replay", lambda src, out: figure5(src, out, "trace_replay_mact_chunks",
-                                                  "ours: routing learned in quality.yaml, replayed"), at("trace_replay")),
+        ("figure5_paper_imbalance", lambda src, out: figure5(
+            src, out, "figure5_paper_imbalance", "ours at the paper's imbalance",
+            title="Figure 5 at the paper's imbalance: chunk count MACT chose per layer and iteration"), at("paper_imbalance")),
+        ("trace_replay", lambda src, out: figure5(
+            src, out, "trace_replay_mact_chunks", "ours, learned routing replayed",
+            title="Trace replay: chunk count MACT chose over learned routing"), at("trace_replay")),
         ("imbalance", imbalance, at("imbalance_sweep")),
         ("chunks", chunks, at("chunk_sweep")),
         ("chunk_balanced", lambda src, out: chunks(src, out, "chunks_balanced_step_time",
@@ -48,7 +50,9 @@ def jobs(results, predictions):
         ("offload", offload, at("offload")),
         ("savers_2026", savers, at("savers_2026")),
         ("skip_dead", lambda src, out: strategies(src, out, "skip_dead", "Full and MoE-block recomputation, their replay's "
-                                                  "dead fc2 and combine skipped or not"), at("skip_dead")),
+                                                  "dead fc2 and combine skipped or not",
+                                                  "Recomputation with and without skipping the replay's unused fc2 and "
+                                                  "combine"), at("skip_dead")),
         ("gpu_offload", offload, at("gpu_offload")),
         ("gpu_memfine", lambda src, out: strategies(src, out, "gpu_memfine", "Every strategy at GPU scale (bf16)"),
          at("gpu_memfine")),

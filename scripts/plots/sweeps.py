@@ -3,41 +3,50 @@ memory model's error; the fused kernels; every strategy at one shape (baselines,
 import json
 import os
 
+from . import bars as B
+from . import names as N
 from . import records as R
 from . import style as S
 
 
-def with_drops(recs, label):
-    """The label, with the dropped share where the strategy drops assignments (capacity): a lower
-    memory beside dropless strategies is not the same model."""
+def with_drops(recs, label, text=None):
+    """The label (or `text` for it), with the dropped share where the strategy drops assignments
+    (capacity): a lower memory beside dropless strategies is not the same model."""
     d = [r["dropped_fraction"] for r in recs if r["strategy"] == label and R.drops(r) and r["status"] == "ok"]
     from .generic import _share_range
-    return f"{label} (drops {_share_range(d)})" if d else label
+    text = text or label
+    return f"{text} (drops {_share_range(d)})" if d else text
 
 
 def imbalance(path, out_dir):
     recs = R.load(path)
-    fig, (a1, a2) = S.figure(1, 2, figsize=(12, 4.2))
+    labels = list(dict.fromkeys(r["strategy"] for r in recs))
+    fig, (a1, a2), lax = S.figure(1, 2, legend_row=True, figsize=(8, 3.9))
     top = max((R.activation(r) or 0) for r in recs) / R.MIB * 1.1
-    for label in dict.fromkeys(r["strategy"] for r in recs):
+    xs_all = [r["overload_factor"] for r in recs]
+    span, handles = (max(xs_all) - min(xs_all)) or 1.0, []
+    for k, label in enumerate(labels):
+        dx = S.dodge(k, len(labels), span)
         pts = sorted(((r["overload_factor"], r) for r in recs if r["strategy"] == label), key=lambda t: t[0])
-        ok = [(x, r) for x, r in pts if r["status"] == "ok"]
-        c = S.color_of(pts[0][1])
-        mk = S.marker_of(label)
-        a1.plot([x for x, _ in ok], [R.activation(r) / R.MIB for _, r in ok], "-", marker=mk, label=with_drops(recs, label),
-                color=c)
-        a2.plot([x for x, _ in ok], [R.median_ms(r) for _, r in ok], "-", marker=mk, label=with_drops(recs, label), color=c)
+        ok = [(x + dx, r) for x, r in pts if r["status"] == "ok"]
+        a1.plot([x for x, _ in ok], [R.activation(r) / R.MIB for _, r in ok], **S.look(label, ms=4))
+        sp = [S.spread_ms(r) for _, r in ok]
+        a2.errorbar([x for x, _ in ok], [m for m, _, _ in sp], yerr=[[m - lo for m, lo, _ in sp], [hi - m for m, _, hi in sp]],
+                    capsize=1.5, elinewidth=0.7, **S.look(label, ms=4))
+        handles.append((S.legend_handle(label), with_drops(recs, label, S.label_words(label))))
         for x, r in pts:
             if r["status"] != "ok":
-                S.mark_oom(a1, x, top, color=c)
-    S.dress(a1, "overload factor (s' / balanced share)", "activation peak (MiB)", "activation memory against imbalance",
-            legend=False)
-    # Above the panel, not inside it: there it would cover the lines.
-    a1.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.1), ncol=3)
-    S.dress(a2, "overload factor (s' / balanced share)", "median step time (ms)", "step time against imbalance", legend=False)
-    fig.suptitle(f"Memory and time as routing imbalance grows, {R.device_label(recs)}", fontsize=10)
+                S.mark_oom(a1, x, top, color=S.color_of(r))
+    a1.set_ylim(0, top * 1.12)
+    a2.set_ylim(bottom=0)
+    xl = "overload factor\n(hottest rank's rows / balanced share)"
+    S.dress(a1, xl, "activation peak (MiB)", "activation memory against imbalance", legend=False)
+    S.dress(a2, xl, "median step time (ms)", "step time against imbalance", legend=False)
+    S.legend(lax, [h for h, _ in handles], [t for _, t in handles], ncol=3)
+    S.suptitle(fig, f"Memory and time as routing imbalance grows, {R.device_label(recs)}\n"
+                    f"whiskers: min-max over {B.timed_steps(recs)}; points offset a little sideways")
     return S.save(fig, out_dir, "imbalance_memory", R.source_line(path, recs) + " | " +
-                  R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; " + R.swept_line(recs))
+                  R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; " + N.swept(recs))
 
 
 def fixed_chunks(recs):
@@ -50,43 +59,137 @@ def chunks(path, out_dir, stem="chunks_step_time", what="MemFine's chunk count")
     recs = R.load(path)
     mem = fixed_chunks(recs)
     refs = [r for r in recs if R.name_of(r) != "memfine" and r["status"] == "ok"]
-    fig, (a1, a2) = S.figure(1, 2, figsize=(12, 4.2))
+    fig, (a1, a2), lax = S.figure(1, 2, legend_row=True, figsize=(8, 3.7))
     xs = [c for c, _ in mem]
-    a1.plot(xs, [R.median_ms(r) for _, r in mem], "o-", label="memfine")
-    a1.fill_between(xs, [r["step_ms"]["min"] for _, r in mem], [r["step_ms"]["max"] for _, r in mem], alpha=0.2)
-    a2.plot(xs, [R.activation(r) / R.MIB for _, r in mem], "o-", label="memfine")
+    sp = [S.spread_ms(r) for _, r in mem]
+    look = S.look("memfine", ms=4)
+    a1.plot(xs, [m for m, _, _ in sp], **look)
+    a1.fill_between(xs, [lo for _, lo, _ in sp], [hi for _, _, hi in sp], alpha=0.2, color=look["color"], lw=0)
+    a2.plot(xs, [R.activation(r) / R.MIB for _, r in mem], **look)
+    handles = [(S.legend_handle("memfine"), "memfine (band: min-max)")]
     for r in refs:
-        a1.axhline(R.median_ms(r), ls="--", lw=1, color=S.color_of(r), label=r["strategy"])
-        a2.axhline(R.activation(r) / R.MIB, ls="--", lw=1, color=S.color_of(r), label=r["strategy"])
-    for ax, yl, t in ((a1, "median step time (ms), band: min-max", "step time against chunk count"),
+        m, lo, hi = S.spread_ms(r)
+        c = S.color_of(r)
+        a1.axhline(m, ls="--", lw=1.2, color=c)
+        a1.axhspan(lo, hi, color=c, alpha=0.12, lw=0)
+        a2.axhline(R.activation(r) / R.MIB, ls="--", lw=1.2, color=c)
+        handles.append((S.Line2D([], [], color=c, ls="--", lw=1.2), S.label_words(r["strategy"]) + " (band: min-max)"))
+    a1.set_ylim(bottom=0)
+    a2.set_ylim(bottom=0)
+    for ax, yl, t in ((a1, "median step time (ms)", "step time against chunk count"),
                       (a2, "activation peak (MiB)", "activation peak against chunk count")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs)
         ax.set_xticklabels([str(c) for c in xs])
-        S.dress(ax, "chunks", yl, t)
-    fig.suptitle(f"{what}, {R.device_label(recs)}", fontsize=10)
+        ax.minorticks_off()
+        S.dress(ax, "chunks (log scale)", yl, t, legend=False)
+    S.legend(lax, [h for h, _ in handles], [t for _, t in handles], ncol=3)
+    S.suptitle(fig, f"{what}: step time and activation peak, {R.device_label(recs)}\n"
+                    f"bands: min-max step time over {B.timed_steps(recs)}")
     return S.save(fig, out_dir, stem, R.source_line(path, recs) + " | " + R.config_line(recs[0]))
 
 
 def capacity(path, out_dir):
     recs = R.load(path)
-    fig, (a1, a2) = S.figure(1, 2, figsize=(12, 4.2))
+    fig, (a1, a2), lax = S.figure(1, 2, legend_row=True, figsize=(8, 3.6))
     dropless = R.first(recs, role="reference", status="ok")
-    for policy, style in (("probs", dict(marker="o", ls="-", ms=8)), ("position", dict(marker="x", ls="--", ms=8))):
+    series = {}
+    for k, (policy, extra) in enumerate((("probs", dict(ms=5)), ("position", dict(ms=6, mfc="white", mew=1.2)))):
         ok = sorted(((R.params_of(r)["capacity_factor"], r)
                      for r in R.select(recs, name="capacity", drop_policy=policy, status="ok")), key=lambda t: t[0])
-        a1.plot([f for f, _ in ok], [100 * r["dropped_fraction"] for _, r in ok], label=f"drop policy {policy}", **style)
-        a2.plot([f for f, _ in ok], [R.activation(r) / R.MIB for _, r in ok], label=f"drop policy {policy}", **style)
+        if not ok:
+            continue
+        look = S.look("capacity", **extra)
+        look["ls"] = S.dash_of(ok[0][1]["strategy"])
+        words = {"probs": "drops the lowest probabilities", "position": "drops by position"}.get(policy, policy)
+        dx = S.dodge(k, 2, ok[-1][0] - ok[0][0], 0.02)  # the policies coincide: side by side, both visible
+        a1.plot([f + dx for f, _ in ok], [100 * r["dropped_fraction"] for _, r in ok], label=f"capacity, {words}", **look)
+        a2.plot([f + dx for f, _ in ok], [R.activation(r) / R.MIB for _, r in ok], label=f"capacity, {words}", **look)
+        series[policy] = [(f, r["dropped_fraction"], R.activation(r)) for f, r in ok]
+    same = len(series) == 2 and series["probs"] == series["position"]
     if dropless:
-        a2.axhline(R.activation(dropless) / R.MIB, ls="--", color="0.4", label=f"dropless ({dropless['strategy']})")
-    S.dress(a1, "capacity factor", "assignments dropped (%)", "dropped share (the policy picks which, not how many)")
-    S.dress(a2, "capacity factor", "activation peak (MiB)", "memory against capacity factor")
-    fig.suptitle(f"Capacity capping: what it drops and what it saves, {R.device_label(recs)}", fontsize=10)
+        a2.axhline(R.activation(dropless) / R.MIB, ls="--", color=S.color_of(dropless),
+                   label=f"dropless ({S.label_words(dropless['strategy'])})")
+    a1.set_ylim(0, max(100 * d for v in series.values() for _, d, _ in v) * 1.15)
+    a2.set_ylim(bottom=0, top=max([R.activation(dropless) if dropless else 0] + [a for v in series.values() for _, _, a in v])
+                / R.MIB * 1.15)
+    S.dress(a1, "capacity factor", "assignments dropped (%)", "dropped share", legend=False)
+    S.dress(a2, "capacity factor", "activation peak (MiB)", "memory against capacity factor", legend=False)
+    h, l = a2.get_legend_handles_labels()
+    S.legend(lax, h, l, ncol=3)
+    S.suptitle(fig, f"Capacity capping: what it drops and what it saves, {R.device_label(recs)}"
+                    + ("\nthe two drop policies drop the same share and keep the same memory: their points coincide"
+                       " (drawn a little apart; the policy picks which assignments, not how many)" if same else ""))
     return S.save(fig, out_dir, "capacity_dropped", R.source_line(path, recs) + " | " + R.config_line(recs[0]))
 
 
 def budget_mib(r):
     return R.point_values(r["point"])["memory.budget"]
+
+
+def _budget_figure(recs, pts, cl):
+    """Left: tokens per second against the budget (whiskers: at the slowest and fastest timed step), the
+    budgets where a strategy ran out of memory in a strip beneath; right: the speed-up against full
+    recomputation (whiskers: this strategy's slowest and fastest step against full recomputation's median;
+    band: full recomputation's own). The paper's GPU ratios stand outside the axes, marked as the paper's."""
+    labels = list(dict.fromkeys(r["strategy"] for r in recs))
+    fig, axes, lax = S.figure(2, 2, legend_row=True, figsize=(9, 4.6), sharex=True,
+                              gridspec_kw={"height_ratios": [4, 0.25 * max(1, len({r["strategy"] for r in recs if r["status"] != "ok"}))]})
+    (a1, a2), (strip, spare) = axes
+    spare.axis("off")
+    budgets = [budget_mib(rs[0]) for _, rs in pts]
+    span = (max(budgets) - min(budgets)) or 1.0
+    oom_rows = [l for l in labels if any(r["strategy"] == l and r["status"] != "ok" for r in recs)]
+    handles = []
+    for k, label in enumerate(labels):
+        dx = S.dodge(k, len(labels), span, 0.01)
+        got = [(budget_mib(r), r) for _, rs in pts for r in rs if r["strategy"] == label]
+        ok = [(x, r) for x, r in got if r["status"] == "ok"]
+        lk = S.look(label, ms=4)
+        handles.append((S.legend_handle(label), S.label_words(label)))
+        tps = [(r["tokens_per_s"], S.spread_ms(r)) for _, r in ok]
+        a1.errorbar([x + dx for x, _ in ok], [t for t, _ in tps], yerr=[[t - t * m / hi for t, (m, lo, hi) in tps],
+                                                                       [t * m / lo - t for t, (m, lo, hi) in tps]],
+                    capsize=1.5, elinewidth=0.7, **lk)
+        bad = [x for x, r in got if r["status"] != "ok"]
+        if bad:
+            strip.plot(bad, [oom_rows.index(label)] * len(bad), marker="x", color=lk["color"], ms=6, mew=1.5, ls="none")
+        full_at = {budget_mib(rs[0]): R.first(rs, role="baseline", status="ok") for _, rs in pts}
+        sp = [(x, R.median_ms(full_at[x]), S.spread_ms(r)) for x, r in ok if full_at.get(x)]
+        if ok and R.matches(ok[0][1], role="baseline"):
+            a2.fill_between([x for x, _, _ in sp], [f / hi for _, f, (m, lo, hi) in sp], [f / lo for _, f, (m, lo, hi) in sp],
+                            color=lk["color"], alpha=0.15, lw=0)
+            continue
+        if sp:
+            a2.errorbar([x + dx for x, _, _ in sp], [f / m for _, f, (m, _, _) in sp],
+                        yerr=[[f / m - f / hi for _, f, (m, lo, hi) in sp], [f / lo - f / m for _, f, (m, lo, hi) in sp]],
+                        capsize=1.5, elinewidth=0.7, **lk)
+    a2.axhline(1.0, color=S.FAMILY["full_recompute"], lw=1.0)
+    a1.set_ylim(bottom=0)
+    strip.set_yticks(range(len(oom_rows)))
+    strip.set_yticklabels([S.label_words(l) for l in oom_rows])
+    strip.set_ylim(len(oom_rows) - 0.5, -0.5)
+    strip.set_title("out of memory at these budgets", loc="left", fontsize=S.SMALL)
+    strip.tick_params(axis="y", length=0)
+    strip.set_xlabel("memory budget (MiB)")
+    a2.set_xlabel("memory budget (MiB)")
+    a2.tick_params(labelbottom=True)
+    # The paper's GPU ratios: marks on the right edge, their words apart from each other beside it.
+    for (key, name), up in ((("tgs_mact_vs_full_II", "MACT"), 1), (("tgs_fixed8_vs_full_II", "8 chunks"), -1)):
+        y = 1 + cl[key]
+        a2.plot([1.0], [y], marker="<", color="0.3", ms=5, transform=a2.get_yaxis_transform(), clip_on=False)
+        a2.annotate(f"{name} {y:.4f}x", xy=(1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 9 * up),
+                    textcoords="offset points", fontsize=S.SMALL, color="0.3", va="center")
+    a2.annotate("the paper\n(GPU, Model II):", xy=(1.0, 1.0), xycoords=("axes fraction", "data"), xytext=(6, 30),
+                textcoords="offset points", fontsize=S.SMALL, color="0.3", va="bottom")
+    S.dress(a1, "", "tokens per second", "throughput against the budget", legend=False)
+    S.dress(a2, "", "speed-up vs full recomputation (x)",
+            "speed against full recomputation, where it fits", legend=False)
+    S.legend(lax, [h for h, _ in handles], [t for _, t in handles], ncol=3)
+    S.suptitle(fig, f"Every strategy at every budget, {R.device_label(recs)}\n"
+                    f"whiskers: slowest and fastest of {B.timed_steps(recs)} (right: against full recomputation's median;"
+                    " band: its own spread); points offset sideways")
+    return fig
 
 
 def budget_sweep(path, out_dir):
@@ -95,22 +198,7 @@ def budget_sweep(path, out_dir):
     from .paper import claims
     recs = R.load(path)
     pts = sorted(R.by_point(recs).items(), key=lambda kv: budget_mib(kv[1][0]))
-    labels = list(dict.fromkeys(r["strategy"] for r in recs))
-    fig, (a1, a2) = S.figure(1, 2, figsize=(13, 4.6))
     rows = []
-    for i, label in enumerate(labels):
-        xs, ys, oom, c = [], [], [], None
-        for point, rs in pts:
-            r = next((r for r in rs if r["strategy"] == label), None)
-            if r is None:
-                continue
-            c = S.color_of(r)
-            (xs if r["status"] == "ok" else oom).append(budget_mib(r))
-            if r["status"] == "ok":
-                ys.append(r["tokens_per_s"])
-        a1.plot(xs, ys, marker="o", ls="-", color=c, label=label)
-        for x in oom:  # one row of marks per strategy, so they do not hide each other
-            a1.plot([x], [-120.0 * (i + 1)], marker="x", color=c, ms=7, ls="none")
     for point, rs in pts:
         full, m = R.first(rs, role="baseline", status="ok"), R.first(rs, status="ok", **R.MACT)
         for r in rs:
@@ -119,28 +207,9 @@ def budget_sweep(path, out_dir):
                          f"{R.activation(r) / R.MIB:.1f}" if ok else "-", f"{R.median_ms(r):.2f}" if ok else "-",
                          f"{R.median_ms(full) / R.median_ms(r):.3f}x" if ok and full else "-",
                          f"{R.median_ms(m) / R.median_ms(r):.3f}x" if ok and m else "-"])
-    # Right: speed against full recomputation where it fits.
-    for label in labels:
-        xs, ys, c = [], [], None
-        for point, rs in pts:
-            full = R.first(rs, role="baseline", status="ok")
-            r = next((r for r in rs if r["strategy"] == label and r["status"] == "ok"), None)
-            if full and r:
-                xs.append(budget_mib(r))
-                ys.append(R.median_ms(full) / R.median_ms(r))
-                c = S.color_of(r)
-        if xs:
-            a2.plot(xs, ys, marker="o", color=c, label=label)
     cl = claims()
-    for key, name, ls in (("tgs_mact_vs_full_II", "MACT", "--"), ("tgs_fixed8_vs_full_II", "fixed 8 chunks", ":")):
-        a2.axhline(1 + cl[key], ls=ls, color="0.3", lw=1, label=f"paper, Model II: {name} {1 + cl[key]:.4f}x")
-    a2.axhline(1.0, color="0.6", lw=0.8)
-    S.dress(a1, "memory budget (MiB)", "tokens per second (x: out of memory)", "throughput against the budget")
-    S.dress(a2, "memory budget (MiB)", "full recomputation's step time / this one's",
-            "speed against full recomputation, where it fits")
-    fig.suptitle(f"Every strategy at every budget, {R.device_label(recs)}", fontsize=10)
-    caption = R.source_line(path, recs) + " | " + R.config_line(recs[0], skip=("memory.budget",))
-    paths = S.save(fig, out_dir, "budget_sweep", caption)
+    paths = S.save(_budget_figure(recs, pts, cl), out_dir, "budget_sweep",
+                   R.source_line(path, recs) + " | " + R.config_line(recs[0], skip=("memory.budget",)))
     notes = ["budget in MiB (static memory included); activation peak in MiB; step = median ms over the timed steps; "
              "vs full, vs MACT = their step time / this one's at the same budget (- where they ran out of memory).",
              "chunks: per layer, min-max over steps and layers; 0 = a layer stored whole (no recomputation).",
@@ -286,11 +355,10 @@ def chunk_range(chunks):
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-def strategies(path, out_dir, stem, title):
+def strategies(path, out_dir, stem, title, figure_title=None):
     """Every strategy's activation peak, step time and achieved rate, per point, against the
     baseline strategy (full recomputation, as its registration says) at the same point; with a bar
     chart of both, each panel naming its own point's configuration and capacity's dropped share."""
-    from .generic import bars
     recs = R.load(path)
     peak_name, peak = bf16_peak(recs)
     unit, div = S.bytes_unit([R.activation(r) for r in recs])
@@ -331,10 +399,14 @@ def strategies(path, out_dir, stem, title):
                          f"static {unit}", "step ms", "act. vs full", "speed vs full", "TFLOP/s", "% bf16 peak"]
                         + (["grad err"] if lossy else []), rows, notes)
     points = list(R.by_point(R.hottest(recs)).items())
-    fig, axes = S.figure(2, len(points), figsize=(4.6 * len(points) + 1, 7), squeeze=False)
-    for i, (point, rs) in enumerate(points):
-        bars(axes[0][i], axes[1][i], rs, R.point_title(point) + "\n" + R.config_line(rs[0], skip=("model.layers", "model.hidden",
-                                                                                    "model.ffn_hidden", "model.seq")))
-    fig.suptitle(f"{title}, {R.device_label(recs)}\non the bars: ratio to full recomputation; hatched: drops assignments "
-                 "(another model)", fontsize=9)
+    fig = B.draw([rs for _, rs in points], [B.point_title(point, rs) for point, rs in points],
+                 {i: room for i, (_, rs) in enumerate(points) if (room := _room(rs, div)) is not None})
+    S.suptitle(fig, f"{figure_title or title}, {R.device_label(recs)}\n" + B.subtitle(recs))
     return out + S.save(fig, out_dir, stem, R.source_line(path, recs) + " | " + R.config_line(recs[0], skip=R.sweep_axes(recs)))
+
+
+def _room(rs, div):
+    """The budget's room for activations (budget less static memory) where every strategy has the same static."""
+    budget = (rs[0]["config"].get("memory") or {}).get("budget")
+    statics = {r.get("static_bytes") for r in rs}
+    return (budget - statics.pop()) / div if budget and len(statics) == 1 and None not in statics else None
