@@ -48,6 +48,16 @@ def hardware(bench, memory_gb):
     }
 
 
+def mean_and_worst(rs):
+    """The hottest rank's overload in its worst layer and over its layers on average, as the records
+    measured them (tokens_received is the worst layer's, overload_factor its s' over the balanced share)."""
+    worst = max(1.0, max(r["overload_factor"] for r in rs))
+    r = max(rs, key=lambda r: r["overload_factor"])
+    share = r["tokens_received"] / r["overload_factor"]
+    layers = r["tokens_received_per_layer"]
+    return {"overload": worst, "mean": max(1.0, min(worst, sum(layers) / len(layers) / share))}
+
+
 def measured_memory_gb(bench, previous_hardware):
     """The memory of the machine that measured: the benchmark's context names it; records measured
     before it did have it only in the hardware preset written beside them then."""
@@ -98,7 +108,8 @@ def main(argv=None):
             "hardware": hw,
             "gpus": ep,
             "global_batch": ep * m.get("micro_batch", 1),
-            "imbalance": {"overload": max(1.0, max(r["overload_factor"] for r in rs))},
+            # The worst layer's overload (memory) and the layers' mean (what a step waits for), as measured.
+            "imbalance": mean_and_worst(rs),
             # This suite's own layer, on a CPU: no CUDA context, NCCL or caching allocator beside it.
             "framework": {"name": "memfine_layer", "workspace_gb": 0, "fragmentation": 0},
             "dtype": c.get("dtype", "float32"),

@@ -147,6 +147,27 @@ TEST(Framework, WorstLayerForMemoryMeanForTime) {
   const Overload given = project_overload(c, 16);
   EXPECT_EQ(given.worst, 1.5);
   EXPECT_EQ(given.mean, 1.5);
+  // Both given (as a measured run gives them): memory from the worst, the step's time from the mean.
+  auto with = [](const std::string& imbalance) {
+    std::string t = std::string(kBase) + "strategies: [no_recompute]\n";
+    return t.replace(t.find("{overload: 1}"), 13, imbalance);
+  };
+  const ProjectConfig m = load(with("{overload: 2, mean: 1.5}"));
+  EXPECT_EQ(project_overload(m, 16).worst, 2);
+  EXPECT_EQ(project_overload(m, 16).mean, 1.5);
+  auto first = [](const ProjectResult& r) { return r.ranked.empty() ? r.rejected.front() : r.ranked.front(); };
+  const Estimate e = first(run_project(m)), worst = first(run_project(load(with("{overload: 2}"))));
+  ASSERT_GT(e.step, 0);
+  EXPECT_EQ(e.peak_gb, worst.peak_gb);
+  EXPECT_LT(e.step, worst.step);
+  // A mean above the worst layer's is refused at its line.
+  try {
+    load(with("{overload: 2, mean: 3}"));
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_NE(std::string(x.what()).find("imbalance.mean: the layers' mean overload cannot exceed"), std::string::npos)
+        << x.what();
+  }
 }
 
 // The framework as a name or a map; a wrong name is refused at its line.

@@ -83,6 +83,7 @@ struct ProjectConfig {
   int64_t global_batch = 0;  // sequences per step
   WorkloadConfig imbalance;  // the routing law (kind balanced: none)
   double overload = 0;       // > 0: the hottest rank's s' over its share, given outright
+  double mean_overload = 0;  // > 0: and over the layers on average (what a step waits for); else overload
   uint64_t seed = 1;
   double usable_memory = 1;  // share of a GPU's memory the job may use (the framework's terms besides)
   // Failures per node: a preset's name, or failures per 1000 node-days (`failure_rate` >= 0).

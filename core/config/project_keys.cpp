@@ -6,6 +6,7 @@
 
 #include "core/config/project.h"
 #include "core/config/sections.h"
+#include "core/util/format.h"
 
 namespace memfine {
 
@@ -84,20 +85,29 @@ Field<P> imbalance_key() {
       "the routing: a workload section (`{kind: zipf, alpha: 1.2}`, `lognormal`, `hot`, `{kind: trace, trace: "
       "FILE}` from `memfine train --trace-out`), its hottest expert-parallel rank's `s'` over the balanced share "
       "drawn per EP over the model's MoE layers; or `{overload: X}`, that factor given outright (a percentile "
-      "of `s'`, as the paper's Figure 2 gives one)",
+      "of `s'`, as the paper's Figure 2 gives one) for the worst layer, which memory answers to, with `mean: Y` "
+      "the layers' mean, which the step's time waits for (default X)",
       [](MapReader& r, P& c) {
         YAML::Node n = r.child("imbalance");
         if (!n.IsDefined()) return;
         if (n.IsMap() && n["overload"].IsDefined()) {
           MapReader ir(n, "imbalance", r.problems());
           ir.read_number("overload", c.overload, 1, 1e6);
+          ir.read_number("mean", c.mean_overload, 1, 1e6);
+          if (c.mean_overload > c.overload && c.overload > 0)
+            r.problems().add(n["mean"], "imbalance.mean",
+                             "the layers' mean overload cannot exceed the worst layer's (overload: " +
+                                 four_digits(c.overload) + "), got " + four_digits(c.mean_overload));
           ir.check_unknown();
         } else {
           parse_workload(n, folder_of(c.file), c.imbalance, r.problems());
         }
       },
       [](const P& c) {
-        return c.overload > 0 ? nlohmann::json{{"overload", c.overload}} : write_section(workload_keys(), c.imbalance);
+        if (c.overload <= 0) return write_section(workload_keys(), c.imbalance);
+        nlohmann::json j{{"overload", c.overload}};
+        if (c.mean_overload > 0) j["mean"] = c.mean_overload;
+        return j;
       }};
 }
 

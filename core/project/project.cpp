@@ -9,7 +9,7 @@
 namespace memfine {
 
 Overload project_overload(const ProjectConfig& c, int64_t ep) {
-  if (c.overload > 0) return {c.overload, c.overload};
+  if (c.overload > 0) return {c.overload, c.mean_overload > 0 ? c.mean_overload : c.overload};
   if (c.imbalance.kind == "balanced" || ep == 1) return {};
   // The law's routing of one micro-batch-sized draw per MoE layer over `ep` ranks.
   ModelConfig m;
