@@ -164,6 +164,29 @@ std::string saturation_note(const std::vector<RecordView>& rs) {
   return "";
 }
 
+// The table's width without --wide.
+constexpr size_t kNarrow = 120;
+
+// Labels cut just enough that the rows fit `width` columns: the strategy's (column 1) down to 24
+// characters first, then the point's (column 0) down to 16.
+void fit_columns(Grid& g, size_t width) {
+  auto widest = [&](size_t c) {
+    size_t w = c < g.header.size() ? g.header[c].size() : 0;
+    for (const auto& row : g.rows) w = std::max(w, c < row.size() ? row[c].size() : 0);
+    return w;
+  };
+  size_t total = g.header.empty() ? 0 : g.header.size() - 1;
+  for (size_t c = 0; c < g.header.size(); ++c) total += widest(c);
+  for (const auto& [column, least] : {std::pair<size_t, size_t>{1, 24}, {0, 16}}) {
+    const size_t w = widest(column);
+    if (total <= width || w <= least) continue;
+    const size_t to = std::max(least, w - (total - width));
+    for (auto& row : g.rows)
+      if (column < row.size()) row[column] = cut(row[column], to);
+    total -= w - widest(column);
+  }
+}
+
 // Which of the optional columns a table shows: all with --wide; else those that say something.
 struct Columns {
   bool chunks = true, dropped = true, statics = true;
@@ -201,7 +224,7 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
   Columns cols;
   bool any_noisy = false;
   if (!wide) {
-    cols.statics = false, cols.point = 28, cols.strategy = 40;
+    cols.statics = false;
     cols.chunks = cols.dropped = false;
     for (const auto& r : rs) {
       cols.chunks |= r.get("chunks").is_array() || r.get("chunks").is_number();
@@ -215,6 +238,8 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
     verified_any |= r.verified.has_value() || r.grad_max_rel_err.has_value();
     offload_any |= r.raw->contains("offload_host_peak_bytes");
   }
+  const bool offload_hidden = offload_any && !wide;  // within 120 columns: offloading's two with --wide
+  offload_any &= wide;
   if (!baseline.empty()) g.title = "ratios against " + baseline + " (the baseline) at the same point";
   g.header = {"point", "strategy", "status", "s'"};
   if (cols.chunks) g.header.push_back("chunks");
@@ -265,8 +290,14 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
         "~ its timed steps spread more than 30% around the median (max - min): the machine was busy, or the steps "
         "differ; compare within one run (memfine compare tests every timed step), not against another machine's");
   if (const std::string sat = saturation_note(rs); !sat.empty()) g.notes.push_back("! " + sat);
-  if (!wide) g.notes.push_back("memfine table DIR --wide: every column, labels in full");
+  if (!wide)
+    g.notes.push_back(std::string("memfine table DIR --wide: every column, labels in full") +
+                      (offload_hidden ? " (offloading's host peak and modelled copy ms among them)" : ""));
   if (verified_any) g.notes.push_back(verified_note(rs));
+  if (!wide) {
+    fit_columns(g, kNarrow);
+    for (auto& n : g.notes) n = fold(n, kNarrow);
+  }
   return g;
 }
 

@@ -20,4 +20,22 @@ std::string fmt_double(const char* format, double v) {
   return b;
 }
 
+std::string fold(const std::string& text, size_t width, size_t indent) {
+  std::string out, line;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = std::string(indent, ' ') + word;
+    } else {
+      line += (line.empty() ? "" : " ") + word;
+    }
+    start = end + 1;
+  }
+  return out + line;
+}
+
 }  // namespace memfine

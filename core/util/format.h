@@ -13,4 +13,8 @@ std::string fmt_double(const char* format, double v);
 // A rate or count as a person reads it: four significant digits ("773", "0.1235").
 inline std::string four_digits(double v) { return fmt_double("%.4g", v); }
 
+// Prose folded at spaces into lines of at most `width` characters (a word longer stays whole),
+// later lines indented by `indent` spaces.
+std::string fold(const std::string& text, size_t width, size_t indent = 2);
+
 }  // namespace memfine
