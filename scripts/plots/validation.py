@@ -50,8 +50,10 @@ def _why(r, err):
     said = []
     if err > 0:
         if micro <= 2:
-            said.append(f"{micro} micro-batch a step: per-step and per-kernel costs it does not price (framework and "
-                        "launch time, the optimizer) weigh the most")
+            opt = parts.get("optimizer", 0) / max(r["step_s"], 1e-12)
+            said.append(f"{micro} micro-batch a step: per-kernel and per-step costs it does not price (framework and "
+                        f"launch time, host synchronisations) weigh the most (the optimizer step, priced, is "
+                        f"{100 * opt:.0f}% of it)")
         if r.get("ep_overlap"):
             said.append("the overlap hides every all-to-all shorter than the other micro-batch's compute; "
                         "the run hid less")
