@@ -462,5 +462,23 @@ class Ceiling(unittest.TestCase):
                     self.assertLess(f, 1.0, f"{path}:{n}: {rec['strategy']} at {f:.2f} of its ceiling")
 
 
+class Variant(unittest.TestCase):
+    """The quick (CI) and full variants run on any machine: a cost model belongs to the machine that
+    fitted it (validate refuses another's), so they leave out the planner that needs one."""
+
+    def test_a_variant_leaves_out_the_cost_model_and_its_planner(self):
+        import experiment_variant
+        with open(os.path.join(ROOT, "experiments", "paper_imbalance.yaml")) as f:
+            import yaml
+            doc = yaml.safe_load(f)
+        self.assertIn("cost_model", doc)
+        self.assertTrue(any(isinstance(s, dict) and s.get("objective") == "time" for s in doc["strategies"]))
+        for mode in ("quick", "full"):
+            out = experiment_variant.variant(doc, mode)
+            self.assertNotIn("cost_model", out)
+            self.assertFalse(any(isinstance(s, dict) and s.get("objective") == "time" for s in out["strategies"]))
+            self.assertEqual(len(out["strategies"]), len(doc["strategies"]) - 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
