@@ -51,10 +51,9 @@ def hardware(bench, memory_gb):
 def mean_and_worst(rs):
     """The hottest rank's overload in its worst layer and over its layers on average, as the records
     measured them (tokens_received is the worst layer's, overload_factor its s' over the balanced share)."""
-    worst = max(1.0, max(r["overload_factor"] for r in rs))
     r = max(rs, key=lambda r: r["overload_factor"])
-    share = r["tokens_received"] / r["overload_factor"]
-    layers = r["tokens_received_per_layer"]
+    worst = max(1.0, r["overload_factor"])
+    layers, share = r["tokens_received_per_layer"], r["tokens_received"] / r["overload_factor"]
     return {"overload": worst, "mean": max(1.0, min(worst, sum(layers) / len(layers) / share))}
 
 

@@ -23,8 +23,6 @@ namespace memfine::cli {
 namespace fs = std::filesystem;
 
 namespace {
-std::string wall_time(const ExperimentConfig& c, double work_tflop);
-
 // The most token-expert assignments predict routes one by one before it predicts from counts.
 constexpr double kMaxRoutedAssignments = double(1 << 25);
 
@@ -100,6 +98,26 @@ double predict_point(const SweepPoint& p, bool route_tokens, std::vector<json>& 
   return step_tflop;
 }
 
+// The work's wall time at a cost model's rate: the experiment's own, else its device class's committed
+// one (results/cpu/cost_model.json); nothing where there is none.
+std::string wall_time(const ExperimentConfig& c, double work_tflop) {
+  const fs::path path = !c.cost_model.empty()
+                            ? fs::path(c.cost_model)
+                            : fs::path(source_dir()) / "results" / device_class(c.device) / "cost_model.json";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "";
+  try {
+    const CostModel cm = CostModel::load(path.string());
+    const double s = work_tflop * 1e12 / cm.flops_per_s();
+    const std::string t = s < 90 ? four_digits(s) + " s" : four_digits(s / 60) + " min";
+    return "; at least " + t + " at the cost model's rate (" + fs::relative(path, fs::current_path(), ec).string() +
+           ": " + four_digits(cm.flops_per_s() / 1e9) + " GFLOP/s of model work in its benchmarked layer's step on " +
+           cm.machine() + "; this machine may differ, recomputation and chunks add to it)";
+  } catch (const std::exception& e) {
+    return "; no wall time: " + std::string(e.what());
+  }
+}
+
 int predict(const Args& a) {
   const std::string yaml = a.operands[0];
   // A project file (it names a hardware): the cluster-scale projection, as `memfine project`.
@@ -143,26 +161,6 @@ int predict(const Args& a) {
   return 0;
 }
 
-// The work's wall time at a cost model's rate: the experiment's own, else its device class's committed
-// one (results/cpu/cost_model.json); nothing where there is none.
-std::string wall_time(const ExperimentConfig& c, double work_tflop) {
-  const fs::path path = !c.cost_model.empty()
-                            ? fs::path(c.cost_model)
-                            : fs::path(source_dir()) / "results" / device_class(c.device) / "cost_model.json";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return "";
-  try {
-    const CostModel cm = CostModel::load(path.string());
-    const double s = work_tflop * 1e12 / cm.flops_per_s();
-    const std::string t = s < 90 ? four_digits(s) + " s" : four_digits(s / 60) + " min";
-    return "; at least " + t + " at the cost model's rate (" + fs::relative(path, fs::current_path(), ec).string() +
-           ": " + four_digits(cm.flops_per_s() / 1e9) + " GFLOP/s of model work in its benchmarked layer's step on " +
-           cm.machine() + "; this machine may differ, recomputation and chunks add to it)";
-  } catch (const std::exception& e) {
-    return "; no wall time: " + std::string(e.what());
-  }
-}
-
 }  // namespace
 
 Command predict_command() {
@@ -173,8 +171,9 @@ Command predict_command() {
 activation and total bytes, whether they fit memory.budget, MACT's chunks per layer, and why a
 strategy is not predicted or does not fit; on stderr, the FLOPs a `memfine run` of the file would
 do, and the least wall time they take at a cost model's rate (the experiment's cost_model:, else its
-device class's committed results/<class>/cost_model.json; recomputation and chunks add to it). Any build predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the
-memory model does not need. Files with a paper: section use the paper's own equations; a project
+device class's committed results/<class>/cost_model.json; recomputation and chunks add to it). Any
+build predicts any experiment: a CPU build predicts a GPU one (device: cuda), which the memory model
+does not need. Files with a paper: section use the paper's own equations; a project
 file (memfine project's: it names a hardware) is projected as `memfine project` projects it.
 
 Routing is made token by token as `run` makes it while the whole file's is small (2^25 token

@@ -190,7 +190,6 @@ void fit_columns(Grid& g, size_t width) {
 // Which of the optional columns a table shows: all with --wide; else those that say something.
 struct Columns {
   bool chunks = true, dropped = true, statics = true;
-  size_t point = 44, strategy = 60;
 };
 
 std::vector<std::string> run_row(const RecordView& r, const RecordView* base, bool elsewhere, bool old,
@@ -204,7 +203,7 @@ std::vector<std::string> run_row(const RecordView& r, const RecordView* base, bo
   }
   const json drop = r.get("dropped_fraction");
   const std::string at_rank = r.world_size > 1 ? " r" + std::to_string(r.rank) : "";
-  std::vector<std::string> row = {cut(r.point, cols.point) + at_rank + (old ? "^" : ""), cut(r.strategy, cols.strategy),
+  std::vector<std::string> row = {r.point + at_rank + (old ? "^" : ""), r.strategy,
                                   r.status, std::to_string(int64_t(r.tokens_received.value_or(0)))};
   if (cols.chunks) row.push_back(chunks_text(r.get("chunks")));
   if (cols.dropped) row.push_back(drop.is_number() ? fmt_double("%.1f%%", 100 * drop.get<double>()) : "-");
@@ -238,15 +237,14 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
     verified_any |= r.verified.has_value() || r.grad_max_rel_err.has_value();
     offload_any |= r.raw->contains("offload_host_peak_bytes");
   }
-  const bool offload_hidden = offload_any && !wide;  // within 120 columns: offloading's two with --wide
-  offload_any &= wide;
+  const bool offload_columns = offload_any && wide;  // within 120 columns: offloading's two with --wide
   if (!baseline.empty()) g.title = "ratios against " + baseline + " (the baseline) at the same point";
   g.header = {"point", "strategy", "status", "s'"};
   if (cols.chunks) g.header.push_back("chunks");
   if (cols.dropped) g.header.push_back("dropped");
   if (cols.statics) g.header.push_back("static");
   for (const char* h : {"act peak", "step ms", "act/base", "time/base"}) g.header.push_back(h);
-  if (offload_any) g.header.push_back("host peak"), g.header.push_back("copy ms (modelled)");
+  if (offload_columns) g.header.push_back("host peak"), g.header.push_back("copy ms (modelled)");
   if (verified_any) g.header.push_back("verified");
   g.left = 3;
   bool any_elsewhere = false;
@@ -257,7 +255,7 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
     any_elsewhere |= elsewhere && base && r.peak_activation_bytes;
     std::vector<std::string> row = run_row(r, base, elsewhere, n < earlier, cols);
     any_noisy |= noisy(r);
-    if (offload_any) {
+    if (offload_columns) {
       const json host = r.get("offload_host_peak_bytes"), copy = r.get("copy_ms_modelled");
       row.push_back(host.is_number() ? fmt_bytes(host.get<double>()) : "-");
       row.push_back(copy.is_number() ? fmt_double("%.2f", copy.get<double>()) : "-");
@@ -265,7 +263,7 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
     if (verified_any) row.push_back(verified_text(r));
     g.rows.push_back(row);
   }
-  if (offload_any)
+  if (offload_columns)
     g.notes.push_back(
         "host peak = offloaded activations held in host memory at once; copy ms (modelled) = the time compute would "
         "wait for the host copies, modelled from the strategy's h2d_gbps / d2h_gbps, never measured; step ms is "
@@ -292,7 +290,7 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
   if (const std::string sat = saturation_note(rs); !sat.empty()) g.notes.push_back("! " + sat);
   if (!wide)
     g.notes.push_back(std::string("memfine table DIR --wide: every column, labels in full") +
-                      (offload_hidden ? " (offloading's host peak and modelled copy ms among them)" : ""));
+                      (offload_any ? " (offloading's host peak and modelled copy ms among them)" : ""));
   if (verified_any) g.notes.push_back(verified_note(rs));
   if (!wide) {
     fit_columns(g, kNarrow);

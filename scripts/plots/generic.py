@@ -40,10 +40,6 @@ def run_points(path, recs, out, stem, folder_label=""):
     return S.save(fig, out, stem, _caption(path, recs))
 
 
-def axis_words(axis):
-    return "memory budget (MiB)" if axis == "memory.budget" else R._KEY_WORDS.get(axis, axis)
-
-
 def run_sweep(path, recs, out, stem, axis, folder_label=""):
     """A swept key as the x-axis, a line per strategy (offset a little, so that none hides another);
     other swept keys as columns; one legend above them all."""
@@ -112,10 +108,10 @@ def run_sweep(path, recs, out, stem, axis, folder_label=""):
             a2.set_xticks([o for _, o in ticks])
             a2.set_xticklabels([f"{o:.1f}x\n{v:g}" if isinstance(v, (int, float)) else f"{o:.1f}x\n{v}" for v, o in ticks])
         a1.set_title(": ".join(t for t in (folder_label, facet) if t))
-        a2.set_xlabel(f"overload: hottest rank's rows / balanced share\n(below it: {axis_words(axis)})" if overload
-                      else axis_words(axis))
+        a2.set_xlabel(f"overload: hottest rank's rows / balanced share\n(below it: {R.key_words(axis)})" if overload
+                      else R.key_words(axis))
     S.legend(lax, list(handles.values()), list(handles.keys()), ncol=min(3, len(handles)))
-    S.suptitle(fig, f"Every strategy against {'the measured overload' if overload else axis_words(axis)}\n"
+    S.suptitle(fig, f"Every strategy against {'the measured overload' if overload else R.key_words(axis)}\n"
                  "x: out of memory; whiskers: min-max step time over the timed steps; points offset a little sideways")
     return S.save(fig, out, stem, _caption(path, recs) + (" | columns: " + ", ".join(others) if others else ""))
 

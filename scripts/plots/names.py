@@ -75,6 +75,5 @@ def workload(config):
 def swept(records):
     """'swept: zipf alpha 0, 0.5, 1.5' (a point's keys in words) or ''."""
     axes = R.sweep_axes(records)
-    key = lambda k: "budget (MiB)" if k == "memory.budget" else R._KEY_WORDS.get(k, k)
-    return "; ".join("swept: " + key(k) + " " + ", ".join(
+    return "; ".join("swept: " + R.key_words(k) + " " + ", ".join(
         f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in vs) for k, vs in axes.items())

@@ -232,6 +232,11 @@ _KEY_WORDS = {"workload.alpha": "zipf alpha", "workload.sigma": "lognormal sigma
               "workload.kind": "routing", "kernels": "kernels", "dtype": "dtype"}
 
 
+def key_words(key):
+    """A sweep key as an axis names it: 'memory.budget' -> 'memory budget (MiB)', 'parallel.ep' -> 'EP'."""
+    return "memory budget (MiB)" if key == "memory.budget" else _KEY_WORDS.get(key, key)
+
+
 def words(key, value):
     """'memory.budget', 170.0 -> 'budget 170 MiB'; 'workload.alpha', 1.5 -> 'zipf alpha 1.5'."""
     if key == "memory.budget":
