@@ -39,7 +39,7 @@ DASHES = ("-", "--", "-.", ":", (0, (6, 1.5)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 
 # variants that appear together are far apart (MACT the family's own orange: the paper's method).
 VARIANT = {"memfine(chunks=auto)": 0, "memfine(chunks=4)": 1, "memfine(chunks=8)": 2, "memfine(chunks=2)": 3,
            "memfine(chunks=auto,store_when_fits=true)": 4, "memfine(chunks=auto,objective=time)": 1,
-           "memfine(chunks=4,experts=moe_act)": 4, "memfine(chunks=4,experts=buffer_free)": 2,
+           "memfine(chunks=4,experts=moe_act)": 3, "memfine(chunks=4,experts=buffer_free)": 2,
            "memfine(chunks=1)": 5, "memfine(chunks=3)": 6, "memfine(chunks=6)": 7, "memfine(chunks=12)": 4,
            "memfine(chunks=16)": 4, "moeblaze(keep_act=true)": 2,
            "full_recompute(skip_dead=true)": 1, "moe_recompute(skip_dead=true)": 1,
