@@ -215,7 +215,8 @@ TEST(Project, RanksByGoodputAndSaysWhyTheRestFail) {
     EXPECT_TRUE(e.fits);
     EXPECT_GT(e.goodput.ettr, 0);
     EXPECT_LE(e.goodput.ettr, 1);
-    EXPECT_NEAR(e.step, e.compute + e.chunk_overhead + e.recompute + e.comm + e.offload_wait + e.bubble + e.optimizer,
+    EXPECT_NEAR(e.step,
+                e.compute + e.chunk_overhead + e.recompute + e.comm + e.offload_wait + e.bubble + e.optimizer + e.launch,
                 1e-9 * e.step);
     EXPECT_GT(e.optimizer, 0);
   }
@@ -304,6 +305,62 @@ TEST(Project, TheOptimizerStepIsWhatItMovesAtTheHbmRate) {
               1e-12);
   EXPECT_NEAR(optimizer("memfine_layer"), (per_stage + expert_all) * 84 / 1e12, 1e-12);
   EXPECT_NEAR(optimizer("fsdp_te"), (per_stage / 4 + expert_all) * 16 / 1e12, 1e-12);
+}
+
+// The host launches a layer's kernels (Megatron-Core's counts: 7 attention and 52 MoE in forward,
+// twice that in backward); the GPU waits where the host is the slower, and once a MoE forward for
+// the 14 launches after the dispatcher's host synchronisation. This suite's own layer prices none.
+TEST(Project, TheGpuWaitsForTheHostWhereItLaunchesSlower) {
+  const ModelConfig m = plain();  // 16 MoE layers
+  Hardware hw = plain_gpu();
+  Layout l;
+  l.dp = 2, l.ep = 2, l.global_batch = 2;  // one micro-batch a step
+  ProjectConfig c;
+  ProjectSetting set;
+  set.framework = framework_setting(c);
+  auto at = [&](const char* name) { return estimate(m, hw, l, *strategy(name), set); };
+  EXPECT_EQ(at("no_recompute").launch, 0);
+  hw.host_forward_launch_us = hw.host_backward_launch_us = 1e-3;  // far faster than the GPU
+  EXPECT_NEAR(at("no_recompute").launch, 16 * 14 * 1e-9, 1e-15);
+  EXPECT_NEAR(at("full_recompute").launch, 2 * 16 * 14 * 1e-9, 1e-15);
+  hw.host_forward_launch_us = hw.host_backward_launch_us = 1e6;  // a second a launch: the host sets the step
+  const Estimate slow = at("no_recompute");
+  EXPECT_GT(slow.launch, 0);
+  EXPECT_NEAR(slow.step, 16 * (7 + 52) * 3.0, 1e-6);
+  EXPECT_NEAR(at("full_recompute").step, 16 * (7 + 52) * 4.0, 1e-6);  // the forward launched again
+  c.framework.name = "memfine_layer";
+  set.framework = framework_setting(c);
+  EXPECT_EQ(at("no_recompute").launch, 0);
+}
+
+// The 1F1B all-to-all overlap pairs each of a MoE layer's 4 all-to-alls with a compute of the
+// other micro-batch: where each is far longer than its partner, what stays exposed is the
+// all-to-alls less the micro-batch's compute; where each is far shorter, the share of the SMs its
+// dispatcher takes from the compute beside it (DeepEP: 20 of the GPU's; NCCL's: not priced).
+TEST(Project, TheOverlapPairsEachAllToAllWithTheOtherMicroBatchsCompute) {
+  const ModelConfig m = plain();
+  Hardware hw = plain_gpu();
+  hw.nvlink_gb_s = 1e6, hw.sms = 100;
+  Layout l;
+  l.dp = 2, l.ep = 2, l.global_batch = 4;  // two micro-batches a step
+  ProjectConfig c;
+  c.framework.ep_overlap = true;
+  ProjectSetting set;
+  set.framework = framework_setting(c);
+  set.dispatcher = "deepep";
+  auto at = [&]() { return estimate(m, hw, l, *strategy("no_recompute"), set); };
+  hw.deepep_nvlink_gb_s = 1e6;  // all-to-alls far shorter than the compute
+  Estimate e = at();
+  EXPECT_NEAR(e.comm, 0.2 * e.all_to_all, 1e-6 * e.all_to_all);
+  set.dispatcher = "alltoall";
+  EXPECT_NEAR(at().comm / at().all_to_all, 0, 1e-9);
+  set.dispatcher = "deepep";
+  hw.deepep_nvlink_gb_s = 1e-3;  // far longer
+  e = at();
+  EXPECT_NEAR(e.comm, e.all_to_all - e.compute, 1e-9 * e.all_to_all);
+  l.global_batch = 2;  // one micro-batch: nothing to overlap with
+  e = at();
+  EXPECT_NEAR(e.comm, e.all_to_all, 1e-9 * e.all_to_all);
 }
 
 // Interleaved 1F1B keeps 2 (PP - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches on the first

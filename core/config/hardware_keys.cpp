@@ -78,6 +78,13 @@ const Section<Hardware>& hardware_keys() {
        number<H>("device_to_host_gb_s", &H::device_to_host_gb_s, 0, 1e6, "offloading's copies out"),
        number<H>("hbm_gb_s", &H::hbm_gb_s, 0, 1e7,
                  "what memory-bound kernels (norms, SwiGLU's product, permutes, the loss) move"),
+       number<H>("host_forward_launch_us", &H::host_forward_launch_us, 0, 1e6,
+                 "the host's time to launch a kernel from a framework's Python forward (0: launches not priced)"),
+       number<H>("host_backward_launch_us", &H::host_backward_launch_us, 0, 1e6,
+                 "and from the autograd engine in backward"),
+       number<H>("sms", &H::sms, 0, 1e6,
+                 "the GPU's streaming multiprocessors: an overlapped dispatcher's SMs slow the compute beside it "
+                 "(0: not priced)"),
        number<H>("all_to_all_nvlink_gb_s", &H::all_to_all_nvlink_gb_s, 0, 1e6,
                  "NCCL's all-to-all (dispatcher `alltoall`), its measured rate inside a node (0: the link's)"),
        number<H>("all_to_all_network_gb_s", &H::all_to_all_network_gb_s, 0, 1e6, "and across nodes (0: the link's)"),

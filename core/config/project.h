@@ -34,6 +34,11 @@ struct Hardware {
   double nvlink_latency_us = 3, network_latency_us = 10;
   double host_to_device_gb_s = 0, device_to_host_gb_s = 0;
   double hbm_gb_s = 0;  // what memory-bound kernels (norms, SwiGLU's product, permutes, the loss) move
+  // The host's time to launch one kernel, microseconds: from a framework's Python forward (the
+  // framework's and ATen's dispatch, the CUDA library's and the launch path) and from the autograd
+  // engine in backward (no Python); 0: launches are not priced.
+  double host_forward_launch_us = 0, host_backward_launch_us = 0;
+  double sms = 0;  // streaming multiprocessors: a dispatcher running on some slows what runs beside it
   // Each dispatcher's measured all-to-all rate per GPU and direction, inside a node and across nodes
   // (its own figure; 0: the link's rate above): NCCL's all-to-all, DeepEP's, HybridEP's.
   double all_to_all_nvlink_gb_s = 0, all_to_all_network_gb_s = 0;

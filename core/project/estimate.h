@@ -27,6 +27,7 @@ struct Estimate {
   int64_t chunks = 0;  // the MoE's chunk count where it runs in chunks (MACT: its choice); 0: not chunked
   // Seconds per step, by part.
   double compute = 0, recompute = 0, comm = 0, bubble = 0, offload_wait = 0, optimizer = 0, step = 0;
+  double launch = 0;          // the GPU waiting for the host's kernel launches
   double chunk_overhead = 0;  // MemFine's chunks: their expert GEMMs at fewer rows per expert
   double all_to_all = 0;      // of comm: the expert-parallel dispatch and combine
   double tokens_per_s_gpu = 0, model_tflops_gpu = 0;

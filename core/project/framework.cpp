@@ -44,6 +44,35 @@ void optimizer_traffic(FrameworkSetting& s) {
   s.grad_zero_bytes = s.grad_bytes;
 }
 
+// What one layer launches from the host in Megatron-Core with Transformer Engine (BF16, TP 1,
+// unfused router and permutation), counted from its code (Megatron-LM d98e8a64: transformer_layer.py,
+// attention.py, moe/router.py, moe_utils.py, token_dispatcher.py, experts.py), not profiled, so
+// good to about a third:
+// - attention: the norm fused into the QKV GEMM (2), rotary on q and k (2), the fused attention
+//   (1), the output projection (1), bias-dropout-add (1);
+// - dense FFN: the norm and FC1 (2), SwiGLU (1), FC2 (1), bias-dropout-add (1);
+// - MoE: the norm (1); the router's fp32 GEMM and cast (2), its top-k (softmax, top-k, normalise,
+//   the dense probabilities and routing map scattered: 7) and the load-balancing loss (9); the
+//   dispatcher's preprocess (counts, their all-gather and the copy to the host that synchronises:
+//   8); then the permutation (10), the dispatch's two all-to-alls (2) and the sort by local expert
+//   (2); the grouped experts (FC1, SwiGLU with the probabilities, FC2: 4); the unsort (2), the
+//   combine (1), the unpermutation (3) and the residual (1);
+// - backward: about twice the forward's kernels (a data and a weight gradient per GEMM; the
+//   elementwise kernels' gradients), not enumerated op by op.
+// FSDP2 with TE (NeMo AutoModel) runs its own MoE code; not counted here: Megatron's stand in.
+void launches(FrameworkSetting& s) {
+  if (s.profile == Profile::Memfine) return;  // this suite's layer: measured, launches and all
+  s.forward = {7, 5, 52, 14};
+  s.backward = {2 * s.forward.attention, 2 * s.forward.dense_ffn, 2 * s.forward.moe, 0};
+}
+
+// The dispatchers' SMs: Megatron-Core's defaults (transformer_config.py moe_deepep_num_sms 20,
+// moe_hybridep_num_sms 24); AutoModel's DeepEP takes DeepEP's own default of 20 (Buffer.num_sms).
+void dispatcher_sms(FrameworkSetting& s) {
+  if (s.profile == Profile::Memfine) return;
+  s.deepep_sms = 20, s.hybridep_sms = 24;
+}
+
 }  // namespace
 
 FrameworkSetting framework_setting(const ProjectConfig& c) {
@@ -71,6 +100,8 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.margin = f.margin;
   s.ep_overlap = f.ep_overlap;
   optimizer_traffic(s);
+  launches(s);
+  dispatcher_sms(s);
   return s;
 }
 

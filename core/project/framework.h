@@ -11,6 +11,17 @@
 
 namespace memfine {
 
+// The kernels one layer's blocks launch from the host (framework.cpp counts them from the
+// framework's code): the attention block (norm, projections, rotary, attention, residual), a dense
+// FFN block and a MoE block (router, dispatch, experts, combine, shared experts).
+struct Launches {
+  double attention = 0, dense_ffn = 0, moe = 0;
+  // Of the MoE's forward: what it launches after the dispatcher's host synchronisation (the rows
+  // each expert receives, read on the host to size the dispatch) up to the dispatch: the GPU has
+  // drained its queue there and waits for each of these launches.
+  double moe_after_sync = 0;
+};
+
 struct FrameworkSetting {
   std::string name = "megatron_te";
   Profile profile = Profile::MegatronTe;
@@ -31,6 +42,15 @@ struct FrameworkSetting {
   bool optimizer_sharded = true;
   double grad_zero_bytes = 0;
   bool ep_overlap = false;
+  // What the host launches a layer: the forward's from Python (and again for a recomputed forward),
+  // the backward's from the autograd engine; none where the framework's process is not timed this
+  // way (memfine_layer: this suite's own measured layer) or the run captures CUDA graphs.
+  Launches forward, backward;
+  // The SMs the DeepEP and HybridEP dispatchers run on (NCCL's all-to-all: not priced).
+  double deepep_sms = 0, hybridep_sms = 0;
+  double dispatcher_sms(const std::string& dispatcher) const {
+    return dispatcher == "deepep" ? deepep_sms : dispatcher == "hybridep" ? hybridep_sms : 0;
+  }
 };
 
 // The file's framework with its defaults filled in.

@@ -56,7 +56,7 @@ std::vector<std::string> row_of(const Estimate& e, int64_t n) {
           fmt_double("%.1f", e.host_gb),
           e.chunks > 0 ? std::to_string(e.chunks) : "-",
           fmt_double("%.2f", e.step),
-          fmt_double("%.2f", e.compute + e.optimizer),
+          fmt_double("%.2f", e.compute + e.optimizer + e.launch),
           fmt_double("%.2f", e.recompute + e.chunk_overhead + e.offload_wait),
           fmt_double("%.2f", e.comm),
           fmt_double("%.2f", e.bubble),
@@ -107,6 +107,7 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   out +=
       "\n\nneed = alloc (what the tensors take) with the allocator's reserve and what the process holds beside "
       "(CUDA context, NCCL), against the usable memory; fit: borderline within the framework's margin of it\n"
+      "compute = the kernels, the optimizer step and the GPU's wait for the host's launches; "
       "overhead = recomputation (with its all-to-alls), MemFine's chunks, offloading's copy wait and encoding's "
       "passes over memory (8-bit storage); comm = "
       "exposed communication; balanced = tok/s/GPU with balanced routing; goodput = ETTR x tok/s/GPU\n"
@@ -159,7 +160,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
       j["step_parts_s"] = {
           {"compute", e.compute}, {"recompute", e.recompute},       {"comm", e.comm},
           {"bubble", e.bubble},   {"offload_wait", e.offload_wait}, {"chunk_overhead", e.chunk_overhead},
-          {"optimizer", e.optimizer}};
+          {"optimizer", e.optimizer}, {"launch", e.launch}};
       j["all_to_all_s"] = e.all_to_all;
       j["tokens_per_s_gpu"] = e.tokens_per_s_gpu, j["balanced_tokens_per_s_gpu"] = e.balanced_tokens_per_s_gpu;
       j["model_tflops_gpu"] = e.model_tflops_gpu;

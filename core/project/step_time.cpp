@@ -95,6 +95,28 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
   return 4 * moe_layers * one;
 }
 
+// Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's
+// forward layer beside another's backward layer, each all-to-all on its own stream beside a
+// compute of the other (combined_1f1b.py schedule_layer_1f1b's order): the backward's combine
+// beside the forward's attention, the forward's dispatch beside the backward's expert data
+// gradients, the backward's dispatch beside the experts' weight gradients and forward, the
+// forward's combine beside the backward's attention. An all-to-all longer than its partner stays
+// exposed by the difference; while one runs, its dispatcher's SMs are not the partner's (DeepEP
+// and HybridEP run on SMs of their own), so the partner slows by their share.
+double overlapped_a2a(const ModelConfig& m, const Hardware& hw, const Layout& l, const ProjectSetting& set,
+                      const Compute& c, double a2a) {
+  const double moe_layers = double(m.moe_layers() + m.mtp_layers) / double(l.pp);
+  if (moe_layers <= 0) return 0;
+  const double one = a2a / 4 / moe_layers;  // an all-to-all of one layer
+  const double mlp_f = c.experts / 3 / moe_layers, attn_f = (c.total - c.experts) / 3 / moe_layers;
+  const double sms = set.framework.dispatcher_sms(set.dispatcher);
+  const double kept = hw.sms > 0 && sms > 0 && sms < hw.sms ? 1 - sms / hw.sms : 1;  // the partner's share of SMs
+  // The all-to-all's exposed part beside `work` seconds of compute: what outlasts it, or what the
+  // compute loses to the dispatcher's SMs while the two run, whichever is the more.
+  auto exposed = [&](double work) { return std::max(one - work, one * (1 - kept)); };
+  return moe_layers * (exposed(attn_f) + exposed(mlp_f) + exposed(2 * mlp_f) + exposed(2 * attn_f));
+}
+
 // What a shape runs again: a layer recomputed whole runs its forward again with its dispatch and
 // combine; a MoE recomputed as a block or in chunks, its experts' forward and the all-to-alls;
 // moe_act and buffer-free experts SiLU(a) * b of the routed rows (memory-bound).
@@ -107,6 +129,24 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
   if (s.experts == ExpertStorage::ActRecomputed || (s.experts == ExpertStorage::BufferFree && !s.keep_act))
     return c.act_hbm;
   return 0;
+}
+
+// MemFine's chunks run the MoE's kernels once a chunk.
+double moe_runs(const StrategyShape& s) {
+  return s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
+}
+
+// The host's time to launch one micro-batch's kernels on one stage: the forward's from Python (and
+// a recomputed forward's again), the backward's from the autograd engine. The GPU runs behind the
+// host while its kernels are the longer; where the host is the slower, the GPU waits for it.
+double host_launch_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
+                      const FrameworkSetting& f) {
+  const double pp = double(l.pp), layers = double(m.layers) / pp, dense = double(m.dense_layers) / pp;
+  const double moe = double(m.moe_layers() + m.mtp_layers) / pp * moe_runs(s);
+  auto stage = [&](const Launches& x) { return layers * x.attention + dense * x.dense_ffn + moe * x.moe; };
+  const double fwd = hw.host_forward_launch_us * 1e-6;
+  const double again = s.recompute_layer ? stage(f.forward) : s.moe != MoeMode::Stored ? moe * f.forward.moe : 0;
+  return (stage(f.forward) + again) * fwd + stage(f.backward) * hw.host_backward_launch_us * 1e-6;
 }
 
 }  // namespace
@@ -123,10 +163,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
   const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw), dp_link = pp_link;
   const double pp_comm = l.pp > 1 ? 2 * send_time(pp_link, tokens_gpu * h * kB) : 0;
-  // Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's
-  // forward beside another's backward, each one's dispatch and combine behind the other's compute:
-  // what is longer than that compute stays exposed.
-  const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? std::max(0.0, a2a - c.total) : a2a;
+  const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? overlapped_a2a(m, hw, l, set, c, a2a) : a2a;
   // ChunkedEP: chunk i+1's dispatch runs behind chunk i's experts, in the forward and in a replay
   // for backward; all but the first chunk's, where the experts' forward is at least as long.
   double hidden = 0;
@@ -162,7 +199,14 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   }
   // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
   const double rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + comm : 0;
-  const double per_micro = c.total + recompute + comm + fsdp_exposed + wait + rerun;
+  const double on_gpu = c.total + recompute + comm + fsdp_exposed + wait + rerun;
+  // The dispatcher's synchronisation drains the GPU once a MoE forward (and a recomputed one): the
+  // launches after it up to the dispatch run with the GPU waiting.
+  const double moe_passes = (1 + (s.recompute_layer || s.moe != MoeMode::Stored ? 1 : 0)) *
+                            double(m.moe_layers() + m.mtp_layers) / pp * moe_runs(s);
+  const double drained = moe_passes * set.framework.forward.moe_after_sync * hw.host_forward_launch_us * 1e-6;
+  const double launch = std::max(host_launch_of(m, hw, l, s, set.framework), on_gpu + drained) - on_gpu;
+  const double per_micro = on_gpu + launch;
   // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
   // micro-batch's backward.
   const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
@@ -183,6 +227,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   p.recompute = double(micro) * (recompute + rerun), p.offload_wait = double(micro) * wait;
   p.comm = double(micro) * (comm + fsdp_exposed) + dp_exposed;
   p.all_to_all = double(micro) * a2a;
+  p.launch = double(micro) * launch;
   p.bubble =
       double(l.grad_accumulation) * pipeline_bubble_time(l.pp, l.vpp, per_micro);  // a fill and drain per schedule
   return p;
@@ -197,6 +242,17 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
   grouped = grouped.empty() ? four_digits(hw.grouped_gemm_small_tflops) + "-" + four_digits(hw.grouped_gemm_tflops) +
                                   " by rows per expert (knee " + four_digits(hw.grouped_gemm_knee_rows) + ")"
                             : "by rows per expert on the preset's curve (" + grouped + " rows)";
+  const Launches& fw = set.framework.forward;
+  const std::string launches =
+      hw.host_forward_launch_us > 0 && fw.attention + fw.moe > 0
+          ? "; the host launches a layer's kernels (" + four_digits(fw.attention) + " attention, " +
+                four_digits(fw.moe) + " MoE in forward; " + four_digits(set.framework.backward.attention) + " and " +
+                four_digits(set.framework.backward.moe) + " in backward) at " + four_digits(hw.host_forward_launch_us) +
+                " us each from Python and " + four_digits(hw.host_backward_launch_us) +
+                " from autograd: where that is longer than the GPU's micro-batch, the GPU waits for it; after the "
+                "dispatcher's host synchronisation, " + four_digits(fw.moe_after_sync) +
+                " launches a MoE forward with the GPU waiting"
+          : "; kernel launches not priced";
   return {"compute: dense GEMMs at " + four_digits(hw.gemm_tflops) + " TFLOP/s, attention at " +
               four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + grouped +
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
@@ -204,7 +260,7 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               four_digits(hw.hbm_gb_s) +
               " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers; "
               "the optimizer step moves " + four_digits(set.framework.optimizer_bytes) + " bytes a parameter of " +
-              (set.framework.optimizer_sharded ? "its shard" : "the rank") + " at the HBM rate, once a step",
+              (set.framework.optimizer_sharded ? "its shard" : "the rank") + " at the HBM rate, once a step" + launches,
           "communication: the all-to-all (4 per MoE layer, " +
               std::string(ep_in_node                        ? "NVLink"
                           : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"

@@ -2,7 +2,7 @@
 // grouped expert GEMM as a function of rows per expert, attention; memory-bound kernels at the HBM
 // rate), what a strategy's shape recomputes, the chunks' cost, communication exposed where the
 // layout cannot hide it (core/project/comm.h), offloading's copy wait and the pipeline bubble
-// (core/project/pipeline.h).
+// (core/project/pipeline.h), and the time the GPU waits for the host to launch its kernels.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,7 +15,8 @@ namespace memfine {
 struct StepParts {
   double compute = 0, chunk_overhead = 0, recompute = 0, comm = 0, all_to_all = 0, offload_wait = 0, bubble = 0;
   double optimizer = 0;  // the optimizer step, once a step after the last micro-batch
-  double step() const { return compute + chunk_overhead + recompute + comm + offload_wait + bubble + optimizer; }
+  double launch = 0;     // the GPU waiting for the host to launch its kernels (the host is the slower)
+  double step() const { return compute + chunk_overhead + recompute + comm + offload_wait + bubble + optimizer + launch; }
 };
 
 // What the step time needs of the memory side: the stage's parameters (data-parallel traffic)

@@ -49,17 +49,18 @@ def _why(r, err):
     micro = l["global_batch"] // (l["dp"] * l["micro_batch"])
     said = []
     if err > 0:
+        launch = parts.get("launch", 0) / max(r["step_s"], 1e-12)
         if micro <= 2:
             opt = parts.get("optimizer", 0) / max(r["step_s"], 1e-12)
-            said.append(f"{micro} micro-batch a step: per-kernel and per-step costs it does not price (framework and "
-                        f"launch time, host synchronisations) weigh the most (the optimizer step, priced, is "
-                        f"{100 * opt:.0f}% of it)")
+            said.append(f"{micro} micro-batch a step: per-step costs it does not price (the step's own host "
+                        f"synchronisations, logging, the schedule's set-up) weigh the most (priced: the optimizer "
+                        f"step, {100 * opt:.0f}% of it)")
         if r.get("ep_overlap"):
-            said.append("the overlap hides every all-to-all shorter than the other micro-batch's compute; "
-                        "the run hid less")
+            said.append("the overlap pairs each all-to-all with the other micro-batch's attention or experts and "
+                        "prices the dispatcher's SMs; the run hid less")
         share = parts["compute"] / max(r["step_s"], 1e-12)
-        said.append(f"compute is {100 * share:.0f}% of its step, priced at kernel-level rates with no launch or "
-                    "framework time between kernels")
+        said.append(f"compute is {100 * share:.0f}% of its step at kernel-level rates; the host's launches, "
+                    f"priced from per-launch figures, wait {100 * launch:.0f}% of it")
     else:
         share = parts["comm"] / max(r["step_s"], 1e-12)
         said.append(f"exposed communication is {100 * share:.0f}% of its step (all-to-alls at the dispatcher's "
