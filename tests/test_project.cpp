@@ -363,6 +363,25 @@ TEST(Project, TheOverlapPairsEachAllToAllWithTheOtherMicroBatchsCompute) {
   EXPECT_NEAR(e.comm, e.all_to_all, 1e-9 * e.all_to_all);
 }
 
+// Megatron's --tp-comm-overlap hides TP's sequence-parallel collectives behind the dense GEMMs:
+// with GEMMs far longer than they, every one of the 4 a layer (reduce-scatter sized) is hidden.
+TEST(Project, TpCommOverlapHidesTheCollectivesBehindTheGemms) {
+  const ModelConfig m = plain();
+  Hardware hw = plain_gpu();
+  hw.gemm_tflops = 1e-3;  // GEMMs far longer than any collective
+  Layout l;
+  l.tp = 2, l.dp = 2, l.ep = 2, l.global_batch = 2;  // one micro-batch of 1024 tokens
+  ProjectConfig c;
+  ProjectSetting set;
+  set.framework = framework_setting(c);
+  const Estimate exposed = estimate(m, hw, l, *strategy("no_recompute"), set);
+  set.framework.tp_comm_overlap = true;
+  const Estimate hidden = estimate(m, hw, l, *strategy("no_recompute"), set);
+  const double tp = 4 * 16 * reduce_scatter_time({0, 100e9}, 2, 1024.0 * 1024 * 2);
+  EXPECT_GT(tp, 0);
+  EXPECT_NEAR(exposed.comm - hidden.comm, tp, 1e-9 * tp);
+}
+
 // Interleaved 1F1B keeps 2 (PP - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches on the first
 // rank, each 1 / VPP of its layers: (1 + (PP - 1) / (PP VPP)) x 1F1B's PP (Megatron's schedule);
 // a step of fewer micro-batches keeps fewer. Each schedule (gradient accumulation) fills and

@@ -76,6 +76,7 @@ struct FrameworkConfig {
   double fragmentation = -1;         // reserved over allocated, less 1
   double margin = 0.1;               // a peak this close to the limit (share of the peak) is borderline
   bool ep_overlap = false;           // the all-to-all hidden behind another micro-batch (Megatron's 1F1B overlap)
+  bool tp_comm_overlap = false;      // TP's collectives behind the GEMMs (Megatron's --tp-comm-overlap)
 };
 
 struct ProjectConfig {

@@ -310,6 +310,9 @@ const Section<FrameworkConfig>& framework_keys() {
        number<F>("margin", &F::margin, 0, 1,
                  "a layout whose need is within this share of its peak of the memory limit is `borderline`, "
                  "neither a plain yes nor no (the profile's own uncertainty)"),
+       boolean<F>("tp_comm_overlap", &F::tp_comm_overlap,
+                  "TP's sequence-parallel all-gathers and reduce-scatters run behind the dense GEMMs (Megatron's "
+                  "--tp-comm-overlap, Transformer Engine's userbuffers)"),
        boolean<F>("ep_overlap", &F::ep_overlap,
                   "the all-to-all hidden behind another micro-batch's compute (Megatron's "
                   "--overlap-moe-expert-parallel-comm)")}};

@@ -99,6 +99,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.fragmentation = f.fragmentation >= 0 ? f.fragmentation : kFragmentation;
   s.margin = f.margin;
   s.ep_overlap = f.ep_overlap;
+  s.tp_comm_overlap = f.tp_comm_overlap;
   optimizer_traffic(s);
   launches(s);
   dispatcher_sms(s);
@@ -110,6 +111,7 @@ std::vector<std::string> framework_assumptions(const FrameworkSetting& f) {
               "the loss (" + f.loss + "), " + four_digits(f.workspace / 1e9) +
               " GB outside the allocator (CUDA context, NCCL) and " + four_digits(100 * f.fragmentation) +
               "% reserved beyond allocated, the all-to-all " + (f.ep_overlap ? "overlapped" : "not overlapped") +
+              ", TP's collectives " + (f.tp_comm_overlap ? "behind the GEMMs" : "exposed") +
               "; a layout within " + four_digits(100 * f.margin) +
               "% of its peak of the limit is borderline (framework.margin)"};
 }

@@ -42,6 +42,7 @@ struct FrameworkSetting {
   bool optimizer_sharded = true;
   double grad_zero_bytes = 0;
   bool ep_overlap = false;
+  bool tp_comm_overlap = false;
   // What the host launches a layer: the forward's from Python (and again for a recomputed forward),
   // the backward's from the autograd engine; none where the framework's process is not timed this
   // way (memfine_layer: this suite's own measured layer) or the run captures CUDA graphs.

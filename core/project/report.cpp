@@ -145,6 +145,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
                         {"fit", e.fit},
                         {"framework", c.framework.name},
                         {"ep_overlap", c.framework.ep_overlap},
+                        {"tp_comm_overlap", c.framework.tp_comm_overlap},
                         {"hottest_stage", e.hottest_stage},
                         {"why", e.why},
                         {"rank", rank}};

@@ -41,6 +41,7 @@ struct Compute {
   double chunk = 0;    // of it, what MemFine's chunks add: the expert GEMMs at fewer rows per expert
   double experts = 0;  // the routed experts' GEMMs and their rows' memory-bound kernels
   double act_hbm = 0;  // SiLU(a) * b of the routed rows recomputed, at the HBM rate
+  double dense = 0;    // the dense GEMMs (attention projections, dense and shared FFNs, the head)
 };
 
 Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
@@ -67,6 +68,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
       hw.hbm_gb_s > 0 ? 3 * (token_bytes * tokens / tp / pp + moe_layers * mb.routed_row * received) / hbm : 0;
   Compute c;
   c.total = dense_t + core_t + expert_t + memory_t;
+  c.dense = dense_t;
   c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
   c.experts = expert_t + (hw.hbm_gb_s > 0 ? 3 * moe_layers * mb.routed_row * received / hbm : 0);
   if (hw.hbm_gb_s > 0) c.act_hbm = moe_layers * received * set.element_bytes * 3 * g / hbm;
@@ -158,8 +160,10 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   const int64_t micro = l.global_batch / (l.dp * l.micro_batch);  // micro-batches per step and DP rank
   const Compute c = compute_of(m, hw, l, s, set, received);
   const double a2a = all_to_all_of(m, hw, l, set, received);
-  const double tp_comm =
-      l.tp > 1 ? 4 * double(m.layers) / pp * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
+  double tp_comm = l.tp > 1 ? 4 * double(m.layers) / pp * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
+  // Megatron's --tp-comm-overlap splits the GEMMs beside TP's collectives into pieces, each piece's
+  // collective behind another's GEMM: what outlasts the dense GEMMs stays exposed.
+  if (set.framework.tp_comm_overlap) tp_comm = std::max(0.0, tp_comm - c.dense);
   // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
   const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw), dp_link = pp_link;
   const double pp_comm = l.pp > 1 ? 2 * send_time(pp_link, tokens_gpu * h * kB) : 0;
@@ -265,8 +269,13 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               std::string(ep_in_node                        ? "NVLink"
                           : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"
                                                           : "network") +
-              (set.framework.ep_overlap ? ", behind another micro-batch's compute where it is shorter" : "") +
-              ") and TP's sequence-parallel collectives exposed; pipeline sends exposed; CP's ring and DP's gradient "
+              (set.framework.ep_overlap
+                   ? ", each beside a compute of another micro-batch in Megatron's 1F1B pairs, slowed by the "
+                     "dispatcher's SMs"
+                   : "") +
+              ") exposed; TP's sequence-parallel collectives " +
+              (set.framework.tp_comm_overlap ? "behind the dense GEMMs where they are shorter" : "exposed") +
+              "; pipeline sends exposed; CP's ring and DP's gradient "
               "reduce-scatter and weight all-gather hidden behind compute but for the last micro-batch"};
 }
 
