@@ -13,7 +13,7 @@ namespace memfine {
 
 // The kernels one layer's blocks launch from the host (framework.cpp counts them from the
 // framework's code): the attention block (norm, projections, rotary, attention, residual), a dense
-// FFN block and a MoE block (router, dispatch, experts, combine, shared experts).
+// FFN block and a MoE block (norm, router, dispatch, experts, combine).
 struct Launches {
   double attention = 0, dense_ffn = 0, moe = 0;
   // Of the MoE's forward: what it launches after the dispatcher's host synchronisation (the rows
@@ -45,7 +45,7 @@ struct FrameworkSetting {
   bool tp_comm_overlap = false;
   // What the host launches a layer: the forward's from Python (and again for a recomputed forward),
   // the backward's from the autograd engine; none where the framework's process is not timed this
-  // way (memfine_layer: this suite's own measured layer) or the run captures CUDA graphs.
+  // way (memfine_layer: this suite's own measured layer).
   Launches forward, backward;
   // The SMs the DeepEP and HybridEP dispatchers run on (NCCL's all-to-all: not priced).
   double deepep_sms = 0, hybridep_sms = 0;

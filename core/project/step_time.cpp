@@ -30,6 +30,20 @@ double grouped_rate(const Hardware& hw, double rows) {
 
 namespace {
 
+// The MoE layers (MTP's counted as MoE layers) on one pipeline stage.
+double stage_moe_layers(const ModelConfig& m, const Layout& l) {
+  return double(m.moe_layers() + m.mtp_layers) / double(l.pp);
+}
+
+// Whether the shape runs the MoE's forward again for backward (its layer recomputed whole, or the
+// MoE as a block or in chunks).
+bool replays_moe(const StrategyShape& s) { return s.recompute_layer || s.moe != MoeMode::Stored; }
+
+// MemFine's chunks run the MoE's kernels once a chunk.
+double moe_runs(const StrategyShape& s) {
+  return s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
+}
+
 Link nvlink(const Hardware& hw) { return {hw.nvlink_latency_us * 1e-6, hw.nvlink_gb_s * 1e9}; }
 Link network(const Hardware& hw) { return {hw.network_latency_us * 1e-6, hw.network_gb_s * 1e9}; }
 
@@ -51,12 +65,12 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const TokenFlops tf = token_flops(m);
   const double dense_flops = 3 * (tf.attention_proj + tf.dense_ffn + tf.shared + tf.lm_head) * tokens / tp / pp;
   const double core_flops = 3 * tf.attention_core * tokens / tp / pp;
-  const double moe_layers = double(m.moe_layers() + m.mtp_layers) / pp;
+  const double moe_layers = stage_moe_layers(m, l);
   const double expert_flops = 3 * moe_layers * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
   const double dense_t = dense_flops / (hw.gemm_tflops * 1e12) + tf.router * 3 * tokens / pp / (hw.gemm_tflops * 1e12);
   const double core_t = core_flops / (hw.attention_tflops * 1e12);
-  const double chunks = s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
+  const double chunks = moe_runs(s);
   const double expert_t = expert_flops / grouped_rate(hw, rows_per_expert / chunks);
   // Memory-bound kernels at the HBM rate: what the layers on this stage move per token, the routed
   // rows on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
@@ -93,7 +107,7 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
     const double per_node = set.dispatcher != "alltoall" ? n * (1 - std::pow(1 - 1 / n, k)) / k : 1;
     one = (n - 1) * ep_link.alpha + bytes * (n - 1) / n * per_node / ep_link.beta;
   }
-  const double moe_layers = double(m.moe_layers() + m.mtp_layers) / double(l.pp);
+  const double moe_layers = stage_moe_layers(m, l);
   return 4 * moe_layers * one;
 }
 
@@ -107,7 +121,7 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
 // and HybridEP run on SMs of their own), so the partner slows by their share.
 double overlapped_a2a(const ModelConfig& m, const Hardware& hw, const Layout& l, const ProjectSetting& set,
                       const Compute& c, double a2a) {
-  const double moe_layers = double(m.moe_layers() + m.mtp_layers) / double(l.pp);
+  const double moe_layers = stage_moe_layers(m, l);
   if (moe_layers <= 0) return 0;
   const double one = a2a / 4 / moe_layers;  // an all-to-all of one layer
   const double mlp_f = c.experts / 3 / moe_layers, attn_f = (c.total - c.experts) / 3 / moe_layers;
@@ -125,7 +139,7 @@ double overlapped_a2a(const ModelConfig& m, const Hardware& hw, const Layout& l,
 double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
   // skip_dead: the replay skips the experts' second GEMM (a third of their forward FLOPs: h x 2g in,
   // g x h out) and the combine's all-to-all.
-  const double dead = s.skip_dead && (s.recompute_layer || s.moe != MoeMode::Stored) ? c.experts / 9 + a2a / 4 : 0;
+  const double dead = s.skip_dead && replays_moe(s) ? c.experts / 9 + a2a / 4 : 0;
   if (s.recompute_layer) return c.total / 3 + a2a / 2 - dead;
   if (s.moe != MoeMode::Stored) return c.experts / 3 + a2a / 2 - dead;
   if (s.experts == ExpertStorage::ActRecomputed || (s.experts == ExpertStorage::BufferFree && !s.keep_act))
@@ -133,22 +147,22 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
   return 0;
 }
 
-// MemFine's chunks run the MoE's kernels once a chunk.
-double moe_runs(const StrategyShape& s) {
-  return s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
-}
-
-// The host's time to launch one micro-batch's kernels on one stage: the forward's from Python (and
-// a recomputed forward's again), the backward's from the autograd engine. The GPU runs behind the
-// host while its kernels are the longer; where the host is the slower, the GPU waits for it.
-double host_launch_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
-                      const FrameworkSetting& f) {
+// How long the GPU waits for the host's launches in one micro-batch on one stage that keeps it busy
+// for `on_gpu` seconds. The host launches the forward's kernels from Python (a recomputed forward's
+// again), the backward's from the autograd engine; the GPU runs behind it while its kernels are the
+// longer, and waits where the host is the slower. The dispatcher's synchronisation drains the GPU
+// once a MoE forward (and a replayed one): the launches after it up to the dispatch run with the
+// GPU waiting.
+double launch_wait(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
+                   const FrameworkSetting& f, double on_gpu) {
   const double pp = double(l.pp), layers = double(m.layers) / pp, dense = double(m.dense_layers) / pp;
-  const double moe = double(m.moe_layers() + m.mtp_layers) / pp * moe_runs(s);
+  const double moe = stage_moe_layers(m, l) * moe_runs(s);
   auto stage = [&](const Launches& x) { return layers * x.attention + dense * x.dense_ffn + moe * x.moe; };
   const double fwd = hw.host_forward_launch_us * 1e-6;
-  const double again = s.recompute_layer ? stage(f.forward) : s.moe != MoeMode::Stored ? moe * f.forward.moe : 0;
-  return (stage(f.forward) + again) * fwd + stage(f.backward) * hw.host_backward_launch_us * 1e-6;
+  const double again = s.recompute_layer ? stage(f.forward) : replays_moe(s) ? moe * f.forward.moe : 0;
+  const double host = (stage(f.forward) + again) * fwd + stage(f.backward) * hw.host_backward_launch_us * 1e-6;
+  const double drained = (replays_moe(s) ? 2 : 1) * moe * f.forward.moe_after_sync * fwd;
+  return std::max(host, on_gpu + drained) - on_gpu;
 }
 
 }  // namespace
@@ -173,7 +187,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   double hidden = 0;
   if (s.dispatch_ahead && s.chunks > 1) {
     const double C = double(s.chunks), per_pass = (C - 1) / C * std::min(a2a_exposed / 4, c.experts / 3);
-    hidden = per_pass * (s.recompute_layer || s.moe != MoeMode::Stored ? 2 : 1);
+    hidden = per_pass * (replays_moe(s) ? 2 : 1);
   }
   const double comm = a2a_exposed + tp_comm + pp_comm - std::min(hidden, a2a_exposed);
   const double recompute = recompute_of(s, c, a2a_exposed);
@@ -204,12 +218,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
   const double rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + comm : 0;
   const double on_gpu = c.total + recompute + comm + fsdp_exposed + wait + rerun;
-  // The dispatcher's synchronisation drains the GPU once a MoE forward (and a recomputed one): the
-  // launches after it up to the dispatch run with the GPU waiting.
-  const double moe_passes = (1 + (s.recompute_layer || s.moe != MoeMode::Stored ? 1 : 0)) *
-                            double(m.moe_layers() + m.mtp_layers) / pp * moe_runs(s);
-  const double drained = moe_passes * set.framework.forward.moe_after_sync * hw.host_forward_launch_us * 1e-6;
-  const double launch = std::max(host_launch_of(m, hw, l, s, set.framework), on_gpu + drained) - on_gpu;
+  const double launch = launch_wait(m, hw, l, s, set.framework, on_gpu);
   const double per_micro = on_gpu + launch;
   // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
   // micro-batch's backward.
