@@ -172,7 +172,6 @@ def _budget_figure(recs, pts, cl):
     strip.set_title("out of memory at these budgets", loc="left", fontsize=S.SMALL)
     strip.tick_params(axis="y", length=0)
     strip.set_xlabel("memory budget (MiB)")
-    a2.set_xlabel("memory budget (MiB)")
     a2.tick_params(labelbottom=True)
     # The paper's GPU ratios: marks on the right edge, their words apart from each other beside it.
     for (key, name), up in ((("tgs_mact_vs_full_II", "MACT"), 1), (("tgs_fixed8_vs_full_II", "8 chunks"), -1)):
@@ -183,7 +182,7 @@ def _budget_figure(recs, pts, cl):
     a2.annotate("the paper\n(GPU, Model II):", xy=(1.0, 1.0), xycoords=("axes fraction", "data"), xytext=(6, 30),
                 textcoords="offset points", fontsize=S.SMALL, color="0.3", va="bottom")
     S.dress(a1, "", "tokens per second", "throughput against the budget", legend=False)
-    S.dress(a2, "", "speed-up vs full recomputation (x)",
+    S.dress(a2, "memory budget (MiB)", "speed-up vs full recomputation (x)",
             "speed against full recomputation, where it fits", legend=False)
     S.legend(lax, [h for h, _ in handles], [t for _, t in handles], ncol=3)
     S.suptitle(fig, f"Every strategy at every budget, {R.device_label(recs)}\n"
