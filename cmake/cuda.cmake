@@ -65,7 +65,8 @@ else()
     # The GPU-only test (the kernels and a whole CUDA step against ATen and the CPU) compiles too.
     find_package(GTest QUIET)
     if(GTest_FOUND AND MEMFINE_TESTS)
-      target_sources(memfine_torch_cuda_compile_check PRIVATE ${CMAKE_SOURCE_DIR}/tests/test_kernels.cpp)
+      target_sources(memfine_torch_cuda_compile_check PRIVATE ${CMAKE_SOURCE_DIR}/tests/test_kernels.cpp
+                     ${CMAKE_SOURCE_DIR}/tests/test_grouped.cpp)
       target_include_directories(memfine_torch_cuda_compile_check PRIVATE ${CMAKE_SOURCE_DIR}/tests)
       target_link_libraries(memfine_torch_cuda_compile_check PRIVATE GTest::gtest)
     endif()

@@ -43,6 +43,7 @@ Model Model::clone() const {
     each_replicated(l, own);
     for (auto& t : l.w_in) own(t);
     for (auto& t : l.w_out) own(t);
+    pack_experts(l.w_in), pack_experts(l.w_out);
     own(l.expert_bias);
   }
   own(m.final_norm);
@@ -98,6 +99,7 @@ Model make_model(const ExperimentConfig& c, int64_t rank) {
       w.w_in.push_back(draw(s(100 + 2 * ge), {h, 2 * g}, sh, opt));
       w.w_out.push_back(draw(s(101 + 2 * ge), {g, h}, 1.0 / std::sqrt(double(g)), opt));
     }
+    pack_experts(w.w_in), pack_experts(w.w_out);
     if (m.shared_experts > 0) {
       const int64_t gs = g * m.shared_experts;
       w.shared_in = draw(s(6), {h, 2 * gs}, sh, opt);
@@ -153,6 +155,16 @@ at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConf
   }
   ModuleScope proj(Module::AttnProj);
   return at::matmul(ctx.transpose(1, 2).reshape({b * s, H * d}), w.wo);
+}
+
+void pack_experts(const std::vector<at::Tensor>& w) {
+  if (w.size() < 2 || back_to_back(w)) return;
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> sizes = {int64_t(w.size())};
+  sizes.insert(sizes.end(), w[0].sizes().begin(), w[0].sizes().end());
+  at::Tensor all = at::empty(sizes, w[0].options().requires_grad(false));
+  for (size_t e = 0; e < w.size(); ++e) all[int64_t(e)].copy_(w[e]);  // copy_ checks the shapes
+  for (size_t e = 0; e < w.size(); ++e) w[e].set_data(all[int64_t(e)]);
 }
 
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out) {

@@ -15,7 +15,8 @@ struct LayerWeights {
   at::Tensor norm1, wq, wk, wv, wo;  // attention (undefined when attention is "none")
   at::Tensor norm2, router;          // router: [hidden, experts] over all experts
   // This rank's routed experts, one tensor each (as Megatron-Core's SequentialMLP), so each
-  // expert's gradient accumulates in place: [h, 2g] (gate and up) and [g, h].
+  // expert's gradient accumulates in place: [h, 2g] (gate and up) and [g, h]. Each list lies in one
+  // storage (pack_experts), which grouped GEMMs read as [experts, in, out] (core/moe/grouped.h).
   std::vector<at::Tensor> w_in, w_out;
   at::Tensor shared_in, shared_out;  // shared expert (undefined when shared_experts is 0)
   // [experts] added to the router's probabilities for the top-k choice only (DeepSeek-V3's
@@ -48,6 +49,11 @@ Model make_model(const ExperimentConfig& c, int64_t rank);
 // Stages outside the MoE. `x` holds a rank's tokens as rows: [micro_batch * seq, hidden].
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight);
 at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m);
+// Moves a layer's expert weights (each [in, out], same shape, dtype and device) into one storage,
+// in order, keeping each tensor (its identity, gradient and autograd leaf) as it is; no-op where
+// they already are.
+void pack_experts(const std::vector<at::Tensor>& w);
+
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out);
 // Route: router softmax over all experts. The probabilities are read at `expert_ids` when the
 // workload chose the experts, or at the router's own top-k when `expert_ids` is undefined.

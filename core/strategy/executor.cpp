@@ -38,6 +38,7 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   routing.expert_ids = r.expert_ids;
   routing.loss_norm = double(x.numel());
   routing.fused = in.config->kernels == "fused";
+  routing.grouped = in.config->expert_gemm == "grouped";
   routing.expert = s.expert();
   routing.weighted_act = s.shape().skip_dead;
   routing.outputs_dead = routing.weighted_act && recomputing_for_backward();

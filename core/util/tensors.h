@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <vector>
 
 namespace memfine {
 
@@ -10,5 +11,9 @@ namespace memfine {
 at::ScalarType dtype_of(const std::string& name);
 // The options of tensors of `dtype` on `device` ("cpu" or "cuda").
 at::TensorOptions tensor_options(const std::string& device, const std::string& dtype);
+
+// Whether `parts` (contiguous, of one dtype and device, alike but for dim 0) lie back to back in one
+// storage, in order: then they are one tensor's consecutive slices.
+bool back_to_back(const std::vector<at::Tensor>& parts);
 
 }  // namespace memfine

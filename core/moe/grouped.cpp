@@ -1,0 +1,128 @@
+#include "core/moe/grouped.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <stdexcept>
+
+#include "core/model/model.h"
+#include "core/util/modules.h"
+#include "core/util/tensors.h"
+
+namespace memfine {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Looked up by name, so that one source builds against LibTorch 1.13 (no such op) and 2.x.
+const c10::OperatorHandle* grouped_op() {
+  static const auto op = c10::Dispatcher::singleton().findSchema({"aten::_grouped_mm", ""});
+  return op ? &*op : nullptr;
+}
+
+at::Tensor call_grouped_op(const at::Tensor& a, const at::Tensor& b, const at::Tensor& offs) {
+  // Boxed: the schema's C++ types moved between versions; the dispatcher's autograd key still applies.
+  std::vector<c10::IValue> stack{a, b, offs, c10::IValue(), c10::IValue()};
+  grouped_op()->callBoxed(&stack);
+  return stack.at(0).toTensor();
+}
+
+// Parts that lie back to back in one storage, read as one tensor over it; backward hands each part
+// its slice of the gradient.
+struct Joined : torch::autograd::Function<Joined> {
+  static at::Tensor forward(AutogradContext* ctx, at::TensorList parts) {
+    std::vector<int64_t> rows;
+    for (const auto& p : parts) rows.push_back(p.size(0));
+    ctx->saved_data["rows"] = rows;
+    const at::Tensor& f = parts.front();
+    std::vector<int64_t> sizes(f.sizes().begin(), f.sizes().end()), strides(f.strides().begin(), f.strides().end());
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    sizes[0] = total;
+    return at::empty({0}, f.options()).set_(f.storage(), f.storage_offset(), sizes, strides);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto rows = ctx->saved_data["rows"].toIntVector();
+    return grad[0].split_with_sizes(rows, 0);
+  }
+};
+
+// The parts' concatenation along dim 0: an alias where they lie back to back, else a copy.
+at::Tensor joined(const std::vector<at::Tensor>& parts) {
+  if (parts.size() == 1) return parts[0];
+  if (back_to_back(parts)) return Joined::apply(at::TensorList(parts));  // a list: each part an input
+  return at::cat(parts);
+}
+
+}  // namespace
+
+bool grouped_mm_in_libtorch() { return grouped_op() != nullptr; }
+
+bool grouped_mm_native(const at::Tensor& like) {
+  return grouped_mm_in_libtorch() && like.is_cuda() && like.scalar_type() == at::kBFloat16;
+}
+
+std::string expert_gemm_auto(const std::string& device, const std::string& dtype) {
+  return grouped_mm_in_libtorch() && device == "cuda" && dtype == "bfloat16" ? "grouped" : "loop";
+}
+
+ExpertGroups expert_groups(const std::vector<int64_t>& sizes, const at::Tensor& like) {
+  ExpertGroups g{sizes, at::Tensor()};
+  if (!grouped_mm_native(like)) return g;
+  // Pinned, so that the upload does not wait for the kernels already queued (a pageable one does).
+  at::Tensor host = at::empty({int64_t(sizes.size())}, at::TensorOptions(at::kInt).pinned_memory(true));
+  int32_t end = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) host.data_ptr<int32_t>()[i] = end += int32_t(sizes[i]);
+  g.offs = host.to(like.device(), /*non_blocking=*/true);
+  return g;
+}
+
+at::Tensor grouped_mm(const at::Tensor& a, const at::Tensor& b, const ExpertGroups& g) {
+  if (g.offs.defined()) return call_grouped_op(a, b, g.offs);
+  std::vector<at::Tensor> out;
+  int64_t off = 0;
+  for (size_t e = 0; e < g.sizes.size(); ++e) {
+    out.push_back(at::matmul(a.narrow(0, off, g.sizes[e]), b.select(0, int64_t(e))));
+    off += g.sizes[e];
+  }
+  return out.size() == 1 ? out[0] : at::cat(out);
+}
+
+at::Tensor grouped_mm_weight_grad(const at::Tensor& a_t, const at::Tensor& c, const ExpertGroups& g) {
+  if (g.offs.defined()) return call_grouped_op(a_t, c, g.offs);
+  std::vector<at::Tensor> out;
+  int64_t off = 0;
+  for (int64_t s : g.sizes) {
+    out.push_back(at::matmul(a_t.narrow(1, off, s), c.narrow(0, off, s)));
+    off += s;
+  }
+  return at::stack(out);
+}
+
+at::Tensor stacked_experts(const std::vector<at::Tensor>& w) {
+  if (w.empty() || !back_to_back(w)) throw std::logic_error("stacked_experts: the experts' weights are not packed");
+  std::vector<int64_t> sizes = {int64_t(w.size())};
+  sizes.insert(sizes.end(), w[0].sizes().begin(), w[0].sizes().end());
+  return joined(w).view(sizes);
+}
+
+at::Tensor grouped_rows(const std::vector<at::Tensor>& rows) { return joined(rows); }
+
+at::Tensor swiglu_grouped(const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out,
+                          const ExpertGroups& g) {
+  at::Tensor gate_up, act;
+  {
+    ModuleScope fc1(Module::ExpertFc1);
+    gate_up = grouped_mm(rows, w_in, g);
+  }
+  {
+    ModuleScope moe_act(Module::MoeAct);
+    auto halves = gate_up.chunk(2, -1);
+    act = at::silu(halves[0]) * halves[1];
+  }
+  ModuleScope fc2(Module::ExpertFc2);
+  return grouped_mm(act, w_out, g);
+}
+
+}  // namespace memfine
