@@ -528,3 +528,12 @@ sweep:
   }
   EXPECT_GE(choices.size(), 2u);  // the budgets do change the choice
 }
+
+// A GPU machine's files come with older git metadata: scripts/gpu-run names the commit it checked
+// them against, and records and --version say that commit instead of asking git.
+TEST(Cli, ANamedSourceCommitIsTheOneRecordsSay) {
+  const auto r = run("--version", "", "MEMFINE_SOURCE_COMMIT=0123456789ab ");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("memfine 0123456789ab,"), std::string::npos) << r.out;
+  EXPECT_EQ(run("--version").out.find("0123456789ab"), std::string::npos);
+}

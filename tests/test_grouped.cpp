@@ -98,11 +98,11 @@ TEST(GroupedExperts, SameLossAndGradientsAsTheLoop) {
       }
 }
 
-// `expert_gemm: auto` picks the grouped GEMM only where LibTorch runs it natively.
-TEST(GroupedExperts, AutoIsGroupedOnlyWhereNative) {
-  EXPECT_EQ(expert_gemm_auto("cpu", "bfloat16"), "loop");
-  EXPECT_EQ(expert_gemm_auto("cuda", "float32"), "loop");
-  EXPECT_EQ(expert_gemm_auto("cuda", "bfloat16"), grouped_mm_in_libtorch() ? "grouped" : "loop");
+// Where LibTorch has the op, it runs natively on bf16 GPU tensors only (elsewhere the plumbing loops).
+TEST(GroupedExperts, NativeOnlyInBf16OnAGpu) {
+  EXPECT_FALSE(grouped_mm_native(at::zeros({2, 2}, at::kBFloat16)));
+  EXPECT_FALSE(grouped_mm_native(at::zeros({2, 2}, at::kFloat)));
+  EXPECT_FALSE(expert_groups({1, 1}, at::zeros({2, 2}, at::kBFloat16)).offs.defined());
 }
 
 #ifdef MEMFINE_TORCH_CUDA

@@ -145,10 +145,8 @@ struct ExperimentConfig {
   // the loaded config holds what was chosen.
   std::string kernels = "auto";
   // How the local experts' GEMMs run: "loop" (one per expert, as Megatron-Core's SequentialMLP) or
-  // "grouped" (one per projection for all of them, as TEGroupedMLP: core/moe/grouped.h). The YAML
-  // may say "auto" (grouped where LibTorch's grouped GEMM runs natively: bf16 on a GPU); the loaded
-  // config holds what was chosen.
-  std::string expert_gemm = "auto";
+  // "grouped" (one per projection for all of them, as TEGroupedMLP: core/moe/grouped.h).
+  std::string expert_gemm = "loop";
   int64_t threads = 0;  // 0 = all cores
   int64_t warmup = 1;
   int64_t repeats = 3;

@@ -112,12 +112,13 @@ const Section<ExperimentConfig>& top_keys() {
            "kernels", &E::kernels, {"auto", "aten", "fused"},
            "how dispatch and combine move rows: ATen ops, or the fused row kernels (the GPU's on a CUDA build, "
            "their host reference on a CPU); auto = fused on a CUDA build's GPU, else aten. Records hold the choice"),
-       choice<E>("expert_gemm", &E::expert_gemm, {"auto", "loop", "grouped"},
-                 "how the local experts' GEMMs run: one per expert (loop), or one per projection for all of them "
-                 "(grouped, LibTorch's `_grouped_mm`; where LibTorch lacks it or runs it only as a loop, the same "
-                 "plumbing with a GEMM per expert); auto = grouped where it runs natively (bf16 on a GPU, LibTorch "
-                 "2.8+), else loop. Buffer-free experts, Megatron's weighted arrangement and real ranks run the loop. "
-                 "Records hold the choice"),
+       choice<E>("expert_gemm", &E::expert_gemm, {"loop", "grouped"},
+                 "how the local experts' GEMMs run: one per expert (loop, the default), or one per projection for all "
+                 "of them (grouped: LibTorch's `_grouped_mm`, natively in bf16 on a GPU with LibTorch 2.8+; elsewhere "
+                 "the same plumbing with a GEMM per expert). Grouped is opt-in: on the H100 it sped up only many "
+                 "chunks, and its activation peak, which the memory model does not price, sent MACT out of its "
+                 "budget (results/h100/gpu_grouped, gpu_budget). Buffer-free experts, Megatron's weighted "
+                 "arrangement and real ranks run the loop"),
        integer<E>("threads", &E::threads, 0, 1024,
                   "LibTorch intra-op threads and OpenBLAS's own pool, 0 = all cores (also `--threads`); recorded in "
                   "`env.threads`"),

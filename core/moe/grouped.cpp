@@ -63,10 +63,6 @@ bool grouped_mm_native(const at::Tensor& like) {
   return grouped_mm_in_libtorch() && like.is_cuda() && like.scalar_type() == at::kBFloat16;
 }
 
-std::string expert_gemm_auto(const std::string& device, const std::string& dtype) {
-  return grouped_mm_in_libtorch() && device == "cuda" && dtype == "bfloat16" ? "grouped" : "loop";
-}
-
 ExpertGroups expert_groups(const std::vector<int64_t>& sizes, const at::Tensor& like) {
   ExpertGroups g{sizes, at::Tensor()};
   if (!grouped_mm_native(like)) return g;

@@ -23,8 +23,6 @@ struct ExpertGroups {
 // (there: bf16 on a CUDA device; the op's other paths loop over the groups themselves).
 bool grouped_mm_in_libtorch();
 bool grouped_mm_native(const at::Tensor& like);
-// "grouped" where the native op runs on `device` in `dtype`, else "loop": what `expert_gemm: auto` means.
-std::string expert_gemm_auto(const std::string& device, const std::string& dtype);
 
 // Groups for `sizes`; `offs` is uploaded (one small copy) where the native op will run on `like`.
 ExpertGroups expert_groups(const std::vector<int64_t>& sizes, const at::Tensor& like);

@@ -67,6 +67,10 @@ const SourceCommit& source_commit() {
   // Dirty means changed code or experiments: the outputs (results/, paper_figures/) change while
   // the suite measures and plots, and a remeasure rewrites them, which says nothing of the code.
   static const SourceCommit commit = [] {
+    // Where the checkout's git metadata is not its files' (a GPU machine is sent a copy of the files
+    // with older metadata), scripts/gpu-run checks the files against a commit's tree
+    // (scripts/source-tree) and names the commit here, "-dirty" where they differ.
+    if (const char* named = std::getenv("MEMFINE_SOURCE_COMMIT"); named && *named) return SourceCommit{named};
     SourceCommit c{run_command("git -C \"" MEMFINE_SOURCE_DIR "\" rev-parse --short=12 HEAD 2>/dev/null")};
     if (c.id.empty()) return SourceCommit{MEMFINE_GIT_COMMIT, false};
     const std::string dirty = run_command("git -C \"" MEMFINE_SOURCE_DIR

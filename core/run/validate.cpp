@@ -13,7 +13,6 @@
 #include "core/dist/dist.h"
 #include "core/model/model.h"
 #include "core/moe/fused.h"
-#include "core/moe/grouped.h"
 #include "core/record/environment.h"
 #include "core/strategy/registry.h"
 #include "core/workload/corpus.h"
@@ -115,7 +114,6 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
     if (c.kernels == "fused" && !fused_kernels_available(c.device) && runnable_here)
       add(p, c, "kernels", "this build has no CUDA kernels (build on the GPU machine with scripts/gpu-build)");
     if (c.kernels == "auto") c.kernels = c.device == "cuda" && fused_kernels_available(c.device) ? "fused" : "aten";
-    if (c.expert_gemm == "auto") c.expert_gemm = expert_gemm_auto(c.device, c.dtype);
     if (std::find(kinds.begin(), kinds.end(), c.workload.kind) == kinds.end()) {
       std::string list;
       for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;

@@ -10,6 +10,7 @@ from .chunk_split import lines as chunk_split_lines
 from .offload import lines as offload_lines
 from .savers import lines as savers_lines, skip_dead_lines
 from .project import report_lines as project_lines
+from .gpu_report import lines as gpu_lines
 from .paper import claims, paper_methods
 from .sweeps import fixed_chunks
 from .report_sections import (_flat, _gain, _path, _pct, budget_lines, chunk_cost_lines, field_lines,
@@ -353,6 +354,7 @@ def report(results_dir, predictions, out_dir):
         lines += skip_dead_lines(_path(results_dir, "skip_dead"))
     lines += pytorch_reference_lines(results_dir) + quality_lines(results_dir) + train_ranks_lines(results_dir)
     lines += project_lines(os.path.dirname(predictions), _path(results_dir, "project_here", "projection.jsonl"))
+    lines += gpu_lines(results_dir)
     lines += ["## Sources",
               *(f"- measured: `{os.path.relpath(_path(results_dir, c['name']))}` (experiments/{c['name']}.yaml"
                 + (f"; {len(c['runs']) - 1} more runs in its run*/ folders)" if len(c["runs"]) > 1 else ")")
