@@ -480,5 +480,24 @@ class Variant(unittest.TestCase):
             self.assertEqual(len(out["strategies"]), len(doc["strategies"]) - 1)
 
 
+class PeakProbe(unittest.TestCase):
+    """The GPU peak probe runs its attention block on a CPU too (where torch imports): a peak of at
+    least the saved softmax, [heads, seq, seq], and at most a handful of them."""
+
+    def test_cpu_peak_counts_the_score_matrices(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("no torch for this interpreter")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_peak_probe.py"), "--device", "cpu",
+                            "--dtype", "float32", "--seq", "128", "--heads", "4", "--kv-heads", "2", "--head-dim", "8",
+                            "--hidden", "32"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        out = json.loads(r.stdout)
+        self.assertEqual(out["heads_seq_seq_bytes"], 4 * 128 * 128 * 4)
+        self.assertGreaterEqual(out["peak_in_heads_seq_seq"], 1.0)
+        self.assertLess(out["peak_in_heads_seq_seq"], 8.0)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -3,8 +3,8 @@
 // All experts' rows sit in one buffer, expert after expert; each layer's expert weights sit in one
 // storage (pack_experts), which the GEMM reads as [experts, in, out] without a copy.
 // On LibTorch with `aten::_grouped_mm` (2.8 and later; CUTLASS on sm90 in bf16) one op runs every
-// group; elsewhere the same plumbing runs a GEMM per group, so the CPU tests check everything but
-// the op against the loop.
+// group; elsewhere a stand-in with the op's outputs, buffers and saved tensors runs a GEMM per
+// group, so the CPU tests check everything but the op against the loop, bytes included.
 #pragma once
 #include <ATen/ATen.h>
 
