@@ -3,9 +3,9 @@
 core/model/model.cpp computes it (q, k, v projections, grouped-query expand, scores / sqrt(d),
 causal masked_fill, softmax, context, output projection), in eager PyTorch on a GPU or the CPU.
 
-The H100 measured 4.30 GiB for every recomputing strategy at gpu_peak's shape with attention and
-far less without it (results/h100/gpu_peak), about one [heads, seq, seq] tensor above what the memory
-model says: this names the tensors alive at the peak and the line that allocated each. On CUDA it
+On the H100 every recomputing strategy peaked alike at gpu_peak's shape with attention, and far lower
+without it (results/h100/gpu_peak), above what the memory model says by about one [heads, seq, seq]
+tensor: this names the tensors alive at the peak and the line that allocated each. On CUDA it
 replays the caching allocator's recorded history (torch.cuda.memory._record_memory_history); on a
 CPU it replays the profiler's memory events. Prints one JSON object: the peak above the start, and
 the live allocations at the peak, largest first.
