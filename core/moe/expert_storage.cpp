@@ -26,8 +26,7 @@ struct ActThenDown : torch::autograd::Function<ActThenDown> {
       out = groups ? grouped_mm(y, w_out, *groups) : at::matmul(y, w_out);  // the product is freed here
     }
     ctx->save_for_backward({z, w_out});
-    ctx->saved_data["grouped"] = groups != nullptr;
-    if (groups) ctx->saved_data["sizes"] = groups->sizes;
+    if (groups) ctx->saved_data["sizes"] = groups->sizes;  // grouped: the rows of each expert
     if (groups && groups->offs.defined()) ctx->saved_data["offs"] = groups->offs;
     return out;
   }
@@ -38,7 +37,7 @@ struct ActThenDown : torch::autograd::Function<ActThenDown> {
     const at::Tensor& g = grad[0];
     auto ab = z.chunk(2, -1);
     const at::Tensor a = ab[0], b = ab[1];
-    const bool grouped = ctx->saved_data["grouped"].toBool();
+    const bool grouped = ctx->saved_data.count("sizes") > 0;
     ExpertGroups groups;
     if (grouped) groups.sizes = ctx->saved_data["sizes"].toIntVector();
     if (ctx->saved_data.count("offs")) groups.offs = ctx->saved_data["offs"].toTensor();

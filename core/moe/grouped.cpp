@@ -5,7 +5,6 @@
 
 #include <stdexcept>
 
-#include "core/model/model.h"
 #include "core/util/modules.h"
 #include "core/util/tensors.h"
 
@@ -47,13 +46,6 @@ struct Joined : torch::autograd::Function<Joined> {
     return grad[0].split_with_sizes(rows, 0);
   }
 };
-
-// The parts' concatenation along dim 0: an alias where they lie back to back, else a copy.
-at::Tensor joined(const std::vector<at::Tensor>& parts) {
-  if (parts.size() == 1) return parts[0];
-  if (back_to_back(parts)) return Joined::apply(at::TensorList(parts));  // a list: each part an input
-  return at::cat(parts);
-}
 
 // Where the op is missing (or not native), its stand-in: the same outputs, one buffer each as the
 // op allocates, and the same saved tensors (the op's derivative saves both inputs), filled by a
@@ -105,10 +97,8 @@ struct GroupedMmLoop : torch::autograd::Function<GroupedMmLoop> {
 
 }  // namespace
 
-bool grouped_mm_in_libtorch() { return grouped_op() != nullptr; }
-
 bool grouped_mm_native(const at::Tensor& like) {
-  return grouped_mm_in_libtorch() && like.is_cuda() && like.scalar_type() == at::kBFloat16;
+  return grouped_op() && like.is_cuda() && like.scalar_type() == at::kBFloat16;
 }
 
 ExpertGroups expert_groups(const std::vector<int64_t>& sizes, const at::Tensor& like) {
@@ -136,10 +126,14 @@ at::Tensor stacked_experts(const std::vector<at::Tensor>& w) {
   if (w.empty() || !back_to_back(w)) throw std::logic_error("stacked_experts: the experts' weights are not packed");
   std::vector<int64_t> sizes = {int64_t(w.size())};
   sizes.insert(sizes.end(), w[0].sizes().begin(), w[0].sizes().end());
-  return joined(w).view(sizes);
+  return (w.size() == 1 ? w[0] : Joined::apply(at::TensorList(w))).view(sizes);
 }
 
-at::Tensor grouped_rows(const std::vector<at::Tensor>& rows) { return joined(rows); }
+at::Tensor grouped_rows(const std::vector<at::Tensor>& rows) {
+  if (rows.size() == 1) return rows[0];
+  if (back_to_back(rows)) return Joined::apply(at::TensorList(rows));  // a list: each part an input
+  return at::cat(rows);
+}
 
 at::Tensor swiglu_grouped(const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out,
                           const ExpertGroups& g) {

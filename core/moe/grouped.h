@@ -19,9 +19,8 @@ struct ExpertGroups {
   at::Tensor offs;
 };
 
-// Whether this LibTorch has `aten::_grouped_mm`, and whether it runs on tensors like `like`
-// (there: bf16 on a CUDA device; the op's other paths loop over the groups themselves).
-bool grouped_mm_in_libtorch();
+// Whether this LibTorch has `aten::_grouped_mm` and runs it natively on tensors like `like` (bf16
+// on a CUDA device; the op's other paths loop over the groups themselves).
 bool grouped_mm_native(const at::Tensor& like);
 
 // Groups for `sizes`; `offs` is uploaded (one small copy) where the native op will run on `like`.

@@ -5,15 +5,8 @@ import os
 import statistics
 
 from . import records as R
+from .paper import claims
 from .sweeps import bf16_peak
-
-
-
-def paper_8_chunks():
-    """The paper's fixed 8 chunks against full recomputation (Model II, its Figure 4: tokens/s/GPU)."""
-    tgs = {r["method"]: float(r["avg_tokens_per_gpu_per_s"]) for r in R.read_csv("figure4_tgs.csv")
-           if r["model"] == "II" and r["avg_tokens_per_gpu_per_s"]}
-    return tgs["2_fixed_chunks_8"] / tgs["1_full_recompute"]
 
 
 def _recs(gpu_dir, name):
@@ -44,7 +37,7 @@ def grouped_lines(gpu_dir):
     for r in recs:
         by.setdefault((r["config"].get("expert_gemm"), r["ep"]), []).append(r)
     eps = sorted({ep for _, ep in by})
-    paper = paper_8_chunks()
+    paper = 1 + claims()["tgs_fixed8_vs_full_II"]  # the paper's fixed 8 chunks against full recomputation
     out = [f"Grouped expert GEMMs against one per expert ({_source(recs, path)}; speed = full recomputation's step "
            "time / the strategy's, at the same point):", ""]
     for ep in eps:
@@ -84,9 +77,9 @@ def budget_lines(gpu_dir):
     if not recs:
         return []
     budget = next((r["budget_bytes"] for r in recs if r.get("budget_bytes")), None)
+    gemm = R.config_of(recs).get("expert_gemm", "loop")
     cells = []
     for r in recs:
-        gemm = r["config"].get("expert_gemm", "loop")
         if r["status"] == "ok":
             cells.append(f"{r['strategy']} fits ({R.activation(r) / 2**30:.2f} GiB of activations, the model said "
                          f"{r['predicted_activation_bytes'] / 2**30:.2f})")
@@ -101,7 +94,7 @@ def model_lines(gpu_dir):
     ok = [r for r in recs if r["status"] == "ok" and R.activation(r) and r.get("predicted_activation_bytes")]
     if not ok:
         return []
-    err = [100 * (r["predicted_activation_bytes"] - R.activation(r)) / R.activation(r) for r in ok]
+    err = [100 * R.model_error(r) for r in ok]
     low = min(err)
     return [f"The implementation memory model against the CUDA meter ({_source(recs, path)}): {len(ok)} points, median "
             f"|error| {statistics.median(abs(e) for e in err):.1f}%, {sum(abs(e) <= 5 for e in err)} within 5%, "

@@ -287,6 +287,13 @@ def activation(r):
     return r.get("peak_activation_bytes")
 
 
+def model_error(r):
+    """The implementation model's relative error on the activation peak, (predicted - measured) /
+    measured; None where the record has no prediction."""
+    p = r.get("predicted_activation_bytes")
+    return (p - activation(r)) / activation(r) if p else None
+
+
 def median_ms(r):
     s = r.get("step_ms")
     return s["median"] if isinstance(s, dict) else s if isinstance(s, (int, float)) else None

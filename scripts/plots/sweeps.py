@@ -230,7 +230,7 @@ def model_error(path, out_dir):
             unpredicted.setdefault(r["strategy"], [0, r.get("unpredicted_why") or "no prediction recorded"])[0] += 1
     by_strategy = {}
     for r in recs:
-        err = (r["predicted_activation_bytes"] - R.activation(r)) / R.activation(r)
+        err = R.model_error(r)
         by_strategy.setdefault(r["strategy"], []).append((err, r["point"]))
     rows = []
     for s, errs in by_strategy.items():
@@ -263,7 +263,7 @@ def kernels(path, out_dir, name="kernels_table", title="Fused dispatch/combine k
         if kern not in k or R.activation(r) > R.activation(k[kern]):
             k[kern] = r
     rows, fused_errs = [], []
-    err = lambda r: (r["predicted_activation_bytes"] - R.activation(r)) / R.activation(r) if r.get("predicted_activation_bytes") else None
+    err = R.model_error
     for (point, strategy), k in pairs.items():
         a, f = k.get("aten"), k.get("fused")
         if not a or not f:
