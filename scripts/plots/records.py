@@ -346,6 +346,11 @@ def config_of(records):
     return next((r.get("config") for r in records if r.get("config")), {}) or {}
 
 
+def _budget_text(budget):
+    """'budget 98 MiB', or in GiB from 1 GiB on."""
+    return f"budget {budget / MIB / 1024:.4g} GiB" if budget >= 1024 * MIB else f"budget {budget / MIB:.4g} MiB"
+
+
 def config_line(rec_or_config, point=None, skip=()):
     """The model, ep, workload and budget a record (or a point of it) ran with; `skip`: swept keys
     (dotted, as points name them), which differ between the records it stands for."""
@@ -361,7 +366,8 @@ def config_line(rec_or_config, point=None, skip=()):
              ("workload.alpha", f"alpha {w.get('alpha')}" if w.get("kind") == "zipf" else ""),
              ("workload.sigma", f"sigma {w.get('sigma')}" if w.get("kind") == "lognormal" else ""),
              ("workload.schedule", f"schedule {w.get('schedule')}" if w.get("schedule", "none") != "none" else ""),
-             ("memory.budget", f"budget {budget / MIB:.4g} MiB" if isinstance(budget, (int, float)) else "")]
+             ("memory.budget", _budget_text(budget) if isinstance(budget, (int, float)) else ""),
+             ("expert_gemm", "expert GEMMs grouped" if c.get("expert_gemm") == "grouped" else "")]
     text = ", ".join(t for k, t in items if t and k not in skip)
     return (point + ": " if point and point != "base" else "") + text
 
