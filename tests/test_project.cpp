@@ -436,8 +436,9 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
 }
 
 // A node-aware dispatcher (DeepEP) sends a token once per node its experts are on: of topk
-// experts spread evenly over n nodes, n (1 - (1 - 1/n)^topk) nodes; the network's share of the
-// all-to-all falls by that over topk.
+// experts spread evenly over n nodes, n (1 - (1 - 1/n)^topk) nodes, its own among them (as its
+// benchmark counts the bytes its rate divides); NCCL's all-to-all sends the rows bound for the
+// other n - 1 nodes.
 TEST(Project, ANodeAwareDispatcherSendsATokenOncePerNode) {
   ModelConfig m = plain();
   m.topk = 8, m.experts = 64;
@@ -448,10 +449,28 @@ TEST(Project, ANodeAwareDispatcherSendsATokenOncePerNode) {
   const Estimate plain_a2a = estimate(m, hw, l, *strategy("no_recompute"), set);
   set.dispatcher = "deepep";
   const Estimate dedup = estimate(m, hw, l, *strategy("no_recompute"), set);
-  const double n = 4, share = n * (1 - std::pow(1 - 1 / n, 8)) / 8;
+  const double n = 4, share = n * (1 - std::pow(1 - 1 / n, 8)) / 8 / ((n - 1) / n);
   EXPECT_NEAR(dedup.all_to_all / plain_a2a.all_to_all, share, 1e-9);
   // By hand: 4 all-to-alls in each of 16 layers, the rows bound for the other 3 nodes at 10 GB/s.
   EXPECT_NEAR(plain_a2a.all_to_all, 4 * 16 * (1024 * 8 * 1024 * 2.0 * 3 / 4 / 10e9), 1e-12);
+}
+
+// Experts are not split by TP (expert TP 1, as the memory side keeps them), so an EP group is `ep`
+// neighbouring ranks: EP 8 under TP 4 stays on one node's NVLink, where EP 16 crosses the network.
+TEST(Project, AnExpertGroupOfOneNodesRanksStaysOnNvlinkWhateverTp) {
+  ModelConfig m = plain();
+  m.topk = 8, m.experts = 64;
+  const Hardware hw = plain_gpu();  // NVLink at 100 GB/s, the network at 10
+  Layout l;
+  l.ep = 8, l.tp = 4, l.dp = 8, l.global_batch = 8;  // 32 GPUs, 4 nodes of 8
+  ProjectSetting set;
+  const double tokens_gpu = double(m.seq) / 4, rows = tokens_gpu * 8;
+  // 4 all-to-alls in each of 16 layers, 7 of 8 ranks' share of the rows over NVLink.
+  const double one = 7 * (rows * 1024 * 2.0 / 8 / 100e9);
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 4 * 16 * one, 1e-12);
+  l.ep = 16, l.dp = 4, l.tp = 2, l.global_batch = 4;  // 32 GPUs: an EP group on 2 nodes, half its rows cross the network
+  const double across = (tokens_gpu * 2) * 8 * 1024 * 2.0 / 2 / 10e9;
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 4 * 16 * across, 1e-12);
 }
 
 // Every published run of the validation set (experiments/project/validation/, the learned-routing

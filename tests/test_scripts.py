@@ -11,7 +11,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from plots import generic, paper, quality, records, report, style, sweeps  # noqa: E402
+from plots import generic, paper, quality, records, report, style, sweeps, validation  # noqa: E402
 
 ENV = {"git_commit": "abc", "libtorch": "1.13.0", "device": "cpu", "device_name": "Test CPU", "threads": 2, "date": "today"}
 CONFIG = {"model": {"layers": 2, "hidden": 16, "ffn_hidden": 32, "experts": 4, "topk": 2, "seq": 8, "micro_batch": 1},
@@ -497,6 +497,33 @@ class PeakProbe(unittest.TestCase):
         self.assertEqual(out["heads_seq_seq_bytes"], 4 * 128 * 128 * 4)
         self.assertGreaterEqual(out["peak_in_heads_seq_seq"], 1.0)
         self.assertLess(out["peak_in_heads_seq_seq"], 8.0)
+
+
+class Validation(unittest.TestCase):
+    """The validation table quotes a source's own evidence beside a miss, and only beside a miss."""
+
+    def row(self, name, tokens, evidence):
+        layout = {"tp": 1, "pp": 1, "vpp": 1, "ep": 8, "cp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64}
+        pub = {"source": "a report", "values": {"tokens_per_s_gpu": 1000.0}}
+        if evidence:
+            pub["evidence"] = evidence
+        return {"project": name, "strategy": "no_recompute", "gpus": 8, "layout": layout, "fits": True,
+                "peak_gb": 10.0, "tokens_per_s_gpu": tokens, "step_s": 1.0, "published": pub,
+                "step_parts_s": {"compute": 0.5, "comm": 0.2, "launch": 0.0, "optimizer": 0.0}}
+
+    def test_evidence_is_quoted_beside_a_miss_only(self):
+        d = tempfile.mkdtemp()
+        try:
+            with open(os.path.join(d, "project_validation.jsonl"), "w") as f:
+                for r in (self.row("miss", 1500.0, "a trace says so"), self.row("hit", 1050.0, "a trace says so"),
+                          self.row("bare", 1500.0, None)):
+                    f.write(json.dumps(r) + "\n")
+            rows = {r["case"]: r for r in validation.runs(d)}
+        finally:
+            shutil.rmtree(d)
+        self.assertIn("the source measured: a trace says so", rows["miss"]["why"])
+        self.assertNotIn("why", rows["hit"])  # +5%: within the goal, nothing to explain
+        self.assertNotIn("the source measured", rows["bare"]["why"])
 
 
 if __name__ == "__main__":

@@ -109,6 +109,9 @@ struct ProjectConfig {
   // model_tflops_gpu, peak_gb allocated, reserved_gb, step_s): carried into the JSON beside the
   // projection, for validation.
   std::string published_source;
+  // What the source itself measured about where a run's time went (a profile, a matched study), for
+  // the validation table's reading of a miss; never an input to the projection.
+  std::string published_evidence;
   std::map<std::string, std::map<std::string, double>> published;
   std::map<std::string, int> lines;  // the line of each key read, for later checks' FILE:LINE
   std::string where(const std::string& key) const;

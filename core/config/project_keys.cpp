@@ -184,7 +184,8 @@ Field<P> published_key() {
   return {"published",
           "map",
           "none",
-          "validation only: `source`, and per strategy (its label) the measured `tokens_per_s_gpu`, "
+          "validation only: `source`, `evidence` (what the source measured about where the time went: read "
+          "beside a miss, never priced), and per strategy (its label) the measured `tokens_per_s_gpu`, "
           "`model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` (allocated), `reserved_gb`, "
           "carried into `--json` beside the projection",
           [](MapReader& r, P& c) {
@@ -195,9 +196,10 @@ Field<P> published_key() {
               return p.add(n, "published", "expected a map: source, and measured quantities per strategy");
             MapReader pr(n, "published", p);
             pr.read("source", c.published_source, "a string");
+            pr.read("evidence", c.published_evidence, "a string");
             for (const auto& kv : n) {
               const std::string strategy = kv.first.IsScalar() ? kv.first.Scalar() : "";
-              if (strategy == "source" || strategy.empty()) continue;
+              if (strategy == "source" || strategy == "evidence" || strategy.empty()) continue;
               const std::string key = "published." + strategy;
               pr.child(strategy);
               if (!kv.second.IsMap()) {
@@ -217,6 +219,7 @@ Field<P> published_key() {
           },
           [](const P& c) {
             nlohmann::json j = {{"source", c.published_source}};
+            if (!c.published_evidence.empty()) j["evidence"] = c.published_evidence;
             for (const auto& [k, v] : c.published) j[k] = v;
             return j;
           }};

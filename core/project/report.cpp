@@ -152,8 +152,10 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
     for (const auto& [k, v] : stamp) j[k] = v;
     if (auto it = r.overload.find(l.ep); it != r.overload.end())
       j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}};
-    if (auto it = c.published.find(e.strategy); it != c.published.end())
+    if (auto it = c.published.find(e.strategy); it != c.published.end()) {
       j["published"] = {{"source", c.published_source}, {"values", it->second}};
+      if (!c.published_evidence.empty()) j["published"]["evidence"] = c.published_evidence;
+    }
     if (!e.strategy.empty()) {
       j["peak_gb"] = e.peak_gb, j["static_gb"] = e.static_gb, j["activation_gb"] = e.activation_gb,
       j["host_gb"] = e.host_gb, j["reserved_gb"] = e.reserved_gb, j["need_gb"] = e.need_gb;

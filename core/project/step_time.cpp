@@ -89,23 +89,34 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   return c;
 }
 
+// Whether an expert-parallel group sits inside one node. The experts are not split by TP (expert
+// TP 1, Megatron's parallel folding, as the memory side keeps whole experts and as every run with
+// TP > 1 in experiments/project/validation/ sets --expert-tensor-parallel-size 1), so an EP group is
+// `ep` neighbouring ranks (the expert grid's order tp-cp-ep-dp-pp, parallel_state.py), whatever TP is.
+bool ep_in_node(const Layout& l, const Hardware& hw) { return l.ep <= hw.gpus_per_node; }
+
 // The expert-parallel dispatch and combine of one micro-batch on one stage (4 all-to-alls per MoE
 // layer: forward and backward, each way).
 double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const ProjectSetting& set,
                      double received) {
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
-  const bool ep_in_node = l.ep * l.tp <= hw.gpus_per_node;
-  Link ep_link = ep_in_node ? nvlink(hw) : network(hw);
-  if (const double r = hw.dispatcher_gb_s(set.dispatcher, ep_in_node); r > 0) ep_link.beta = r * 1e9;
+  const bool in_node = ep_in_node(l, hw);
+  Link ep_link = in_node ? nvlink(hw) : network(hw);
+  if (const double r = hw.dispatcher_gb_s(set.dispatcher, in_node); r > 0) ep_link.beta = r * 1e9;
   const double bytes = std::max(received, tokens_gpu * double(m.topk)) * double(m.hidden) * set.element_bytes;
   double one = all_to_all_time(ep_link, l.ep, bytes);
-  if (!ep_in_node) {
-    // Across nodes the network carries the rows bound for other nodes; a node-aware dispatcher
-    // (DeepEP, HybridEP) sends a token once per node it needs and forwards it over NVLink there: of a
-    // token's topk experts spread evenly over n nodes, it reaches n (1 - (1 - 1/n)^topk) nodes.
-    const double n = std::ceil(double(l.ep * l.tp) / double(hw.gpus_per_node)), k = double(m.topk);
-    const double per_node = set.dispatcher != "alltoall" ? n * (1 - std::pow(1 - 1 / n, k)) / k : 1;
-    one = (n - 1) * ep_link.alpha + bytes * (n - 1) / n * per_node / ep_link.beta;
+  if (!in_node) {
+    const double n = std::ceil(double(l.ep) / double(hw.gpus_per_node)), k = double(m.topk);
+    // NCCL's all-to-all: the network carries the rows bound for the other nodes, at the NIC's rate.
+    double network_bytes = bytes * (n - 1) / n;
+    // A node-aware dispatcher (DeepEP, HybridEP) sends a token once per node it needs and forwards
+    // it over NVLink there: of a token's topk experts spread evenly over n nodes, it reaches
+    // n (1 - (1 - 1/n)^topk) nodes. Their benchmarks' rates divide the bytes for every node reached,
+    // the token's own included (DeepEP tests/legacy/test_internode.py num_rdma_token_sent; HybridEP
+    // tests/utils.py count_rdma_send_from_routing_map leaves the local node in "to align with
+    // DeepEP"), so the time at that rate is those bytes over it.
+    if (set.dispatcher != "alltoall") network_bytes = bytes * n * (1 - std::pow(1 - 1 / n, k)) / k;
+    one = (n - 1) * ep_link.alpha + network_bytes / ep_link.beta;
   }
   const double moe_layers = stage_moe_layers(m, l);
   return 4 * moe_layers * one;
@@ -247,7 +258,6 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
 }
 
 std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l) {
-  const bool ep_in_node = l.ep * l.tp <= hw.gpus_per_node;
   // The grouped GEMM's rate as grouped_rate() takes it: the measured curve where the preset has one.
   std::string grouped;
   for (const auto& [rows, tflops] : hw.grouped_gemm_curve)
@@ -275,7 +285,7 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               "the optimizer step moves " + four_digits(set.framework.optimizer_bytes) + " bytes a parameter of " +
               (set.framework.optimizer_sharded ? "its shard" : "the rank") + " at the HBM rate, once a step" + launches,
           "communication: the all-to-all (4 per MoE layer, " +
-              std::string(ep_in_node                        ? "NVLink"
+              std::string(ep_in_node(l, hw)                 ? "NVLink"
                           : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"
                                                           : "network") +
               (set.framework.ep_overlap

@@ -63,7 +63,9 @@ def validation(src, out_dir):
              "experiments/project/hardware.yaml (the calibration sources: kernel benchmarks, never these runs); the "
              "learned runs' routing law comes from this suite's own learned router (scripts/trace_sigma.py).",
              "Errors: projected over published, less 1, in speed (a step time's error is the speed's). The 'why' "
-             "column reads the projection's own step parts: a hypothesis, not a measurement."] + V.verdict_lines(s)
+             "column reads the projection's own step parts: a hypothesis, not a measurement; after \"the source "
+             "measured\" it quotes what the run's own source profiled or compared (its file's published.evidence), "
+             "never an input to the projection."] + V.verdict_lines(s)
     paths = S.write_table(out_dir, "project_validation", "memfine project against published training runs",
                           V.header(), V.table_rows(runs), notes, formats=("md", "csv"))
     made += _load(os.path.join(model_dir, "project_checkpoint.jsonl"))

@@ -96,6 +96,9 @@ def runs(model_dir):
             row["throughput"] = (quantity, ours, theirs, err)
             if abs(err) > MEDIAN_GOAL:
                 row["why"] = _why(r, err)
+                # What the source measured itself, beside the projection's reading.
+                if pub.get("evidence"):
+                    row["why"] += "; the source measured: " + pub["evidence"]
         out.append(row)
     return out
 
