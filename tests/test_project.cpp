@@ -333,6 +333,33 @@ TEST(Project, TheGpuWaitsForTheHostWhereItLaunchesSlower) {
   EXPECT_EQ(at("no_recompute").launch, 0);
 }
 
+// Megatron's NCCL all-to-all dispatcher sorts the rows it receives by local expert and back: a read
+// and a write of each row each time, forward and (as every memory-bound kernel here) twice that in
+// backward, at the HBM rate; not where a rank holds one expert, nor under DeepEP, nor in this
+// suite's own layer.
+TEST(Project, MegatronsAllToAllSortsItsRowsByLocalExpert) {
+  const ModelConfig m = plain();  // 16 MoE layers of 16 experts, top 2, hidden 1024, seq 1024
+  Hardware hw = plain_gpu();
+  hw.hbm_gb_s = 1000;
+  Layout l;
+  l.dp = 2, l.ep = 2, l.global_batch = 2;  // one micro-batch a step, 8 experts a rank
+  ProjectConfig c;
+  ProjectSetting set;
+  set.framework = framework_setting(c);
+  auto compute = [&](const char* dispatcher) {
+    set.dispatcher = dispatcher;
+    return estimate(m, hw, l, *strategy("no_recompute"), set).compute;
+  };
+  const double rows = 1024 * 2;  // the rank's routed rows, balanced
+  EXPECT_NEAR(compute("alltoall") - compute("deepep"), 3 * 16 * rows * (2 * 2 * 1024 * 2.0) / 1e12, 1e-12);
+  l.ep = 16, l.dp = 16, l.global_batch = 16;  // one expert a rank: nothing to sort
+  EXPECT_NEAR(compute("alltoall"), compute("deepep"), 1e-15);
+  l.ep = 2, l.dp = 2, l.global_batch = 2;
+  c.framework.name = "memfine_layer";
+  set.framework = framework_setting(c);
+  EXPECT_NEAR(compute("alltoall"), compute("deepep"), 1e-15);
+}
+
 // The 1F1B all-to-all overlap pairs each of a MoE layer's 4 all-to-alls with a compute of the
 // other micro-batch: where each is far longer than its partner, what stays exposed is the
 // all-to-alls less the micro-batch's compute; where each is far shorter, the share of the SMs its

@@ -100,6 +100,11 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.margin = f.margin;
   s.ep_overlap = f.ep_overlap;
   s.tp_comm_overlap = f.tp_comm_overlap;
+  // MoEAlltoAllTokenDispatcher (Megatron-LM d98e8a64 moe/token_dispatcher.py): dispatch_postprocess
+  // sorts the received rows by local expert and combine_preprocess restores their order
+  // (sort_chunks_by_idxs) when num_local_experts > 1. The flex dispatchers (DeepEP, HybridEP)
+  // permute once, as every profile's routed row already counts; AutoModel's code is not counted.
+  s.alltoall_sorts_rows = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
   launches(s);
   dispatcher_sms(s);

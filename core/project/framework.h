@@ -43,6 +43,10 @@ struct FrameworkSetting {
   double grad_zero_bytes = 0;
   bool ep_overlap = false;
   bool tp_comm_overlap = false;
+  // Megatron's NCCL all-to-all dispatcher sorts the rows it receives by local expert after the
+  // dispatch and back before the combine where a rank holds more than one expert: a read and a
+  // write of each row each time (framework.cpp names the code).
+  bool alltoall_sorts_rows = false;
   // What the host launches a layer: the forward's from Python (and again for a recomputed forward),
   // the backward's from the autograd engine; none where the framework's process is not timed this
   // way (memfine_layer: this suite's own measured layer).

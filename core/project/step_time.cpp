@@ -75,16 +75,19 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Memory-bound kernels at the HBM rate: what the layers on this stage move per token, the routed
   // rows on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
   const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
+  // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
+  const bool sorts = set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall" && m.experts > l.ep;
+  const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
   const double token_bytes = double(m.layers) * mb.attention + double(m.dense_layers) * mb.dense_ffn +
                              double(m.moe_layers()) * mb.moe_token + mb.head;
   const double hbm = hw.hbm_gb_s * 1e9;
   const double memory_t =
-      hw.hbm_gb_s > 0 ? 3 * (token_bytes * tokens / tp / pp + moe_layers * mb.routed_row * received) / hbm : 0;
+      hw.hbm_gb_s > 0 ? 3 * (token_bytes * tokens / tp / pp + moe_layers * routed_row * received) / hbm : 0;
   Compute c;
   c.total = dense_t + core_t + expert_t + memory_t;
   c.dense = dense_t;
   c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
-  c.experts = expert_t + (hw.hbm_gb_s > 0 ? 3 * moe_layers * mb.routed_row * received / hbm : 0);
+  c.experts = expert_t + (hw.hbm_gb_s > 0 ? 3 * moe_layers * routed_row * received / hbm : 0);
   if (hw.hbm_gb_s > 0) c.act_hbm = moe_layers * received * set.element_bytes * 3 * g / hbm;
   return c;
 }
@@ -279,7 +282,11 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
   return {"compute: dense GEMMs at " + four_digits(hw.gemm_tflops) + " TFLOP/s, attention at " +
               four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + grouped +
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
-              "permutes, SwiGLU's product, the loss) at " +
+              "permutes" +
+              std::string(set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall"
+                              ? " and the all-to-all dispatcher's sorts by local expert"
+                              : "") +
+              ", SwiGLU's product, the loss) at " +
               four_digits(hw.hbm_gb_s) +
               " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers; "
               "the optimizer step moves " + four_digits(set.framework.optimizer_bytes) + " bytes a parameter of " +
