@@ -284,7 +284,7 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
               "permutes" +
               std::string(set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall"
-                              ? " and the all-to-all dispatcher's sorts by local expert"
+                              ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows"
                               : "") +
               ", SwiGLU's product, the loss) at " +
               four_digits(hw.hbm_gb_s) +
