@@ -167,13 +167,13 @@ void pack_experts(const std::vector<at::Tensor>& w) {
   for (size_t e = 0; e < w.size(); ++e) w[e].set_data(all[int64_t(e)]);
 }
 
-at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out) {
+at::Tensor swiglu_with(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out, Product product) {
   // Inside a routed expert its parts are marked (offloading picks them by name); the shared expert
   // runs the same code and stays the shared expert.
   at::Tensor gate_up, act;
   {
     ModuleScope fc1(Module::ExpertFc1);
-    gate_up = at::matmul(x, w_in);
+    gate_up = product(x, w_in);
   }
   {
     ModuleScope moe_act(Module::MoeAct);
@@ -181,7 +181,11 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor&
     act = at::silu(halves[0]) * halves[1];
   }
   ModuleScope fc2(Module::ExpertFc2);
-  return at::matmul(act, w_out);
+  return product(act, w_out);
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out) {
+  return swiglu_with(x, w_in, w_out, [](const at::Tensor& a, const at::Tensor& b) { return at::matmul(a, b); });
 }
 
 Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& expert_ids, int64_t topk,

@@ -3,6 +3,7 @@
 // experts, combine; see core/moe/stages.h) plus an optional shared expert -> residual.
 #pragma once
 #include <ATen/ATen.h>
+#include <c10/util/FunctionRef.h>
 
 #include <vector>
 
@@ -55,6 +56,9 @@ at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConf
 void pack_experts(const std::vector<at::Tensor>& w);
 
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out);
+// The same with another product for both projections (grouped experts' GEMMs: core/moe/grouped.h).
+using Product = c10::function_ref<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+at::Tensor swiglu_with(const at::Tensor& x, const at::Tensor& w_in, const at::Tensor& w_out, Product product);
 // Route: router softmax over all experts. The probabilities are read at `expert_ids` when the
 // workload chose the experts, or at the router's own top-k when `expert_ids` is undefined.
 struct Routed {

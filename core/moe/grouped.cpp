@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "core/util/modules.h"
+#include "core/model/model.h"
 #include "core/util/tensors.h"
 
 namespace memfine {
@@ -137,18 +137,7 @@ at::Tensor grouped_rows(const std::vector<at::Tensor>& rows) {
 
 at::Tensor swiglu_grouped(const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out,
                           const ExpertGroups& g) {
-  at::Tensor gate_up, act;
-  {
-    ModuleScope fc1(Module::ExpertFc1);
-    gate_up = grouped_mm(rows, w_in, g);
-  }
-  {
-    ModuleScope moe_act(Module::MoeAct);
-    auto halves = gate_up.chunk(2, -1);
-    act = at::silu(halves[0]) * halves[1];
-  }
-  ModuleScope fc2(Module::ExpertFc2);
-  return grouped_mm(act, w_out, g);
+  return swiglu_with(rows, w_in, w_out, [&](const at::Tensor& a, const at::Tensor& b) { return grouped_mm(a, b, g); });
 }
 
 }  // namespace memfine

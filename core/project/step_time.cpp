@@ -44,6 +44,11 @@ double moe_runs(const StrategyShape& s) {
   return s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
 }
 
+// Whether the framework's all-to-all dispatcher sorts received rows by local expert (and back).
+bool sorts_rows(const ProjectSetting& set) {
+  return set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall";
+}
+
 Link nvlink(const Hardware& hw) { return {hw.nvlink_latency_us * 1e-6, hw.nvlink_gb_s * 1e9}; }
 Link network(const Hardware& hw) { return {hw.network_latency_us * 1e-6, hw.network_gb_s * 1e9}; }
 
@@ -76,7 +81,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // rows on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
   const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
   // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
-  const bool sorts = set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall" && m.experts > l.ep;
+  const bool sorts = sorts_rows(set) && m.experts > l.ep;
   const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
   const double token_bytes = double(m.layers) * mb.attention + double(m.dense_layers) * mb.dense_ffn +
                              double(m.moe_layers()) * mb.moe_token + mb.head;
@@ -283,9 +288,9 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + grouped +
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
               "permutes" +
-              std::string(set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall"
-                              ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows"
-                              : "") +
+              std::string(sorts_rows(set) ? " and, where a rank holds several experts, the all-to-all "
+                                            "dispatcher's sorts of its rows"
+                                          : "") +
               ", SwiGLU's product, the loss) at " +
               four_digits(hw.hbm_gb_s) +
               " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers; "

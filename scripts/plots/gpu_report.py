@@ -18,9 +18,13 @@ def _ok(rs, strategy):
     return next((r for r in rs if r["strategy"] == strategy and r["status"] == "ok"), None)
 
 
+def _over(slow, fast):
+    """How many times faster `fast` ran than `slow` (two records; None where either is missing)."""
+    return R.median_ms(slow) / R.median_ms(fast) if slow and fast else None
+
+
 def _speed(rs, strategy, base="full_recompute"):
-    a, b = _ok(rs, strategy), _ok(rs, base)
-    return R.median_ms(b) / R.median_ms(a) if a and b else None
+    return _over(_ok(rs, base), _ok(rs, strategy))
 
 
 def _source(recs, path):
@@ -47,8 +51,8 @@ def grouped_lines(gpu_dir):
             a, b = _speed(loop, s), _speed(grouped, s)
             if a and b:
                 parts.append(f"{s.split('=')[1].rstrip(')')} chunks {a:.2f}x -> {b:.2f}x")
-        ratios = {s: R.median_ms(_ok(loop, s)) / R.median_ms(_ok(grouped, s))
-                  for s in sorted({r["strategy"] for r in loop}) if _ok(loop, s) and _ok(grouped, s)}
+        ratios = {s: _over(_ok(loop, s), _ok(grouped, s)) for s in sorted({r["strategy"] for r in loop})}
+        ratios = {s: x for s, x in ratios.items() if x is not None}
         faster = [s for s, x in ratios.items() if x > 1]
         out.append(f"- EP {ep}, loop -> grouped: {'; '.join(parts)} (the paper's 8 chunks: {paper:.3f}x). The grouped "
                    f"GEMM's speed-up per strategy: " + ", ".join(f"{s} {x:.2f}x" for s, x in ratios.items())

@@ -201,7 +201,7 @@ def lines(path):
     b, f = pair_bytes(DSV3["hidden"], DSV3["ffn_hidden"], DSV3["bytes"]), pair_flops(DSV3["hidden"], DSV3["ffn_hidden"])
     be = break_even_gbps(b, f, H100_TFLOPS)
     offs = [r for r in recs if r["status"] == "ok" and offloads(r)]
-    dev_err = [R.model_error(r) for r in offs if r.get("predicted_activation_bytes")]
+    dev_err = [e for e in map(R.model_error, offs) if e is not None]
     host_exact = sum(r.get("predicted_offload_host_peak_bytes") == r.get("offload_host_peak_bytes") for r in offs)
     model = (f" The implementation model predicted offloading's device peaks within {100 * min(dev_err):+.1f}% to "
              f"{100 * max(dev_err):+.1f}% and its host peak to the byte in {host_exact} of {len(offs)} records."

@@ -113,8 +113,7 @@ def budget_lines(results_dir):
     if eight:
         lines.append(f"- a fixed 8 chunks ran at {min(eight):.2f}-{max(eight):.2f}x full recomputation's speed (the paper: "
                      f"{1 + c['tgs_fixed8_vs_full_II']:.3f}x).")
-    errs = [R.model_error(r) for r in R.select(recs, status="ok", **R.OBJECTIVE_TIME)
-            if r.get("predicted_activation_bytes")]
+    errs = [e for e in map(R.model_error, R.select(recs, status="ok", **R.OBJECTIVE_TIME)) if e is not None]
     if errs:
         lines.append(f"The planner's plans were predicted within {100 * max(map(abs, errs)):.1f}% of the measured peak.")
     return lines + ["One budget's ratio is one run's: step times vary by several percent between runs.", ""]
