@@ -22,6 +22,7 @@ import sys
 import torch
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+BIG = 16 << 20  # allocations at least this large go in the timeline
 
 
 def attention(x, wq, wk, wv, wo, s, H, KV, d):
@@ -40,7 +41,8 @@ def attention(x, wq, wk, wv, wo, s, H, KV, d):
 
 
 def live_at_peak_cuda(step):
-    torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    # Python frames only: C++ unwinding at every allocation takes minutes at these sizes.
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
     start = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     step()
@@ -48,7 +50,7 @@ def live_at_peak_cuda(step):
     peak = torch.cuda.max_memory_allocated() - start
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
-    live, cur, best, best_live = {}, 0, -1, {}
+    live, cur, best, best_live, timeline = {}, 0, -1, {}, []
     for trace in snap["device_traces"]:
         for e in trace:
             if e["action"] == "alloc":
@@ -56,9 +58,14 @@ def live_at_peak_cuda(step):
                 cur += e["size"]
             elif e["action"] == "free_completed" and e["addr"] in live:
                 cur -= live.pop(e["addr"])["size"]
+            else:
+                continue
+            if e["size"] >= BIG:  # the large allocations and frees in order, and what was live after each
+                timeline.append({"action": e["action"], "bytes": e["size"], "live_after": cur,
+                                 "where": _where(e.get("frames", []))})
             if cur > best:
                 best, best_live = cur, dict(live)
-    return peak, [(e["size"], _where(e.get("frames", []))) for e in best_live.values()]
+    return peak, [(e["size"], _where(e.get("frames", []))) for e in best_live.values()], timeline
 
 
 def _where(frames):
@@ -71,7 +78,7 @@ def live_at_peak_cpu(step):
     # The reference's profiler replay (tests/pytorch_reference.py): the peak only, no addresses.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
     from pytorch_reference import step_peak
-    return step_peak(step), []
+    return step_peak(step), [], []
 
 
 def main(argv=None):
@@ -102,12 +109,13 @@ def main(argv=None):
         y.float().pow(2).mean().backward()
 
     step()  # warm-up: workspaces and the weights' gradients exist before the measured step
-    peak, live = (live_at_peak_cuda if a.device == "cuda" else live_at_peak_cpu)(step)
+    peak, live, timeline = (live_at_peak_cuda if a.device == "cuda" else live_at_peak_cpu)(step)
     sst = a.heads * a.seq * a.seq * torch.empty((), dtype=DTYPES[a.dtype]).element_size()
     out = {"device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch": torch.__version__,
            "shape": vars(a), "peak_bytes": peak, "heads_seq_seq_bytes": sst,
            "peak_in_heads_seq_seq": peak / sst,
-           "live_at_peak": [{"bytes": s, "where": where} for s, where in sorted(live, reverse=True)][:40]}
+           "live_at_peak": [{"bytes": s, "where": where} for s, where in sorted(live, reverse=True)][:40],
+           "timeline": timeline}
     text = json.dumps(out, indent=1)
     print(text)
     if a.out:

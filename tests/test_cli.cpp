@@ -369,6 +369,25 @@ TEST(Cli, CudaOnACpuOnlyBuildIsABadInputNotACrash) {
 #endif
 }
 
+// --profile traces one more step per strategy where the build has the profiler (a CUDA LibTorch);
+// elsewhere it is refused before anything runs or is written. On a GPU build: a trace per
+// strategy, and the records are the ones a run without it writes.
+TEST(Cli, ProfileWritesATracePerStrategyOrSaysWhyNot) {
+  const std::string dir = fresh_dir("profiled"), traces = fresh_dir("traces");
+  Result r = run("run " + write("tiny.yaml", kTiny) + " --out " + dir + " --profile " + traces);
+#ifndef MEMFINE_TORCH_CUDA
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--profile: this build has no step profiler"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/results.jsonl"));
+#else
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(memfine::read_results(dir + "/results.jsonl").size(), 6u);
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(traces)) n += e.path().extension() == ".json";
+  EXPECT_EQ(n, 6);
+#endif
+}
+
 // Without --wide a run's table fits 120 columns whatever its strategies (long labels cut just
 // enough, offloading's columns and every note folded); --wide gives every column and label in full.
 TEST(Cli, TheTableFits120ColumnsWithoutWide) {

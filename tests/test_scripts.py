@@ -526,5 +526,33 @@ class Validation(unittest.TestCase):
         self.assertNotIn("the source measured", rows["bare"]["why"])
 
 
+class TraceSummary(unittest.TestCase):
+    """scripts/trace_summary.py on a made-up profiler trace: overlapping kernels count once in the
+    GPU's busy time, a synchronisation counts as a host wait, and a file with no events is refused."""
+
+    def test_busy_time_waits_and_a_bad_file(self):
+        import trace_summary
+        events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 10},
+                  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 2},
+                  {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 5, "dur": 10},
+                  {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 12, "dur": 10},
+                  {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 20, "dur": 5},
+                  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "ts": 30, "dur": 10,
+                   "args": {"bytes": 100}}]
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "t.json")
+            with open(p, "w") as f:
+                json.dump({"traceEvents": events}, f)
+            r = trace_summary.summarize(p, 3)
+            self.assertAlmostEqual(r["gpu_busy_ms"], 0.027)  # 5..22 and 30..40
+            self.assertAlmostEqual(r["span_ms"], 0.040)
+            self.assertEqual((r["kernels"], r["host_waits"], r["launches"]), (2, 1, 1))
+            self.assertEqual(r["top_kernels"][0], {"name": "gemm", "ms": 0.02, "count": 2})
+            self.assertEqual(r["copies"]["DtoH"]["bytes"], 100)
+            with open(p, "w") as f:
+                json.dump({"traceEvents": []}, f)
+            self.assertEqual(trace_summary.main([p]), 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

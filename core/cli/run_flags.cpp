@@ -13,6 +13,10 @@ const Flag kResume{"--resume", "", "continue DIR's records (without --out: the e
 const Flag kThreads{
     "--threads", "N", "LibTorch intra-op threads (0 = all cores); overrides the YAML's `threads`", 1, true, 0, 1024};
 const Flag kNoProgress{"--no-progress", "", "no progress bar on stderr"};
+const Flag kProfile{"--profile", "DIR",
+                    "after each point's timed steps, one more step of each strategy under LibTorch's\n"
+                    "profiler, its trace written to DIR/<experiment>.<point>.<strategy>.json (Perfetto,\n"
+                    "scripts/trace_summary.py); that step is not in the records. GPU builds only"};
 const Flag kTraceOut{"--trace-out", "CSV",
                      "write the first run's routing (first point, first strategy) as\n"
                      "step,layer,expert,tokens: the trace workload's format, which replays it at any\n"
@@ -26,6 +30,7 @@ RunOptions run_options(const Args& a) {
   o.threads = a.integer("--threads", -1);
   o.progress = !a.has("--no-progress");
   o.trace_out = a.text("--trace-out");
+  o.profile_dir = a.text("--profile");
   return o;
 }
 

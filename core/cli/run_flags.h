@@ -12,7 +12,7 @@
 
 namespace memfine::cli {
 
-extern const Flag kOut, kResume, kThreads, kNoProgress, kTraceOut;
+extern const Flag kOut, kResume, kThreads, kNoProgress, kTraceOut, kProfile;
 
 RunOptions run_options(const Args& a);
 

@@ -8,6 +8,7 @@
 
 #include "core/dist/dist.h"
 #include "core/dist/launch.h"
+#include "core/meter/profile.h"
 #include "core/record/environment.h"
 #include "core/run/resume.h"
 #include "core/run/validate.h"
@@ -99,6 +100,19 @@ std::unique_ptr<Job> start_job(Command command, const std::string& yaml, const R
   if (command == Command::Train && !base.train.enabled) {
     std::cerr << yaml << ": no train: section (memfine run benchmarks such a file)\n";
     return nullptr;
+  }
+  if (!opt.profile_dir.empty()) {
+    if (!step_profiler_available()) {
+      std::cerr << who << "--profile: this build has no step profiler (it needs a CUDA LibTorch with Kineto: "
+                << "scripts/gpu-build)\n";
+      return nullptr;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(opt.profile_dir, ec);
+    if (ec) {
+      std::cerr << who << "--profile " << opt.profile_dir << ": " << ec.message() << "\n";
+      return nullptr;
+    }
   }
   try {
     job->dist = join_job(base.device);

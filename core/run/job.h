@@ -22,6 +22,7 @@ struct RunOptions {
   int64_t threads = -1;  // -1: as the YAML says
   bool progress = true;
   std::string trace_out;  // memfine train: write the routing of the first run as a stepped trace CSV
+  std::string profile_dir;  // memfine run: a trace of one extra step per point and strategy (core/meter/profile.h)
 };
 
 enum class Command { Run, Train };

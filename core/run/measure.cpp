@@ -1,11 +1,13 @@
 #include "core/run/measure.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <memory>
 
 #include "core/dist/dist.h"
 #include "core/meter/memory_meter.h"
+#include "core/meter/profile.h"
 #include "core/record/schema.h"
 #include "core/run/rank_step.h"
 #include "core/run/step.h"
@@ -138,6 +140,30 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
   }
 }
 
+// `--profile DIR`: one more step of each strategy still running, under the profiler (its time
+// and peak are not recorded: the profiler's own work would be in them).
+void profile_steps(const SweepPoint& pt, std::vector<Contender>& cs, const std::string& dir, const Dist* dist) {
+  const ExperimentConfig& c = pt.config;
+  GuardedStep guarded(c, dist);
+  const int64_t step = c.warmup + c.repeats;
+  auto safe = [](std::string s) {
+    for (char& ch : s)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.' && ch != '=') ch = '_';
+    return s;
+  };
+  for (auto& k : cs) {
+    if (!k.state) continue;
+    const std::string path = dir + "/" + safe(c.name) + "." + safe(pt.id) + "." + safe(k.m.spec.label()) +
+                             (dist ? ".rank" + std::to_string(dist->rank()) : std::string()) + ".json";
+    route_step(k.state->rank, c, step);
+    guarded.run(step, k.state->static_bytes(), [&] {
+      double loss = 0;
+      profile_step(path, [&] { loss = train_step(*k.state, *k.strategy, step); });
+      return loss;
+    });
+  }
+}
+
 PointRouting point_routing(const ExperimentConfig& c, const EmulatedRank& er, const Dist* dist) {
   PointRouting rt;
   rt.rank = er.rank;
@@ -212,7 +238,7 @@ void predict(const ExperimentConfig& c, const EmulatedRank& er, std::vector<Cont
 }  // namespace
 
 PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& skip, const std::function<void()>& tick,
-                          const Dist* dist) {
+                          const Dist* dist, const std::string& profile_dir) {
   const ExperimentConfig& c = pt.config;
   std::vector<Contender> cs = contenders(c, skip);
   PointResult out;
@@ -224,6 +250,7 @@ PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& 
   allocate(c, point, cs, dist);
   point.state.reset();  // where no strategy runs
   run_steps(c, cs, tick, dist);
+  if (!profile_dir.empty()) profile_steps(pt, cs, profile_dir, dist);
   out.routing = point_routing(c, er, dist);
   predict(c, er, cs);
   for (auto& k : cs) {
