@@ -21,6 +21,9 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from memory_history import replay  # noqa: E402
+
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 BIG = 16 << 20  # allocations at least this large go in the timeline
 
@@ -50,22 +53,11 @@ def live_at_peak_cuda(step):
     peak = torch.cuda.max_memory_allocated() - start
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
-    live, cur, best, best_live, timeline = {}, 0, -1, {}, []
-    for trace in snap["device_traces"]:
-        for e in trace:
-            if e["action"] == "alloc":
-                live[e["addr"]] = e
-                cur += e["size"]
-            elif e["action"] == "free_completed" and e["addr"] in live:
-                cur -= live.pop(e["addr"])["size"]
-            else:
-                continue
-            if e["size"] >= BIG:  # the large allocations and frees in order, and what was live after each
-                timeline.append({"action": e["action"], "bytes": e["size"], "live_after": cur,
-                                 "where": _where(e.get("frames", []))})
-            if cur > best:
-                best, best_live = cur, dict(live)
-    return peak, [(e["size"], _where(e.get("frames", []))) for e in best_live.values()], timeline
+    # The one replay (scripts/memory_history.py), over this step's events.
+    _, alive, steps = replay([e for t in snap["device_traces"] for e in t])
+    timeline = [{"action": e["action"], "bytes": e["size"], "live_after": cur, "where": _where(e.get("frames", []))}
+                for e, cur in steps if e["size"] >= BIG]  # the large allocations and frees in order
+    return peak, [(e["size"], _where(e.get("frames", []))) for e in alive], timeline
 
 
 def _where(frames):

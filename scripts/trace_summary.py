@@ -7,11 +7,12 @@ programs. Traces may be gzipped.
 
 usage: trace_summary.py TRACE.json[.gz] ... [--top N] [--json FILE]
 """
-import argparse
 import gzip
 import json
 import os
 import sys
+
+import summaries
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 # Runtime calls after which the host has waited for the device.
@@ -76,19 +77,7 @@ def summarize(path, top):
     }
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("traces", nargs="+")
-    ap.add_argument("--top", type=int, default=8)
-    ap.add_argument("--json")
-    a = ap.parse_args(argv)
-    rows = []
-    for p in a.traces:
-        try:
-            rows.append(summarize(p, a.top))
-        except (OSError, ValueError) as e:
-            print(f"trace_summary: {e}", file=sys.stderr)
-            return 1
+def show(rows):
     print(f"{'trace':60} {'span ms':>9} {'GPU busy':>9} {'idle':>8} {'kernels':>8} {'mean us':>8} {'waits':>6} {'wait ms':>8}")
     for r in rows:
         print(f"{r['trace'][:60]:60} {r['span_ms']:9.2f} {r['gpu_busy_ms']:9.2f} {r['gpu_idle_ms']:8.2f} "
@@ -97,10 +86,10 @@ def main(argv=None):
         print(f"\n{r['trace']}: top kernels by GPU time")
         for k in r["top_kernels"]:
             print(f"  {k['ms']:9.2f} ms {k['count']:6d}x  {k['name']}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
+
+
+def main(argv=None):
+    return summaries.main(argv, __doc__, "TRACE.json", 8, summarize, show)
 
 
 if __name__ == "__main__":

@@ -134,5 +134,29 @@ TEST(Offload, UnknownModulesAreRefused) {
   EXPECT_NE(problems[0].message.find("core_attn"), std::string::npos) << problems[0].message;
 }
 
+#ifdef MEMFINE_TORCH_CUDA
+// On a GPU the copies run on streams of their own, out while forward goes on and back while
+// backward does: the loss and gradients are the stored layer's (float32; a race would show),
+// prefetched or fetched when first needed, plain or FP8-encoded, and each copy is timed. The
+// budgeted runs are experiments/gpu_offload.yaml.
+TEST(Offload, CopiesOnTheirOwnCudaStreamsGiveTheStoredLayersGradients) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  ExperimentConfig c = config();
+  c.device = "cuda", c.kernels = "fused";
+  const auto ref = test_util::loss_and_grads(c, spec("no_recompute"));
+  for (const char* prefetch : {"0", "1"}) {
+    const auto sp = spec("offload", {{"modules", kAll}, {"prefetch", prefetch}});
+    EXPECT_LT(test_util::max_rel_diff(test_util::loss_and_grads(c, sp), ref), 1e-5) << "prefetch " << prefetch;
+    const json k = step_counters(c, sp);
+    EXPECT_GT(k.value("offload_d2h_ms", 0.0), 0.0) << k.dump();
+    EXPECT_GT(k.value("offload_h2d_ms", 0.0), 0.0) << k.dump();
+    EXPECT_EQ(k["offload_to_host_bytes"], k["offload_to_device_bytes"]);
+  }
+  const auto fp8 = spec("offload", {{"modules", kAll}, {"format", "fp8_e5m2"}});
+  EXPECT_LT(test_util::max_rel_diff(test_util::loss_and_grads(c, fp8), ref), 0.5);
+  EXPECT_GT(step_counters(c, fp8).value("offload_h2d_ms", 0.0), 0.0);
+}
+#endif
+
 }  // namespace
 }  // namespace memfine

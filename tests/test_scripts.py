@@ -554,5 +554,31 @@ class TraceSummary(unittest.TestCase):
             self.assertEqual(trace_summary.main([p]), 1)
 
 
+class MemoryHistory(unittest.TestCase):
+    """scripts/memory_history.py on a made-up allocator history: the peak is replayed from the events,
+    the blocks alive then are named by the suite's own frame, and a file that is no snapshot is refused."""
+
+    def test_peak_and_its_blocks(self):
+        import memory_history
+        ours = [{"name": "at::native::mul", "line": 1}, {"name": "memfine::combine", "line": 7}]
+        events = [{"action": "alloc", "addr": 1, "size": 100, "frames": ours},
+                  {"action": "alloc", "addr": 2, "size": 50, "frames": [{"name": "at::native::empty", "line": 3}]},
+                  {"action": "free_requested", "addr": 1, "size": 100, "frames": []},
+                  {"action": "free_completed", "addr": 1, "size": 100, "frames": []},
+                  {"action": "alloc", "addr": 3, "size": 20, "frames": []}]
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "s.pickle")
+            with open(p, "wb") as f:
+                import pickle
+                pickle.dump({"segments": [], "device_traces": [events]}, f)
+            r = memory_history.summarize(p, 5)
+            self.assertEqual((r["peak_bytes"], r["alive_at_peak"]), (150, 2))
+            self.assertEqual(r["largest"][0], {"bytes": 100, "where": "memfine::combine:7"})
+            self.assertEqual(r["largest"][1]["where"], "at::native::empty:3")
+            with open(p, "w") as f:
+                f.write("not a pickle")
+            self.assertEqual(memory_history.main([p]), 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

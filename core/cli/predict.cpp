@@ -81,7 +81,8 @@ double predict_point(const SweepPoint& p, bool route_tokens, std::vector<json>& 
       ImplementationPrediction& ip = x.prediction;
       if (!ip.unpredicted_why.empty() || !ip.fits_why.empty()) continue;
       try {
-        const Prediction pr = x.strategy->predict(on_host, at);
+        // The model prices the experiment's own device (a GPU's softmax backward differs).
+        const Prediction pr = x.strategy->predict(p.config, at);
         if (!ip.worst || pr.activation_bytes > ip.worst->activation_bytes) ip.worst = pr;
         ip.chunks.push_back(pr.chunks);
       } catch (const NotModelled& e) {

@@ -17,7 +17,7 @@ configuration is refused, naming the keys that differ.
 
 exit status: 0 all points measured (oom is a result), 1 a point failed or did not verify, 2 bad input
 )",
-          {kOut, kResume, kThreads, kNoProgress, kProfile},
+          {kOut, kResume, kThreads, kNoProgress, kProfile, kMemoryHistory},
           1,
           1,
           [](const Args& a) { return run_experiment(a.operands[0], run_options(a)); }};

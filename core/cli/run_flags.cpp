@@ -17,6 +17,11 @@ const Flag kProfile{"--profile", "DIR",
                     "after each point's timed steps, one more step of each strategy under LibTorch's\n"
                     "profiler, its trace written to DIR/<experiment>.<point>.<strategy>.json (Perfetto,\n"
                     "scripts/trace_summary.py); that step is not in the records. GPU builds only"};
+const Flag kMemoryHistory{"--memory-history", "DIR",
+                          "after each point's timed steps, one more step of each strategy with the CUDA\n"
+                          "allocator's history recorded (every allocation and its C++ frames), written to\n"
+                          "DIR/<experiment>.<point>.<strategy>.pickle for scripts/memory_history.py (what is\n"
+                          "alive at the peak); not in the records. GPU builds only"};
 const Flag kTraceOut{"--trace-out", "CSV",
                      "write the first run's routing (first point, first strategy) as\n"
                      "step,layer,expert,tokens: the trace workload's format, which replays it at any\n"
@@ -31,6 +36,7 @@ RunOptions run_options(const Args& a) {
   o.progress = !a.has("--no-progress");
   o.trace_out = a.text("--trace-out");
   o.profile_dir = a.text("--profile");
+  o.history_dir = a.text("--memory-history");
   return o;
 }
 

@@ -12,7 +12,7 @@
 
 namespace memfine::cli {
 
-extern const Flag kOut, kResume, kThreads, kNoProgress, kTraceOut, kProfile;
+extern const Flag kOut, kResume, kThreads, kNoProgress, kTraceOut, kProfile, kMemoryHistory;
 
 RunOptions run_options(const Args& a);
 

@@ -16,4 +16,11 @@ bool step_profiler_available();
 // std::runtime_error where the build has no profiler or the trace cannot be written.
 void profile_step(const std::string& path, const std::function<void()>& step);
 
+// The CUDA caching allocator's history of one step (`memfine run --memory-history DIR`): every
+// allocation and free with the C++ frames that made it, pickled as PyTorch's memory snapshot
+// (torch.cuda.memory._snapshot's format) for scripts/memory_history.py, which names what is alive
+// at the peak. CUDA builds only: elsewhere memory_history_step throws std::runtime_error.
+bool memory_history_available();
+void memory_history_step(const std::string& path, const std::function<void()>& step);
+
 }  // namespace memfine

@@ -69,6 +69,7 @@ Sizes sizes_of(const ExperimentConfig& c, const EmulatedRank& rank, const Strate
   z.a2a = rank.real && c.kernels != "fused" && !z.buffer_free;
   z.dead_replay = s.skip_dead && !z.a2a;
   z.stashed = s.stash.any();
+  z.fused = c.kernels == "fused";
   return z;
 }
 
@@ -205,10 +206,14 @@ void Step::layer_backward(int64_t l, double below) {
     consider(moe_backward_peak(z_, whole_[size_t(l)], below + kept + shared_grads + grad + moe), at + ", MoE");
   }
   // Then attention's backward: the softmax's two [b, heads, s, s] gradients, with the
-  // attention block's stored tensors still alive.
-  if (z_.attention)
-    consider(below + o.norm1 + o.attention + act_ + 2 * z_.E * z_.b * z_.H * z_.s * z_.s + z_.s * z_.s,
+  // attention block's stored tensors still alive. On a GPU, ATen's softmax backward
+  // (softmax_backward_cuda_out) first forms grad * output in a third such tensor, alive beside
+  // the two (scripts/gpu_peak_probe.py names it); its CPU kernel forms none.
+  if (z_.attention) {
+    const double scores = z_.E * z_.b * z_.H * z_.s * z_.s;
+    consider(below + o.norm1 + o.attention + act_ + (c_.device == "cuda" ? 3 : 2) * scores + z_.s * z_.s,
              at + ", attention");
+  }
 }
 
 // Token-level routing: each chunk's own rows; counts: each chunk's share of every expert's.

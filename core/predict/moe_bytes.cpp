@@ -156,8 +156,12 @@ double moe_stored(const Sizes& z, const MoeRows& m, bool whole) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
     if (rows == 0) continue;
     if (!z.stashed) bytes += z.E * rows * (z.h + z.expert_g() * z.g);
-    if (own > 0) bytes += z.E * (rows * z.h + own * z.h + own);
+    // Combine keeps the expert's output and the rows' weights; ATen's index_add also keeps the
+    // weighted rows it adds.
+    if (own > 0) bytes += z.E * (rows * z.h + (z.fused ? 0 : own * z.h) + own);
   }
+  // The remote experts' rows that arrived and their weighted copy (ATen), or only their weights
+  // (fused: read in place).
   return bytes + z.E * (2 * double(m.remote) * z.h + double(m.remote)) + saved_index_bytes(m);
 }
 
@@ -171,11 +175,13 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
   if (z.buffer_free) return moe_backward_peak_buffer_free(z, m, stored);
   if (z.a2a) return moe_backward_peak_a2a(z, m, stored);
   if (z.dead_replay) return moe_backward_peak_dead(z, m, stored);
+  // What combine's backward lets go: the weighted rows and the remote rows (ATen; fused keeps
+  // neither).
   double freed_by_combine = z.E * 2 * double(m.remote) * z.h, in_flight = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);
     if (rows == 0) continue;
-    if (own > 0) freed_by_combine += z.E * own * z.h;
+    if (own > 0 && !z.fused) freed_by_combine += z.E * own * z.h;
     in_flight = std::max(in_flight, z.E * (rows + own) * z.h);
   }
   double peak = stored + in_flight;

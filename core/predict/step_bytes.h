@@ -56,6 +56,10 @@ struct Sizes {
   // pool's pages, not kept by autograd; its backward copies them back (h + 3g a row) one expert at
   // a time.
   bool stashed = false;
+  // Dispatch and combine through the fused row kernels (core/moe/fused.h): combine keeps each
+  // expert's output rows and their weights, with no weighted copy of them for an index_add to keep,
+  // and the remote experts' rows are read from where they arrived.
+  bool fused = false;
   double expert_g() const {
     return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4;
   }  // stored widths of g per row

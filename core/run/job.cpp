@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
 #include "core/dist/dist.h"
 #include "core/dist/launch.h"
@@ -101,16 +102,20 @@ std::unique_ptr<Job> start_job(Command command, const std::string& yaml, const R
     std::cerr << yaml << ": no train: section (memfine run benchmarks such a file)\n";
     return nullptr;
   }
-  if (!opt.profile_dir.empty()) {
-    if (!step_profiler_available()) {
-      std::cerr << who << "--profile: this build has no step profiler (it needs a CUDA LibTorch with Kineto: "
-                << "scripts/gpu-build)\n";
+  for (const auto& [flag, dir, available, needs] :
+       {std::tuple<const char*, std::string, bool, const char*>{"--profile", opt.profile_dir, step_profiler_available(),
+                                                                "no step profiler (it needs a CUDA LibTorch with Kineto"},
+        {"--memory-history", opt.history_dir, memory_history_available(),
+         "no allocator history (it needs a CUDA LibTorch"}}) {
+    if (dir.empty()) continue;
+    if (!available) {
+      std::cerr << who << flag << ": this build has " << needs << ": scripts/gpu-build)\n";
       return nullptr;
     }
     std::error_code ec;
-    std::filesystem::create_directories(opt.profile_dir, ec);
+    std::filesystem::create_directories(dir, ec);
     if (ec) {
-      std::cerr << who << "--profile " << opt.profile_dir << ": " << ec.message() << "\n";
+      std::cerr << who << flag << " " << dir << ": " << ec.message() << "\n";
       return nullptr;
     }
   }

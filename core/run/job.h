@@ -23,6 +23,7 @@ struct RunOptions {
   bool progress = true;
   std::string trace_out;  // memfine train: write the routing of the first run as a stepped trace CSV
   std::string profile_dir;  // memfine run: a trace of one extra step per point and strategy (core/meter/profile.h)
+  std::string history_dir;  // memfine run: the allocator's history of one extra step per point and strategy
 };
 
 enum class Command { Run, Train };

@@ -140,9 +140,12 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
   }
 }
 
-// `--profile DIR`: one more step of each strategy still running, under the profiler (its time
-// and peak are not recorded: the profiler's own work would be in them).
-void profile_steps(const SweepPoint& pt, std::vector<Contender>& cs, const std::string& dir, const Dist* dist) {
+// `--profile DIR` and `--memory-history DIR`: one more step of each strategy still running, under
+// the profiler or with the allocator's history recorded (its time and peak are not recorded: that
+// work would be in them). `watch` runs a step and writes what it saw to the path it is given.
+using Watch = std::function<void(const std::string&, const std::function<void()>&)>;
+void watched_steps(const SweepPoint& pt, std::vector<Contender>& cs, const std::string& dir, const char* ext,
+                   const Watch& watch, const Dist* dist) {
   const ExperimentConfig& c = pt.config;
   GuardedStep guarded(c, dist);
   const int64_t step = c.warmup + c.repeats;
@@ -154,11 +157,11 @@ void profile_steps(const SweepPoint& pt, std::vector<Contender>& cs, const std::
   for (auto& k : cs) {
     if (!k.state) continue;
     const std::string path = dir + "/" + safe(c.name) + "." + safe(pt.id) + "." + safe(k.m.spec.label()) +
-                             (dist ? ".rank" + std::to_string(dist->rank()) : std::string()) + ".json";
+                             (dist ? ".rank" + std::to_string(dist->rank()) : std::string()) + ext;
     route_step(k.state->rank, c, step);
     guarded.run(step, k.state->static_bytes(), [&] {
       double loss = 0;
-      profile_step(path, [&] { loss = train_step(*k.state, *k.strategy, step); });
+      watch(path, [&] { loss = train_step(*k.state, *k.strategy, step); });
       return loss;
     });
   }
@@ -238,7 +241,7 @@ void predict(const ExperimentConfig& c, const EmulatedRank& er, std::vector<Cont
 }  // namespace
 
 PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& skip, const std::function<void()>& tick,
-                          const Dist* dist, const std::string& profile_dir) {
+                          const Dist* dist, const RunOptions* opt) {
   const ExperimentConfig& c = pt.config;
   std::vector<Contender> cs = contenders(c, skip);
   PointResult out;
@@ -250,7 +253,8 @@ PointResult measure_point(const SweepPoint& pt, const std::vector<std::string>& 
   allocate(c, point, cs, dist);
   point.state.reset();  // where no strategy runs
   run_steps(c, cs, tick, dist);
-  if (!profile_dir.empty()) profile_steps(pt, cs, profile_dir, dist);
+  if (opt && !opt->profile_dir.empty()) watched_steps(pt, cs, opt->profile_dir, ".json", profile_step, dist);
+  if (opt && !opt->history_dir.empty()) watched_steps(pt, cs, opt->history_dir, ".pickle", memory_history_step, dist);
   out.routing = point_routing(c, er, dist);
   predict(c, er, cs);
   for (auto& k : cs) {

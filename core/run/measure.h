@@ -7,6 +7,7 @@
 
 #include "core/config/config.h"
 #include "core/record/record.h"
+#include "core/run/job.h"
 
 namespace memfine {
 
@@ -18,10 +19,11 @@ struct PointResult {
 };
 
 // `skip` lists strategy labels already recorded; `tick` is called after each step of each
-// strategy (progress); `profile_dir`: a trace of one more step of each (core/meter/profile.h). With `dist`, this process is one real rank of the expert-parallel group
+// strategy (progress); `opt`'s profile_dir and history_dir: a trace or the allocator's history of
+// one more step of each (core/meter/profile.h). With `dist`, this process is one real rank of the expert-parallel group
 // (every rank calls it with the same point) and the results are this rank's.
 PointResult measure_point(const SweepPoint& point, const std::vector<std::string>& skip,
                           const std::function<void()>& tick, const Dist* dist = nullptr,
-                          const std::string& profile_dir = "");
+                          const RunOptions* opt = nullptr);
 
 }  // namespace memfine

@@ -82,7 +82,7 @@ int run_experiment(const std::string& yaml, const RunOptions& opt) {
     std::vector<json> recs;
     try {
       const PointResult measured = measure_point(
-          p, skip, [&] { progress.tick(p.id); }, dist, opt.profile_dir);
+          p, skip, [&] { progress.tick(p.id); }, dist, &opt);
       any_failed |= failed(p, measured.strategies, dist);
       const PointContext ctx = point_context(p.config);
       const json& env = ctx.env;

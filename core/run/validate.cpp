@@ -113,7 +113,10 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
 #endif
     if (c.kernels == "fused" && !fused_kernels_available(c.device) && runnable_here)
       add(p, c, "kernels", "this build has no CUDA kernels (build on the GPU machine with scripts/gpu-build)");
-    if (c.kernels == "auto") c.kernels = c.device == "cuda" && fused_kernels_available(c.device) ? "fused" : "aten";
+    // Not to run here (predict): auto is what a GPU build would choose, so that its predictions are
+    // the ones that build's records carry.
+    if (c.kernels == "auto")
+      c.kernels = c.device == "cuda" && (fused_kernels_available(c.device) || !runnable_here) ? "fused" : "aten";
     if (std::find(kinds.begin(), kinds.end(), c.workload.kind) == kinds.end()) {
       std::string list;
       for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;

@@ -1,6 +1,7 @@
 """REPORT.md's GPU section: what the GPU folders (results/<gpu>/, beside the CPU results) measured,
 each sentence decided by the records it cites."""
 import glob
+import json
 import os
 import statistics
 
@@ -93,6 +94,99 @@ def budget_lines(gpu_dir):
             + "; ".join(cells) + ".", ""]
 
 
+def _json(gpu_dir, *parts):
+    path = os.path.join(gpu_dir, *parts)
+    if not os.path.exists(path):
+        return None, path
+    with open(path) as f:
+        return json.load(f), path
+
+
+def probe_lines(gpu_dir):
+    """scripts/gpu_peak_probe.py's and scripts/gpu_copy_probe.py's JSON (results/<gpu>/probes/)."""
+    out = []
+    peak, path = _json(gpu_dir, "probes", "peak.json")
+    if peak:
+        sst = peak["heads_seq_seq_bytes"]
+        big = sum(1 for b in peak["live_at_peak"] if b["bytes"] == sst)
+        sh = peak["shape"]
+        out += [f"Attention alone at seq {sh['seq']}, {sh['heads']} heads, {sh['dtype']} (eager PyTorch {peak['torch']} on "
+                f"the {peak['device']}, `{os.path.relpath(path)}`): its forward and backward peak "
+                f"{peak['peak_in_heads_seq_seq']:.2f} [heads, seq, seq] tensors above the start, {big} such tensors alive "
+                "at the peak. The memory model prices one more there on a GPU than on a CPU: "
+                "ATen's CUDA softmax backward forms grad * output in a tensor of its own.", ""]
+    copy, path = _json(gpu_dir, "probes", "copy.json")
+    if copy:
+        big = [r for r in copy["bandwidth"] if r["mib"] == max(x["mib"] for x in copy["bandwidth"])]
+        pinned = next(r for r in big if r["pinned"])
+        paged = next(r for r in big if not r["pinned"])
+        ov = copy["overlap"]
+        be = max(copy["break_even"], key=lambda r: r["rows"])
+        fastest = min(pinned["d2h_gb_s"], pinned["h2d_gb_s"])
+        verdict = ("below" if fastest < be["break_even_gb_s"] else "above")
+        out += [f"Host copies (`{os.path.relpath(path)}`, {copy['device']}): {pinned['mib']} MiB from pinned memory at "
+                f"{pinned['d2h_gb_s']:.1f} GB/s out and {pinned['h2d_gb_s']:.1f} GB/s back (pageable: "
+                f"{paged['d2h_gb_s']:.1f} and {paged['h2d_gb_s']:.1f}); on a stream of their own beside bf16 products "
+                f"they ran at {ov['d2h']['with_matmul_gb_s']:.1f} and {ov['h2d']['with_matmul_gb_s']:.1f} GB/s while the "
+                f"products took {ov['d2h']['matmul_slowdown']:.2f}x and {ov['h2d']['matmul_slowdown']:.2f}x their time "
+                f"alone. Recomputing DeepSeek-V3's first expert GEMM ({be['rows']} rows) took {be['fc1_ms']:.2f} ms "
+                f"({be['fc1_tflops']:.0f} TFLOP/s): copying its output one way is as fast only at "
+                f"{be['break_even_gb_s']:.0f} GB/s, and the measured {fastest:.1f} GB/s is {verdict} it, so offloading "
+                "that output costs less than recomputing it only where its copies hide behind other work.", ""]
+    return out
+
+
+def _file_label(label):
+    """A strategy's label as `memfine run --profile` names its trace (core/run/measure.cpp)."""
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in label)
+
+
+def chunk_cost_lines(gpu_dir):
+    recs, path = _recs(gpu_dir, "gpu_chunk_cost")
+    summary, spath = _json(gpu_dir, "gpu_chunk_cost", "trace_summary.json")
+    if not recs:
+        return []
+    out = [f"Where a chunk's time goes ({_source(recs, path)}; speed against full recomputation"
+           + (f"; one more step of each under LibTorch's profiler, `{os.path.relpath(spath)}`" if summary else "")
+           + "):", ""]
+    traces = {}
+    for t in summary or []:
+        traces[t["trace"]] = t
+    for r in recs:
+        if r["status"] != "ok":
+            continue
+        speed = _speed(recs, r["strategy"])
+        cell = f"- {r['strategy']}: {R.median_ms(r):.1f} ms a step" + (f", {speed:.2f}x" if speed else "")
+        t = next((t for n, t in traces.items() if n.endswith("." + _file_label(r["strategy"]) + ".json")), None)
+        if t:
+            cell += (f"; traced, {t['kernels']} kernels (mean {t['mean_kernel_us']:.1f} us), the GPU busy "
+                     f"{t['gpu_busy_ms']:.1f} of {t['span_ms']:.1f} ms ({100 * t['gpu_busy_ms'] / t['span_ms']:.0f}%), "
+                     f"{t['host_waits']} host waits for the device ({t['host_wait_ms']:.1f} ms)")
+        out.append(cell + ".")
+    return out + [""]
+
+
+def offload_lines(gpu_dir):
+    recs, path = _recs(gpu_dir, "gpu_offload")
+    if not recs:
+        return []
+    out = [f"Offloading with its copies on their own streams ({_source(recs, path)}; speed against full "
+           "recomputation; the copies' times measured by events on their streams):", ""]
+    for r in recs:
+        if r["status"] != "ok":
+            out.append(f"- {r['strategy']}: {r['status']} ({r.get('error') or '-'})")
+            continue
+        speed = _speed(recs, r["strategy"])
+        cell = (f"- {r['strategy']}: {R.activation(r) / 2**30:.2f} GiB of activations, {R.median_ms(r):.1f} ms a step"
+                + (f" ({speed:.2f}x)" if speed else ""))
+        if r.get("offload_d2h_ms") is not None:
+            moved = r.get("offload_to_host_bytes", 0) / 2**30
+            cell += (f"; {moved:.2f} GiB out in {r['offload_d2h_ms']:.1f} ms and back in {r['offload_h2d_ms']:.1f} ms "
+                     f"of copy time")
+        out.append(cell + ".")
+    return out + [""]
+
+
 def model_lines(gpu_dir):
     recs, path = _recs(gpu_dir, "gpu_model_accuracy")
     ok = [r for r in recs if r["status"] == "ok" and R.activation(r) and r.get("predicted_activation_bytes")]
@@ -100,10 +194,13 @@ def model_lines(gpu_dir):
         return []
     err = [100 * R.model_error(r) for r in ok]
     low = min(err)
-    return [f"The implementation memory model against the CUDA meter ({_source(recs, path)}): {len(ok)} points, median "
-            f"|error| {statistics.median(abs(e) for e in err):.1f}%, {sum(abs(e) <= 5 for e in err)} within 5%, "
-            f"{sum(e < -5 for e in err)} more than 5% low (lowest {low:+.1f}%): MACT's 5% headroom does not cover it "
-            "where the model reads low.", ""]
+    lows = sum(e < -5 for e in err)
+    gemm = R.config_of(recs).get("expert_gemm", "loop")
+    return [f"The implementation memory model against the CUDA meter ({_source(recs, path)}, expert GEMMs {gemm}): "
+            f"{len(ok)} points, median |error| {statistics.median(abs(e) for e in err):.1f}%, "
+            f"{sum(abs(e) <= 5 for e in err)} within 5%, {lows} more than 5% low (lowest {low:+.1f}%), highest "
+            f"{max(err):+.1f}%" + (": MACT's 5% headroom does not cover it where the model reads low." if lows else
+                                   ": nowhere low by more than MACT's 5% headroom."), ""]
 
 
 def rate_lines(gpu_dir):
@@ -125,8 +222,8 @@ def lines(cpu_results):
     """One section per GPU folder beside `cpu_results` (results/h100, results/h200, ...)."""
     out = []
     for gpu_dir in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(cpu_results)), "[a-z]*[0-9]*"))):
-        body = (grouped_lines(gpu_dir) + peak_lines(gpu_dir) + budget_lines(gpu_dir) + model_lines(gpu_dir)
-                + rate_lines(gpu_dir))
+        body = (grouped_lines(gpu_dir) + chunk_cost_lines(gpu_dir) + probe_lines(gpu_dir) + peak_lines(gpu_dir)
+                + budget_lines(gpu_dir) + model_lines(gpu_dir) + offload_lines(gpu_dir) + rate_lines(gpu_dir))
         if body:
             out += [f"## On a GPU: `{os.path.relpath(gpu_dir)}`", "", *body]
     return out

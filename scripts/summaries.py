@@ -1,0 +1,29 @@
+"""The command line that scripts/trace_summary.py and scripts/memory_history.py share: files in,
+one summary each, a table for people on stdout and --json FILE for programs."""
+import argparse
+import json
+import os
+import sys
+
+
+def main(argv, doc, what, top, summarize, show):
+    """Summarizes each file named in `argv` with summarize(path, top) and prints them with
+    show(rows); a file it cannot read (OSError, ValueError) is said on stderr, exit status 1."""
+    prog = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", metavar=what)
+    ap.add_argument("--top", type=int, default=top)
+    ap.add_argument("--json", help="also write the summaries here")
+    a = ap.parse_args(argv)
+    rows = []
+    for p in a.files:
+        try:
+            rows.append(summarize(p, a.top))
+        except (OSError, ValueError) as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 1
+    show(rows)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
