@@ -10,10 +10,14 @@ usage: gpu_copy_probe.py [--out FILE.json] [--repeats N]
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from summaries import source_commit  # noqa: E402
 
 
 def timed(fn, repeats, stream=None):
@@ -112,7 +116,7 @@ def main():
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpu_copy_probe: no CUDA device")
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "git_commit": source_commit(),
            "bandwidth": bandwidths(a.repeats), "overlap": overlapped(a.repeats),
            "break_even": break_even(a.repeats)}
     text = json.dumps(res, indent=1)

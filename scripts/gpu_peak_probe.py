@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from memory_history import replay  # noqa: E402
+from summaries import source_commit  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 BIG = 16 << 20  # allocations at least this large go in the timeline
@@ -104,6 +105,7 @@ def main(argv=None):
     peak, live, timeline = (live_at_peak_cuda if a.device == "cuda" else live_at_peak_cpu)(step)
     sst = a.heads * a.seq * a.seq * torch.empty((), dtype=DTYPES[a.dtype]).element_size()
     out = {"device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch": torch.__version__,
+           "git_commit": source_commit(),
            "shape": vars(a), "peak_bytes": peak, "heads_seq_seq_bytes": sst,
            "peak_in_heads_seq_seq": peak / sst,
            "live_at_peak": [{"bytes": s, "where": where} for s, where in sorted(live, reverse=True)][:40],

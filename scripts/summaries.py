@@ -1,5 +1,6 @@
-"""The command line that scripts/trace_summary.py and scripts/memory_history.py share: files in,
-one summary each, a table for people on stdout and --json FILE for programs."""
+"""What the GPU probe and summary scripts share: the command line of scripts/trace_summary.py and
+scripts/memory_history.py (files in, one summary each, a table for people on stdout and --json
+FILE for programs), and the commit the probes' JSON names."""
 import argparse
 import json
 import os
@@ -27,3 +28,22 @@ def main(argv, doc, what, top, summarize, show):
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
     return 0
+
+
+def source_commit():
+    """The commit this checkout's files are: $MEMFINE_SOURCE_COMMIT, else .deps/source's (written by
+    scripts/gpu-deps, which the GPU machine receives with the files), else git's; None if unknown."""
+    if os.environ.get("MEMFINE_SOURCE_COMMIT"):
+        return os.environ["MEMFINE_SOURCE_COMMIT"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        with open(os.path.join(root, ".deps", "source")) as f:
+            return f.read().split()[0]
+    except (OSError, IndexError):
+        pass
+    import subprocess
+    try:
+        return subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None

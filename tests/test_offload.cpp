@@ -8,6 +8,7 @@
 
 #include "core/meter/memory_meter.h"
 #include "core/run/rank_step.h"
+#include "core/strategy/offload.h"
 #include "core/strategy/registry.h"
 #include "testing.h"
 
@@ -124,6 +125,11 @@ TEST(Offload, MactStoresOffloadedWhereStoringAloneDoesNotFit) {
   // Offloading where nothing is stored is refused, saying why.
   EXPECT_THROW(make_strategy(spec("memfine", {{"chunks", "4"}, {"modules", "[core_attn]"}})), std::invalid_argument);
 }
+
+// The engine that hands out the hooks is the process's from its start, not from the first
+// offloading step: LibTorch 2.x gives device threads only to the engine that runs the process's
+// first backward pass, and one installed later failed its first backward on a GPU.
+TEST(Offload, ItsEngineIsTheDefaultBeforeAnyStep) { EXPECT_TRUE(offloading_engine_is_default()); }
 
 // Wrong modules are refused where they are read, naming the choices.
 TEST(Offload, UnknownModulesAreRefused) {

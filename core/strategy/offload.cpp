@@ -316,6 +316,14 @@ void install_engine() {
   std::call_once(once, [] { torch::autograd::set_default_engine_stub(&OffloadingEngine::get); });
 }
 
+// Installed when the program starts, before any backward pass, for the whole process: LibTorch 2.x
+// starts the autograd engine's device threads once per process (a function-local static in
+// Engine::initialize_device_threads_pool), for whichever engine runs a backward pass first, so an
+// engine installed after a backward pass on a GPU has no device queues and its first CUDA backward
+// fails an internal assert (the H100's gpu_offload run). Outside an offloading step it hands out no
+// hooks: every other strategy's backward is the default engine's.
+const bool engine_installed = (install_engine(), true);
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -342,6 +350,10 @@ struct BackwardMark : torch::autograd::Function<BackwardMark> {
 };
 
 }  // namespace
+
+bool offloading_engine_is_default() {
+  return &torch::autograd::Engine::get_default_engine() == &OffloadingEngine::get();
+}
 
 void Offloader::begin_step() {
   install_engine();

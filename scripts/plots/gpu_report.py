@@ -142,11 +142,20 @@ def _file_label(label):
 
 
 def chunk_cost_lines(gpu_dir):
-    recs, path = _recs(gpu_dir, "gpu_chunk_cost")
-    summary, spath = _json(gpu_dir, "gpu_chunk_cost", "trace_summary.json")
+    out = []
+    for before in sorted(glob.glob(os.path.join(gpu_dir, "gpu_chunk_cost.before-*"))):
+        out += _chunk_cost_lines(gpu_dir, os.path.basename(before))
+    return _chunk_cost_lines(gpu_dir, "gpu_chunk_cost") + out
+
+
+def _chunk_cost_lines(gpu_dir, folder):
+    recs, path = _recs(gpu_dir, folder)
+    summary, spath = _json(gpu_dir, folder, "trace_summary.json")
     if not recs:
         return []
-    out = [f"Where a chunk's time goes ({_source(recs, path)}; speed against full recomputation"
+    title = ("Where a chunk's time goes" if folder == "gpu_chunk_cost" else
+             f"The same, measured earlier and kept as `{folder}`")
+    out = [f"{title} ({_source(recs, path)}; speed against full recomputation"
            + (f"; one more step of each under LibTorch's profiler, `{os.path.relpath(spath)}`" if summary else "")
            + "):", ""]
     traces = {}
