@@ -3,10 +3,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
-#include <torch/version.h>
-#include <c10/core/Event.h>
-#include <c10/core/StreamGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,9 +10,9 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <optional>
 
 #include "core/strategy/codec.h"
+#include "core/strategy/copy_streams.h"
 #include "core/strategy/recompute.h"
 
 namespace memfine {
@@ -38,7 +34,7 @@ struct Entry {
   Encoded encoded;                          // encoding: the codes, on the device
   at::ScalarType dtype = at::kFloat;        // encoding: the storage's element type
   // A device's copies, on the offloader's streams: done when these are (null: done, or on a CPU).
-  std::shared_ptr<c10::Event> out_done, back_done;
+  CopyStreams::Done out_done, back_done;
   // Keeps the key's address (the storage's) from being reused while the entry lives.
   c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
   ~Entry();
@@ -75,48 +71,7 @@ struct Offloader::Impl {
     host_current += b;
     host_peak = std::max(host_peak, host_current);
   }
-  // A device's copies run on streams of their own, one each way (as Megatron's offloading does), so
-  // that the compute stream waits for a copy only where it needs the tensor back. Each copy is
-  // timed by a pair of events on its stream (read after the step: `copies`).
-  struct Copy {
-    std::shared_ptr<c10::Event> start, end;
-    bool to_host;
-  };
-  std::optional<c10::Stream> d2h_stream, h2d_stream;
-  std::vector<Copy> copies;
-  c10::Stream copy_stream(const at::Device& d, bool to_host) {
-    if (!d2h_stream) {
-      c10::impl::VirtualGuardImpl g(d.type());
-      d2h_stream = g.getStreamFromGlobalPool(d), h2d_stream = g.getStreamFromGlobalPool(d);
-    }
-    return to_host ? *d2h_stream : *h2d_stream;
-  }
-  // dst.copy_(src) on the copy stream, after what the compute stream has queued so far (it made
-  // src, or last used dst's memory); the allocator keeps `stream_side`'s memory from reuse until
-  // the copy is done. Returns the event that marks it done.
-  std::shared_ptr<c10::Event> copy_on_stream(const at::Tensor& dst, const at::Tensor& src, const at::Device& d,
-                                             bool to_host, const c10::DataPtr& stream_side) {
-    c10::impl::VirtualGuardImpl g(d.type());
-    const c10::Stream stream = copy_stream(d, to_host);
-    c10::Event ready(d.type());
-    ready.record(g.getStream(d));
-    ready.block(stream);
-    auto start = std::make_shared<c10::Event>(d.type(), c10::EventFlag::BACKEND_DEFAULT);
-    auto end = std::make_shared<c10::Event>(d.type(), c10::EventFlag::BACKEND_DEFAULT);
-    {
-      c10::StreamGuard on(stream);
-      start->record(stream);
-      dst.copy_(src, /*non_blocking=*/true);
-      end->record(stream);
-    }
-    g.recordDataPtrOnStream(stream_side, stream);
-    copies.push_back({start, end, to_host});
-    return end;
-  }
-  // The compute stream waits for `done` (a copy back) before it reads what the copy wrote.
-  static void wait_for(const std::shared_ptr<c10::Event>& done, const at::Device& d) {
-    if (done) done->block(c10::impl::VirtualGuardImpl(d.type()).getStream(d));
-  }
+  CopyStreams streams;  // a device's copies (copy_streams.h)
 
   // Brings an entry's copy back to the device (the metered allocator) and frees the host one.
   // Encoded: the codes come back (from the host, if there) and are decoded.
@@ -129,9 +84,7 @@ struct Offloader::Impl {
         // Its copy out is done first (the copy back's stream waits for it), then it comes back
         // on its own stream; the host buffer is held until then by the pinned allocator.
         back = at::empty(e.host.sizes(), e.host.options().device(e.device_type).pinned_memory(false));
-        const c10::Stream stream = copy_stream(e.device_type, false);
-        if (e.out_done) e.out_done->block(stream);
-        e.back_done = copy_on_stream(back, e.host, e.device_type, false, back.storage().data_ptr());
+        e.back_done = streams.copy(back, e.host, e.device_type, false, back.storage().data_ptr(), e.out_done);
       }
       e.host = at::Tensor();
       to_device += e.host_bytes;
@@ -141,7 +94,7 @@ struct Offloader::Impl {
         e.device = back;
     }
     if (e.encoded.codes.defined()) {
-      wait_for(e.back_done, e.device_type);
+      CopyStreams::wait_for(e.back_done, e.device_type);
       e.device = decode(e.encoded, spec.stored_as, e.dtype);
       e.encoded = Encoded{};
       decoded += e.bytes;
@@ -256,7 +209,7 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
       const at::Tensor whole =
           at::empty({0}, at::TensorOptions().dtype(at::kByte).device(t.device())).set_(moved, 0, {host_bytes}, {1});
       entry_->host = at::empty({host_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-      entry_->out_done = o_->copy_on_stream(entry_->host, whole, t.device(), true, moved.data_ptr());
+      entry_->out_done = o_->streams.copy(entry_->host, whole, t.device(), true, moved.data_ptr());
     }
     entry_->encoded.codes = at::Tensor();  // its device copy goes
     g.bytes += host_bytes, g.packs.emplace_back(ms, host_bytes);
@@ -284,7 +237,7 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
       Timed timed(o_.get());
       o_->fetch(*entry_);
     }
-    if (!entry_->device_type.is_cpu()) Offloader::Impl::wait_for(entry_->back_done, entry_->device_type);
+    if (!entry_->device_type.is_cpu()) CopyStreams::wait_for(entry_->back_done, entry_->device_type);
     return at::empty({0}, options_).set_(entry_->device.storage(), offset_, sizes_, strides_);
   }
 
@@ -306,8 +259,10 @@ struct OffloadingEngine : torch::autograd::Engine {
     return std::make_unique<Offloaded>(active, active_group);
   }
   static torch::autograd::Engine& get() {
-    static OffloadingEngine engine;
-    return engine;
+    // Never destroyed: it is the process's engine, and a step thread abandoned after an error may
+    // still be inside it when the program's statics go at exit.
+    static OffloadingEngine* engine = new OffloadingEngine();
+    return *engine;
   }
 };
 
@@ -316,13 +271,18 @@ void install_engine() {
   std::call_once(once, [] { torch::autograd::set_default_engine_stub(&OffloadingEngine::get); });
 }
 
-// Installed when the program starts, before any backward pass, for the whole process: LibTorch 2.x
-// starts the autograd engine's device threads once per process (a function-local static in
-// Engine::initialize_device_threads_pool), for whichever engine runs a backward pass first, so an
-// engine installed after a backward pass on a GPU has no device queues and its first CUDA backward
-// fails an internal assert (the H100's gpu_offload run). Outside an offloading step it hands out no
-// hooks: every other strategy's backward is the default engine's.
+#ifdef MEMFINE_TORCH_CUDA
+// A CUDA build installs it when the program starts, before any backward pass, for the whole
+// process: LibTorch 2.x starts the autograd engine's device threads once per process (a
+// function-local static in Engine::initialize_device_threads_pool), for whichever engine runs a
+// backward pass first, so an engine installed after a backward pass on a GPU has no device queues
+// and its first CUDA backward fails an internal assert (the H100's gpu_offload run). Outside an
+// offloading step it hands out no hooks. A CPU build keeps installing it at the first offloading
+// step: installed at start there, a run whose steps ran out of memory crashed at times as it ended
+// (Cli.OutOfMemoryIsARecordedResult, about 1 in 10; cause not found), and a CPU has no device
+// threads to miss.
 const bool engine_installed = (install_engine(), true);
+#endif
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -419,13 +379,8 @@ json Offloader::counters() const {
   for (const auto& [m, b] : o.by_module) mods[module_name(m)] = b;
   j["offload_bytes_by_module"] = mods;
   j["offload_emulation_ms"] = o.hook_ms;  // measured: inside step_ms, absent on a device
-#if TORCH_VERSION_MAJOR >= 2  // c10::Event::elapsedTime: LibTorch 2.x, which every GPU build has
-  if (!o.copies.empty()) {  // a device's copies, measured (the step's timer has waited for the device)
-    double out = 0, back = 0;
-    for (const auto& c : o.copies) (c.to_host ? out : back) += c.start->elapsedTime(*c.end);
-    j["offload_d2h_ms"] = out, j["offload_h2d_ms"] = back;
-  }
-#endif
+  if (const auto ms = o.streams.milliseconds())  // a device's copies (the step's timer waited for them)
+    j["offload_d2h_ms"] = ms->first, j["offload_h2d_ms"] = ms->second;
   // The copies on their own streams: D2H of each saved tensor from when it is saved, one at a
   // time; the forward's end (the last layer's backward mark) waits for the last. In backward,
   // a group's H2D starts when the layer `prefetch` above it begins its backward (or when it is
