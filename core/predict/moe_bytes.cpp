@@ -185,6 +185,12 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
     in_flight = std::max(in_flight, z.E * (rows + own) * z.h);
   }
   double peak = stored + in_flight;
+  // Before this backward, the forward (or the replay it follows) added each expert's loss term for
+  // the rows it computed for its peers (PeerSink, core/moe/stages.cpp): their seeded gradients
+  // gathered and multiplied, two [peer rows, hidden] tensors beside everything kept, freed at once.
+  double peers = 0;
+  for (size_t e = 0; e < m.peer.size(); ++e) peers = std::max(peers, double(m.peer[e]));
+  peak = std::max(peak, stored + 2 * z.E * peers * z.h);
   double cur = stored - freed_by_combine;
   const double tokens_grad = z.E * double(m.tokens) * z.h;  // gradient of the MoE input, accumulated
   bool first = true;
