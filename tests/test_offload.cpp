@@ -126,16 +126,10 @@ TEST(Offload, MactStoresOffloadedWhereStoringAloneDoesNotFit) {
   EXPECT_THROW(make_strategy(spec("memfine", {{"chunks", "4"}, {"modules", "[core_attn]"}})), std::invalid_argument);
 }
 
-// On a CUDA build the engine that hands out the hooks is the process's from its start, not from the
-// first offloading step: LibTorch 2.x gives device threads only to the engine that runs the
-// process's first backward pass, and one installed later failed its first backward on a GPU.
-TEST(Offload, ItsEngineIsTheDefaultBeforeAnyStepOnACudaBuild) {
-#ifdef MEMFINE_TORCH_CUDA
-  EXPECT_TRUE(offloading_engine_is_default());
-#else
-  GTEST_SKIP() << "a CPU build installs it at the first offloading step (core/strategy/offload.cpp)";
-#endif
-}
+// The engine that hands out the hooks is the process's from its start, not from the first
+// offloading step: LibTorch 2.x gives device threads only to the engine that runs the process's
+// first backward pass, and one installed later failed its first backward on a GPU.
+TEST(Offload, ItsEngineIsTheDefaultBeforeAnyStep) { EXPECT_TRUE(offloading_engine_is_default()); }
 
 // Wrong modules are refused where they are read, naming the choices.
 TEST(Offload, UnknownModulesAreRefused) {

@@ -18,16 +18,21 @@ struct StepThread::Impl {
   std::mutex mu;
   std::condition_variable cv;
   const std::function<void()>* work = nullptr;  // set: a job waits; done: it ran
-  bool done = false, stop = false;
+  bool done = false, stop = false, ready = false;
   std::exception_ptr error;
   std::thread thread;
 
+  // Returns once the thread has made its OpenMP team: a thread still making it when the program
+  // ends (replaced after a last step that ran out of memory) raced LibTorch's static destructors
+  // and corrupted the heap at exit.
   void start() {
-    stop = false;
+    stop = false, ready = false;
     thread = std::thread([this] {
       // A fresh thread makes its OpenMP team at its first parallel region: now, not in a step.
       at::parallel_for(0, at::get_num_threads(), 1, [](int64_t, int64_t) {});
       std::unique_lock<std::mutex> lock(mu);
+      ready = true;
+      cv.notify_all();
       for (;;) {
         cv.wait(lock, [this] { return stop || (work && !done); });
         if (stop) return;
@@ -44,6 +49,8 @@ struct StepThread::Impl {
         cv.notify_all();
       }
     });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return ready; });
   }
   void finish() {
     {

@@ -271,18 +271,13 @@ void install_engine() {
   std::call_once(once, [] { torch::autograd::set_default_engine_stub(&OffloadingEngine::get); });
 }
 
-#ifdef MEMFINE_TORCH_CUDA
-// A CUDA build installs it when the program starts, before any backward pass, for the whole
-// process: LibTorch 2.x starts the autograd engine's device threads once per process (a
-// function-local static in Engine::initialize_device_threads_pool), for whichever engine runs a
-// backward pass first, so an engine installed after a backward pass on a GPU has no device queues
-// and its first CUDA backward fails an internal assert (the H100's gpu_offload run). Outside an
-// offloading step it hands out no hooks. A CPU build keeps installing it at the first offloading
-// step: installed at start there, a run whose steps ran out of memory crashed at times as it ended
-// (Cli.OutOfMemoryIsARecordedResult, about 1 in 10; cause not found), and a CPU has no device
-// threads to miss.
+// Installed when the program starts, before any backward pass, for the whole process: LibTorch 2.x
+// starts the autograd engine's device threads once per process (a function-local static in
+// Engine::initialize_device_threads_pool), for whichever engine runs a backward pass first, so an
+// engine installed after a backward pass on a GPU has no device queues and its first CUDA backward
+// fails an internal assert (the H100's gpu_offload run). Outside an offloading step it hands out no
+// hooks: every other strategy's backward is the default engine's.
 const bool engine_installed = (install_engine(), true);
-#endif
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;

@@ -28,8 +28,8 @@
 
 namespace memfine {
 
-// Whether the process's autograd engine is the one that hands out offloading's hooks (on a CUDA
-// build, from the program's start, before any backward pass: offload.cpp says why).
+// Whether the process's autograd engine is the one that hands out offloading's hooks (installed
+// when the program starts, before any backward pass: offload.cpp says why).
 bool offloading_engine_is_default();
 
 // One step's offloading, for one strategy.
