@@ -160,8 +160,9 @@ double moe_stored(const Sizes& z, const MoeRows& m, bool whole) {
     // weighted rows it adds.
     if (own > 0) bytes += z.E * (rows * z.h + (z.fused ? 0 : own * z.h) + own);
   }
-  // The remote experts' rows that arrived and their weighted copy (ATen), or only their weights
-  // (fused: read in place).
+  // The remote experts' rows that arrived, their weighted copy and their weights: ATen's. The fused
+  // combine reads those rows in place, which a stored layer's peak on a GPU shows; its backward's
+  // peak did not fall on the CPU, so the model keeps ATen's bytes and reads high there.
   return bytes + z.E * (2 * double(m.remote) * z.h + double(m.remote)) + saved_index_bytes(m);
 }
 
@@ -175,8 +176,8 @@ double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored) {
   if (z.buffer_free) return moe_backward_peak_buffer_free(z, m, stored);
   if (z.a2a) return moe_backward_peak_a2a(z, m, stored);
   if (z.dead_replay) return moe_backward_peak_dead(z, m, stored);
-  // What combine's backward lets go: the weighted rows and the remote rows (ATen; fused keeps
-  // neither).
+  // What combine's backward lets go: the remote rows and their weighted copy (priced as ATen's for
+  // both paths, as moe_stored does), and the own rows' weighted copy (ATen's alone).
   double freed_by_combine = z.E * 2 * double(m.remote) * z.h, in_flight = 0;
   for (size_t e = 0; e < m.own.size(); ++e) {
     const double own = double(m.own[e]), rows = own + double(m.peer[e]) + double(m.pad[e]);

@@ -57,8 +57,8 @@ struct Sizes {
   // a time.
   bool stashed = false;
   // Dispatch and combine through the fused row kernels (core/moe/fused.h): combine keeps each
-  // expert's output rows and their weights, with no weighted copy of them for an index_add to keep,
-  // and the remote experts' rows are read from where they arrived.
+  // expert's output rows and their weights, with no weighted copy of them for an index_add to keep
+  // (the remote rows it reads in place are priced as ATen's: moe_stored says why).
   bool fused = false;
   double expert_g() const {
     return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4;

@@ -22,7 +22,7 @@ class CopyStreams {
   // allocator keeps `stream_side`'s memory from reuse until the copy has run. Returns its event.
   Done copy(const at::Tensor& dst, const at::Tensor& src, const at::Device& device, bool to_host,
             const c10::DataPtr& stream_side, const Done& after = nullptr);
-  // The compute stream waits for `done` before it reads what that copy wrote.
+  // The compute stream waits for `done` before it reads what that copy wrote (null: nothing to do).
   static void wait_for(const Done& done, const at::Device& device);
   // The copies' measured milliseconds, out and back, once the device has run them (LibTorch 2.x:
   // 1.13's events have no elapsed time); nullopt where no copy ran.

@@ -237,7 +237,7 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
       Timed timed(o_.get());
       o_->fetch(*entry_);
     }
-    if (!entry_->device_type.is_cpu()) CopyStreams::wait_for(entry_->back_done, entry_->device_type);
+    CopyStreams::wait_for(entry_->back_done, entry_->device_type);  // a device's copy back
     return at::empty({0}, options_).set_(entry_->device.storage(), offset_, sizes_, strides_);
   }
 
