@@ -88,8 +88,8 @@ TEST(Comm, AllToAllByHand) {
 
 // 1F1B simulated op by op (each stage runs its forwards and backwards in 1F1B order, a forward
 // waits for the previous stage's, a backward for the next stage's) against the closed form: the
-// step takes (m + p - 1)(tf + tb), of which (p - 1)(tf + tb) is bubble.
-double simulated_1f1b_step(int64_t p, int64_t m, double tf, double tb) {
+// step takes (m + p - 1)(tf + tb), of which (p - 1)(tf + tb) is bubble. Stage s takes tf[s] and tb[s].
+double simulated_1f1b_step(int64_t p, int64_t m, const std::vector<double>& tf, const std::vector<double>& tb) {
   struct Op {
     bool backward;
     int64_t mb;
@@ -114,12 +114,16 @@ double simulated_1f1b_step(int64_t p, int64_t m, double tf, double tb) {
         const double ready =
             !op.backward ? (s == 0 ? 0 : fend[s - 1][op.mb]) : (s == p - 1 ? fend[s][op.mb] : bend[s + 1][op.mb]);
         if (ready == unknown) break;
-        const double end = std::max(ready, free_at[s]) + (op.backward ? tb : tf);
+        const double end = std::max(ready, free_at[s]) + (op.backward ? tb[s] : tf[s]);
         (op.backward ? bend : fend)[s][op.mb] = free_at[s] = end;
         ++next[s], progress = true;
       }
   }
   return *std::max_element(free_at.begin(), free_at.end());
+}
+
+double simulated_1f1b_step(int64_t p, int64_t m, double tf, double tb) {
+  return simulated_1f1b_step(p, m, std::vector<double>(size_t(p), tf), std::vector<double>(size_t(p), tb));
 }
 
 TEST(Pipeline, BubbleAgainstA1F1BSimulation) {
@@ -131,6 +135,33 @@ TEST(Pipeline, BubbleAgainstA1F1BSimulation) {
       EXPECT_NEAR(pipeline_bubble_fraction(p, 1, m), pipeline_bubble_time(p, 1, tf + tb) / step, 1e-9);
     }
   EXPECT_NEAR(pipeline_bubble_time(8, 4, 1.0), 7.0 / 4, 1e-12);  // interleaving divides it by v
+}
+
+// Ranks of unequal work (the output layer's rank, an MTP module's): the slowest sets the steady
+// state's pace and the others' micro-batch times are the fill and drain. Exact where the last rank
+// (the output layer's) is the slower; long where another is, as 1F1B hides some of the others'
+// round trip behind its own pending backwards (by less than 15% at 8 micro-batches over 8 ranks).
+TEST(Pipeline, UnevenRanksAgainstA1F1BSimulation) {
+  for (int64_t p : {2, 4, 8})
+    for (int64_t m : {8, 32})
+      for (int64_t slow : {p - 1, int64_t(0)}) {
+        std::vector<double> tf(size_t(p), 0.1), t{std::vector<double>(size_t(p))};
+        tf[size_t(slow)] = 0.13;
+        std::vector<double> tb = tf;
+        for (auto& x : tb) x *= 2;
+        for (size_t i = 0; i < t.size(); ++i) t[i] = tf[i] + tb[i];
+        const double closed = double(m) * 0.39 + pipeline_bubble_time(t, 1);
+        const double simulated = simulated_1f1b_step(p, m, tf, tb);
+        if (slow == p - 1) EXPECT_NEAR(simulated, closed, 1e-9) << p << " " << m;
+        EXPECT_LE(simulated, closed + 1e-9) << p << " " << m << " " << slow;
+        EXPECT_GT(simulated, 0.85 * closed) << p << " " << m << " " << slow;
+      }
+  std::vector<double> tf = {0.07, 0.12, 0.09, 0.14, 0.1, 0.08, 0.11, 0.13}, tb = tf, t = tf;
+  for (size_t i = 0; i < tf.size(); ++i) tb[i] *= 2, t[i] *= 3;
+  const double closed = 32 * 0.42 + pipeline_bubble_time(t, 1), simulated = simulated_1f1b_step(8, 32, tf, tb);
+  EXPECT_LE(simulated, closed + 1e-9);
+  EXPECT_GT(simulated, 0.95 * closed);
+  EXPECT_NEAR(pipeline_bubble_time(std::vector<double>(8, 1.0), 4), pipeline_bubble_time(8, 4, 1.0), 1e-12);
 }
 
 // Every shipped preset reads without a problem, names its source and has the shape its source
@@ -525,12 +556,74 @@ TEST(Project, PublishedLayoutsFitAndTheirPeaksAreWithinTenPercent) {
 }
 
 // A wrong key, an unknown preset and a strategy it does not model are refused at their lines.
+// Megatron's --pipeline-model-parallel-layout read as Megatron reads it, each rank's part of the
+// model from it (virtual stage i on rank i mod PP), and the even split when there is none.
+TEST(Pipeline, MegatronsLayoutStringsSayWhatEachRankHolds) {
+  std::vector<std::string> st;
+  ASSERT_EQ(parse_pipeline_layout("Ettt|(tt|)*29,m|L", st), "");  // Megatron's own example
+  ASSERT_EQ(st.size(), 32u);
+  EXPECT_EQ(st[0], "Ettt");
+  EXPECT_EQ(st[29], "tt");
+  EXPECT_EQ(st[30], "m");
+  EXPECT_EQ(st[31], "L");
+  EXPECT_NE(parse_pipeline_layout("Ex|L", st).find("'x' is not a layer"), std::string::npos);
+  EXPECT_NE(parse_pipeline_layout("E(tt|L", st), "");
+  EXPECT_NE(parse_pipeline_layout("Et*|L", st), "");
+  // The DeepSeek-V3 proxy as Megatron-LM PR 6429 ran it: 14 layers (3 dense), one MTP module.
+  ModelConfig m = plain();
+  m.layers = 14, m.dense_layers = 3, m.mtp_layers = 1;
+  Layout l;
+  l.pp = 4, l.vpp = 2;
+  const std::string proxy = "Ett|(tt|)*6mL";
+  EXPECT_EQ(pipeline_layout_problem(m, l, proxy), "");
+  const std::vector<RankShape> r = rank_shapes(m, l, proxy);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_TRUE(r[0].embedding && !r[0].loss && r[0].dense == 2 && r[0].moe == 2 && r[0].mtp == 0);
+  EXPECT_TRUE(!r[1].embedding && r[1].dense == 1 && r[1].moe == 3);
+  EXPECT_TRUE(r[3].loss && r[3].dense == 0 && r[3].moe == 2 && r[3].mtp == 1);
+  l.vpp = 1;
+  EXPECT_EQ(pipeline_layout_problem(m, l, proxy), "has 8 virtual stages, PP x VPP is 4");
+  l.vpp = 2;
+  m.layers = 15;
+  EXPECT_EQ(pipeline_layout_problem(m, l, proxy), "has 14 decoder layers, the model 15");
+  m.layers = 14;
+  EXPECT_EQ(pipeline_layout_problem(m, l, "tEt|(tt|)*6mL"), "needs one embedding (E), first");
+  EXPECT_EQ(pipeline_layout_problem(m, l, "Ett|(tt|)*6Lm"), "needs one loss (L), last");
+  // No layout: the layers in order, ceil(14 / 8) a virtual stage; MTP and the loss on the last.
+  const std::vector<RankShape> even = rank_shapes(m, l, "");
+  EXPECT_TRUE(even[0].embedding && even[0].dense == 2 && even[0].moe == 2);
+  EXPECT_TRUE(even[3].loss && even[3].moe == 2 && even[3].mtp == 1);
+}
+
+// The output layer's rank is the slowest where the vocabulary is large: a layout that gives it
+// fewer layers (Megatron's --account-for-loss-in-pipeline-split) is faster than the even split,
+// and the same model with the head's cost spread over the ranks would be faster still.
+TEST(Project, TheSlowestPipelineRankSetsTheStep) {
+  ModelConfig m = plain();
+  m.vocab = 1 << 18;  // an output layer of about 20 decoder layers' FLOPs here
+  const Hardware hw = plain_gpu();
+  ProjectSetting set;
+  Layout l;
+  l.pp = 4, l.dp = 2, l.ep = 2, l.global_batch = 64;
+  const Estimate even = estimate(m, hw, l, *strategy("no_recompute"), set);
+  set.pipeline_layout = "Ettttt|ttttt|tttt|ttL";
+  const Estimate lighter = estimate(m, hw, l, *strategy("no_recompute"), set);
+  EXPECT_LT(lighter.step, even.step);
+  EXPECT_GT(lighter.step, 0);
+  // Each rank alone: the step is the slowest rank's micro-batches and the others' fill and drain.
+  set.pipeline_layout = "";
+  l.pp = 1, l.dp = 8;
+  const Estimate whole = estimate(m, hw, l, *strategy("no_recompute"), set);
+  EXPECT_GT(even.compute, whole.compute / 4);  // the head's rank does more than a quarter
+}
+
 TEST(Project, BadFilesAreRefusedAtTheirLines) {
   const std::string dir = ::testing::TempDir();
   const std::string file = dir + "/bad_project.yaml";
   {
     std::ofstream(file) << "model: deepseek_v4\nhardware: h100_80gb\ngpus: 64\nglobal_batch: 64\n"
-                           "strategies: [no_recompute, checkpointing]\nsearh: {tp: [1]}\n";
+                           "strategies: [no_recompute, checkpointing]\nsearh: {tp: [1]}\n"
+                           "pipeline_layout: \"Et|tX\"\n";
   }
   try {
     load_project(file, kExperiments + "/project");
@@ -541,6 +634,7 @@ TEST(Project, BadFilesAreRefusedAtTheirLines) {
     EXPECT_NE(m.find("did you mean 'deepseek_v3'"), std::string::npos) << m;
     EXPECT_NE(m.find("bad_project.yaml:5: strategies[1]"), std::string::npos) << m;
     EXPECT_NE(m.find("bad_project.yaml:6: searh"), std::string::npos) << m;
+    EXPECT_NE(m.find("bad_project.yaml:7: pipeline_layout: 'X' is not a layer"), std::string::npos) << m;
   }
   std::remove(file.c_str());
 }

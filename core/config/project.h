@@ -100,6 +100,8 @@ struct ProjectConfig {
   std::string sharding = "auto";  // the framework's, or "distributed_optimizer", "fsdp"
   std::string dtype = "bfloat16";                  // or "float32": an activation's element
   std::string dispatcher = "alltoall";             // or "deepep", "hybridep": a token once per node across nodes
+  // Megatron's --pipeline-model-parallel-layout ("Et*3|(tt|)*29m|L"); "": layers split evenly in order.
+  std::string pipeline_layout;
   FrameworkConfig framework;
   SearchSpace search;
   // Every registered strategy at its defaults when the file names none (core/project/check.h).

@@ -338,6 +338,12 @@ const Section<ProjectConfig>& project_keys() {
        choice<P>("dispatcher", &P::dispatcher, {"alltoall", "deepep", "hybridep"},
                  "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
                  "(across nodes a token once per node), each at the hardware preset's measured rate"),
+       text<P>("pipeline_layout", &P::pipeline_layout, "string",
+               "what each pipeline stage holds, in Megatron's --pipeline-model-parallel-layout syntax (E the "
+               "embedding, t a decoder layer, m an MTP module, L the output layer and loss, | between virtual "
+               "stages, (...)*N and t*N repeat; --account-for-embedding-in-pipeline-split and "
+               "--account-for-loss-in-pipeline-split are the even split of E, the layers and L); default: the "
+               "layers split evenly in order over PP x VPP, the embedding first, MTP and the loss last"),
        framework_key(),
        number<P>("usable_memory", &P::usable_memory, 0.01, 1, "share of a GPU's memory the job may use"),
        reliability_key(),

@@ -43,19 +43,33 @@ double attention_core_flops(const ModelConfig& m) {
   return 2 * keys * double(m.heads) * (qk + v);
 }
 
-TokenFlops token_flops(const ModelConfig& m) {
-  const double h = double(m.hidden), L = double(m.layers), moe = double(m.moe_layers());
-  TokenFlops f;
-  f.attention_proj = L * attention_proj_flops(m);
-  f.attention_core = L * attention_core_flops(m);
-  f.dense_ffn = double(m.dense_layers) * expert_forward_flops(1, h, double(m.dense_ffn_hidden));
-  f.router = moe * 2 * h * double(m.experts);
-  f.experts = moe * expert_forward_flops(double(m.topk), h, double(m.ffn_hidden));
-  f.shared = moe * expert_forward_flops(double(m.shared_experts), h, double(m.ffn_hidden));
+LayerFlops layer_flops(const ModelConfig& m) {
+  const double h = double(m.hidden);
+  LayerFlops f;
+  f.attention_proj = attention_proj_flops(m);
+  f.attention_core = attention_core_flops(m);
+  f.dense_ffn = expert_forward_flops(1, h, double(m.dense_ffn_hidden));
+  f.router = 2 * h * double(m.experts);
+  f.experts = expert_forward_flops(double(m.topk), h, double(m.ffn_hidden));
+  f.shared = expert_forward_flops(double(m.shared_experts), h, double(m.ffn_hidden));
   f.lm_head = 2 * h * double(m.vocab);
-  const double moe_layer = attention_proj_flops(m) + attention_core_flops(m) + 2 * h * double(m.experts) +
-                           expert_forward_flops(double(m.topk + m.shared_experts), h, double(m.ffn_hidden));
-  f.mtp = double(m.mtp_layers) * (moe_layer + 2 * 2 * h * h + f.lm_head);
+  f.mtp_proj = 2 * 2 * h * h;
+  return f;
+}
+
+TokenFlops token_flops(const ModelConfig& m) {
+  const double L = double(m.layers), moe = double(m.moe_layers());
+  const LayerFlops l = layer_flops(m);
+  TokenFlops f;
+  f.attention_proj = L * l.attention_proj;
+  f.attention_core = L * l.attention_core;
+  f.dense_ffn = double(m.dense_layers) * l.dense_ffn;
+  f.router = moe * l.router;
+  f.experts = moe * l.experts;
+  f.shared = moe * l.shared;
+  f.lm_head = l.lm_head;
+  const double moe_layer = l.attention_proj + l.attention_core + l.router + l.experts + l.shared;
+  f.mtp = double(m.mtp_layers) * (moe_layer + l.mtp_proj + l.lm_head);
   return f;
 }
 

@@ -53,6 +53,17 @@ struct LayerBytes {
 };
 LayerBytes memory_bound_bytes(const ModelConfig& m, double element_bytes = 2);
 
+// One layer's (or module's) forward per token, by part: what a pipeline stage holding some of
+// them sums (core/project/step_time.cpp); token_flops() is the whole model's sum of the same.
+struct LayerFlops {
+  double attention_proj = 0, attention_core = 0;  // every decoder layer and MTP module
+  double dense_ffn = 0;                           // a leading dense layer's SwiGLU
+  double router = 0, experts = 0, shared = 0;     // a MoE layer (and an MTP module's)
+  double lm_head = 0;                             // the output layer, once per prediction
+  double mtp_proj = 0;                            // an MTP module's projection of [h | embedding]
+};
+LayerFlops layer_flops(const ModelConfig& m);
+
 // The whole model's, per token of a `seq`-long sequence.
 TokenFlops token_flops(const ModelConfig& m);
 // One layer's attention (projections, core) per token; the core causal: half the square (a windowed

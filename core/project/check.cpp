@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "core/project/pipeline.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
@@ -62,6 +63,9 @@ ProjectConfig load_project(const std::string& file, const std::string& presets_d
       p.add_at(c.where("reliability"), "reliability", e.what());
     }
   }
+  if (std::vector<std::string> stages; !c.pipeline_layout.empty())
+    if (const std::string why = parse_pipeline_layout(c.pipeline_layout, stages); !why.empty())
+      p.add_at(c.where("pipeline_layout"), "pipeline_layout", why);
   if (parsed && !c.hardware.has_rates())
     p.add_at(c.where("hardware"), "hardware",
              "'" + c.hardware.name +
@@ -84,6 +88,7 @@ ProjectSetting project_setting(const ProjectConfig& c) {
   s.restart_h = c.restart_min / 60;
   s.checkpoint_gb_s_per_node = c.checkpoint_gb_s_per_node;
   s.dispatcher = c.dispatcher;
+  s.pipeline_layout = c.pipeline_layout;
   s.framework = framework_setting(c);
   s.element_bytes = c.dtype == "float32" ? 4 : 2;
   return s;

@@ -5,6 +5,7 @@
 #include "core/model/flops.h"
 #include "core/util/format.h"
 #include "core/predict/profile.h"
+#include "core/project/pipeline.h"
 
 namespace memfine {
 
@@ -16,12 +17,6 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   tokens_gpu_ = tokens_ / tp;                                      // sequence parallel inside TP
   const int64_t micro = l.global_batch / (l.dp * l.micro_batch);   // micro-batches per step and DP rank
   const int64_t per_flush = micro / l.grad_accumulation;           // per pipeline schedule
-  const int64_t mtp = m.mtp_layers;
-  // Layers per virtual stage, the last ones shorter when PP x VPP does not divide them (Megatron's
-  // and NeMo's uneven layouts).
-  const int64_t per_chunk = (m.layers + l.pp * l.vpp - 1) / (l.pp * l.vpp);
-  const int64_t stage_layers = std::min(m.layers, per_chunk * l.vpp);
-  const int64_t stage_dense = std::min(m.dense_layers, per_chunk), stage_moe = stage_layers - stage_dense;
   // Micro-batches whose activations a rank keeps at once, in whole-rank units: 1F1B's warm-up keeps
   // PP - rank; interleaved 1F1B keeps 2 (PP - rank - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches
   // of 1 / VPP of the rank's layers each (Megatron's schedule); fewer if the schedule has fewer.
@@ -40,22 +35,20 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   const double table = V * h / tp;           // the embedding, or the output head
   const double mtp_params = 2 * h * h / tp;  // an MTP module's projection beside its MoE layer
   dp_shard_ = double(l.dp * l.cp), expert_dp_ = double(l.dp * l.cp * l.tp) / double(l.ep);
-  // One micro-batch's loss at its peak (its logits; the framework's loss says how wide).
+  // One micro-batch's loss at its peak (its logits; the framework's loss says how wide), with each
+  // MTP module's beside the model's.
   const double logits = tokens_ / tp * loss_bytes_per_token(m, set.framework.loss, set.element_bytes);
-  const double last_layers =
-      double((l.vpp - 1) * per_chunk + std::max<int64_t>(0, m.layers - (l.pp * l.vpp - 1) * per_chunk));
-  if (l.pp == 1) {
-    stages_.push_back({double(m.dense_layers), double(m.moe_layers() + mtp),
-                       (double(m.dense_layers) * dense_layer_params + double(m.moe_layers() + mtp) * moe_layer_params +
-                        2 * table + double(mtp) * mtp_params),
-                       double(m.moe_layers() + mtp) * layer_expert_params_, inflight_at(0), logits * double(1 + mtp)});
-  } else {
-    stages_.push_back({double(stage_dense), double(stage_moe),
-                       double(stage_dense) * dense_layer_params + double(stage_moe) * moe_layer_params + table,
-                       double(stage_moe) * layer_expert_params_, inflight_at(0), 0});
-    const double moe_last = last_layers + double(mtp);
-    stages_.push_back({0, moe_last, moe_last * moe_layer_params + table + double(mtp) * (table + mtp_params),
-                       moe_last * layer_expert_params_, inflight_at(l.pp - 1), logits * double(1 + mtp)});
+  // Every rank (core/project/pipeline.h): an MTP module away from the embedding's rank keeps its
+  // own copy of it.
+  const std::vector<RankShape> ranks = rank_shapes(m, l, set.pipeline_layout);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankShape& k = ranks[r];
+    const double moe = double(k.moe + k.mtp);
+    const double tables = (k.embedding ? table : 0) + (k.loss ? table : 0) + (k.embedding ? 0 : double(k.mtp) * table);
+    stages_.push_back({double(k.dense), moe,
+                       double(k.dense) * dense_layer_params + moe * moe_layer_params + tables + double(k.mtp) * mtp_params,
+                       moe * layer_expert_params_, inflight_at(int64_t(r)),
+                       k.loss ? logits * double(1 + m.mtp_layers) : 0});
   }
 }
 
@@ -128,7 +121,10 @@ StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
       best.host_bytes = moved * s.offload.host_fraction(set_.element_bytes);
       best.encoded_bytes = s.offload.encodes() ? moved : 0;
       best.layers_in_flight = stages_[i].inflight * (stages_[i].dense + stages_[i].moe);
-      best.stage = stages_.size() == 1 ? "only" : i == 0 ? "first" : "last";
+      best.stage = stages_.size() == 1   ? "only"
+                   : i == 0               ? "first"
+                   : i + 1 == stages_.size() ? "last"
+                                          : "rank " + std::to_string(i);
     }
   }
   const FrameworkSetting& f = set_.framework;
@@ -150,8 +146,8 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
                                          (f.moment_bytes == 2 ? "bf16" : "fp32") +
                                          " Adam moments sharded over DP x CP (experts: over DP x CP x TP / EP) by the "
                                          "distributed optimizer") +
-                "; the hotter of the first stage (embedding, dense layers, most micro-batches in flight) and the "
-                "last (head, loss, MTP)");
+                "; the hottest pipeline rank (the first: embedding, most micro-batches in flight; the output "
+                "layer's: head, loss; MTP's)");
   out.push_back("activations (" + f.name + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
                 widths(s).row_text + " per received row, x the micro-batches the schedule keeps in flight on the rank; "
                 "the loss " + f.loss);

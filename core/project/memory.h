@@ -2,9 +2,10 @@
 // gradients, fp32 master weights and Adam moments sharded by the distributed optimizer, or FSDP's
 // shards) and its activations under a strategy's shape, from a framework profile's widths per
 // token and per routed row (core/predict/profile.h) times the micro-batches the schedule keeps in
-// flight. The first stage holds the embedding, the dense leading layers and the most micro-batches
-// in flight; the last the output head, the loss's logits and DeepSeek's multi-token prediction
-// (MTP) layers with their own copy of the embedding.
+// flight. Every pipeline rank holds its part of the model (core/project/pipeline.h): the first the
+// embedding and the most micro-batches in flight; the output layer's rank the head and the loss's
+// logits; an MTP module's rank DeepSeek's multi-token prediction layer with its own copy of the
+// embedding.
 #pragma once
 #include <string>
 #include <vector>
@@ -32,9 +33,9 @@ class StageMemory {
     double reserved = 0;                                 // what the caching allocator holds for them
     double need = 0;                                     // and with what the process holds beside
     double layers_in_flight = 1;  // its layers x the micro-batches it keeps in flight
-    std::string stage;            // "first", "last" or "only"
+    std::string stage;            // "first", "last", "only" or "rank N"
   };
-  // The hotter stage's peak with a layer run as `s`; what it offloads to the host.
+  // The hottest rank's peak with a layer run as `s`; what it offloads to the host.
   Peak peak(const StrategyShape& s) const;
   // The first stage's parameters, and its routed experts', per GPU (data-parallel communication).
   double stage_params() const { return stages_.front().params; }

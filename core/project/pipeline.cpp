@@ -1,9 +1,136 @@
 #include "core/project/pipeline.h"
 
+#include <algorithm>
+#include <cctype>
+#include <numeric>
+
+#include "core/project/layout.h"
+
 namespace memfine {
+
+namespace {
+
+// Megatron's two unrolling passes, in its order: "(...)*n" first (no nesting), then "x*n".
+std::string unroll(std::string s, std::string& why) {
+  auto count_at = [&](size_t& i) {
+    size_t j = i;
+    while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+    if (j == i || j - i > 6) return int64_t(-1);
+    const int64_t n = std::stoll(s.substr(i, j - i));
+    i = j;
+    return n;
+  };
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    if (s[i] == '(') {
+      const size_t close = s.find(')', i);
+      if (close == std::string::npos || close == i + 1 || s.compare(close + 1, 1, "*") != 0) {
+        why = "a '(' needs a group and ')*N' after it";
+        return "";
+      }
+      size_t k = close + 2;
+      const int64_t n = count_at(k);
+      if (n < 0) {
+        why = "')*' needs a count after it";
+        return "";
+      }
+      for (int64_t r = 0; r < n && out.size() < (1u << 20); ++r) out += s.substr(i + 1, close - i - 1);
+      i = k;
+    } else {
+      out += s[i++];
+    }
+  }
+  s = out, out.clear();
+  for (size_t i = 0; i < s.size();) {
+    if (i + 1 < s.size() && s[i + 1] == '*') {
+      size_t k = i + 2;
+      const int64_t n = count_at(k);
+      if (n < 0) {
+        why = "'*' needs a count after it";
+        return "";
+      }
+      out.append(size_t(std::min<int64_t>(n, 1 << 20)), s[i]);
+      i = k;
+    } else {
+      out += s[i++];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string parse_pipeline_layout(const std::string& text, std::vector<std::string>& stages) {
+  std::string s;
+  for (char c : text)
+    if (c != ',' && !std::isspace(static_cast<unsigned char>(c))) s += c;
+  std::string why;
+  s = unroll(s, why);
+  if (!why.empty()) return why;
+  stages.assign(1, "");
+  for (char c : s) {
+    if (c == '|') {
+      stages.emplace_back();
+    } else if (c == 'E' || c == 't' || c == 'm' || c == 'L') {
+      stages.back() += c;
+    } else {
+      return std::string("'") + c + "' is not a layer (E embedding, t decoder layer, m MTP module, L loss)";
+    }
+  }
+  return "";
+}
+
+std::string pipeline_layout_problem(const ModelConfig& m, const Layout& l, const std::string& layout) {
+  if (layout.empty()) return "";
+  std::vector<std::string> stages;
+  if (std::string why = parse_pipeline_layout(layout, stages); !why.empty()) return why;
+  if (int64_t(stages.size()) != l.pp * l.vpp)
+    return "has " + std::to_string(stages.size()) + " virtual stages, PP x VPP is " + std::to_string(l.pp * l.vpp);
+  std::string all;
+  for (const auto& st : stages) all += st;
+  const auto n = [&](char c) { return int64_t(std::count(all.begin(), all.end(), c)); };
+  if (n('t') != m.layers) return "has " + std::to_string(n('t')) + " decoder layers, the model " + std::to_string(m.layers);
+  if (n('m') != m.mtp_layers)
+    return "has " + std::to_string(n('m')) + " MTP modules, the model " + std::to_string(m.mtp_layers);
+  if (n('E') != 1 || all.front() != 'E') return "needs one embedding (E), first";
+  if (n('L') != 1 || all.back() != 'L') return "needs one loss (L), last";
+  return "";
+}
+
+std::vector<RankShape> rank_shapes(const ModelConfig& m, const Layout& l, const std::string& layout) {
+  const int64_t stages = l.pp * l.vpp;
+  std::vector<std::string> virt;
+  if (layout.empty() || !parse_pipeline_layout(layout, virt).empty() || int64_t(virt.size()) != stages) {
+    const int64_t per = (m.layers + stages - 1) / stages;
+    virt.assign(size_t(stages), "");
+    for (int64_t i = 0; i < stages; ++i)
+      virt[size_t(i)].append(size_t(std::max<int64_t>(0, std::min(per, m.layers - i * per))), 't');
+    virt.front().insert(0, "E");
+    virt.back().append(size_t(m.mtp_layers), 'm').append("L");
+  }
+  std::vector<RankShape> ranks(size_t(l.pp));
+  int64_t layer = 0;  // decoder layers are numbered in virtual-stage order; the dense ones lead
+  for (int64_t i = 0; i < stages; ++i) {
+    RankShape& r = ranks[size_t(i % l.pp)];
+    for (char c : virt[size_t(i)]) {
+      if (c == 't') ++(layer++ < m.dense_layers ? r.dense : r.moe);
+      if (c == 'm') ++r.mtp;
+      if (c == 'E') r.embedding = true;
+      if (c == 'L') r.loss = true;
+    }
+  }
+  return ranks;
+}
 
 double pipeline_bubble_time(int64_t stages, int64_t virtual_stages, double micro_batch_time) {
   return double(stages - 1) / double(virtual_stages) * micro_batch_time;
+}
+
+double pipeline_bubble_time(const std::vector<double>& rank_micro_batch_time, int64_t virtual_stages) {
+  if (rank_micro_batch_time.empty()) return 0;
+  const double sum = std::accumulate(rank_micro_batch_time.begin(), rank_micro_batch_time.end(), 0.0);
+  const double slowest = *std::max_element(rank_micro_batch_time.begin(), rank_micro_batch_time.end());
+  return (sum - slowest) / double(virtual_stages);
 }
 
 double pipeline_bubble_fraction(int64_t stages, int64_t virtual_stages, int64_t micro_batches) {

@@ -30,9 +30,17 @@ double grouped_rate(const Hardware& hw, double rows) {
 
 namespace {
 
-// The MoE layers (MTP's counted as MoE layers) on one pipeline stage.
-double stage_moe_layers(const ModelConfig& m, const Layout& l) {
-  return double(m.moe_layers() + m.mtp_layers) / double(l.pp);
+// What one pipeline rank runs of the model per micro-batch (core/project/pipeline.h): layers with
+// attention (decoder layers and MTP modules), the dense ones, the MoE ones (MTP modules count as
+// MoE layers), MTP's projections and the output layers (the model's and, where the loss is, one per
+// MTP module: Megatron's postprocess computes their logits beside the model's).
+struct Stage {
+  double layers = 0, dense = 0, moe = 0, mtp = 0, heads = 0;
+};
+
+Stage stage_of(const ModelConfig& m, const RankShape& r) {
+  return {double(r.layers() + r.mtp), double(r.dense), double(r.moe + r.mtp), double(r.mtp),
+          r.loss ? double(1 + m.mtp_layers) : 0};
 }
 
 // Whether the shape runs the MoE's forward again for backward (its layer recomputed whole, or the
@@ -63,37 +71,36 @@ struct Compute {
   double dense = 0;    // the dense GEMMs (attention projections, dense and shared FFNs, the head)
 };
 
-Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
-                   const ProjectSetting& set, double received) {
-  const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp), pp = double(l.pp);
+Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,
+                   const StrategyShape& s, const ProjectSetting& set, double received) {
+  const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp);
   const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp);
-  const TokenFlops tf = token_flops(m);
-  const double dense_flops = 3 * (tf.attention_proj + tf.dense_ffn + tf.shared + tf.lm_head) * tokens / tp / pp;
-  const double core_flops = 3 * tf.attention_core * tokens / tp / pp;
-  const double moe_layers = stage_moe_layers(m, l);
-  const double expert_flops = 3 * moe_layers * expert_forward_flops(received, h, g);
+  const LayerFlops lf = layer_flops(m);
+  const double dense_flops = 3 * tokens / tp *
+                             (st.layers * lf.attention_proj + st.dense * lf.dense_ffn + st.moe * lf.shared +
+                              st.heads * lf.lm_head + st.mtp * lf.mtp_proj);
+  const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
+  const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
-  const double dense_t = dense_flops / (hw.gemm_tflops * 1e12) + tf.router * 3 * tokens / pp / (hw.gemm_tflops * 1e12);
+  const double dense_t = dense_flops / (hw.gemm_tflops * 1e12) + 3 * tokens * st.moe * lf.router / (hw.gemm_tflops * 1e12);
   const double core_t = core_flops / (hw.attention_tflops * 1e12);
   const double chunks = moe_runs(s);
   const double expert_t = expert_flops / grouped_rate(hw, rows_per_expert / chunks);
-  // Memory-bound kernels at the HBM rate: what the layers on this stage move per token, the routed
-  // rows on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
+  // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
+  // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
   const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
   // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
   const bool sorts = sorts_rows(set) && m.experts > l.ep;
   const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
-  const double token_bytes = double(m.layers) * mb.attention + double(m.dense_layers) * mb.dense_ffn +
-                             double(m.moe_layers()) * mb.moe_token + mb.head;
+  const double token_bytes = st.layers * mb.attention + st.dense * mb.dense_ffn + st.moe * mb.moe_token + st.heads * mb.head;
   const double hbm = hw.hbm_gb_s * 1e9;
-  const double memory_t =
-      hw.hbm_gb_s > 0 ? 3 * (token_bytes * tokens / tp / pp + moe_layers * routed_row * received) / hbm : 0;
+  const double memory_t = hw.hbm_gb_s > 0 ? 3 * (token_bytes * tokens / tp + st.moe * routed_row * received) / hbm : 0;
   Compute c;
   c.total = dense_t + core_t + expert_t + memory_t;
   c.dense = dense_t;
   c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
-  c.experts = expert_t + (hw.hbm_gb_s > 0 ? 3 * moe_layers * routed_row * received / hbm : 0);
-  if (hw.hbm_gb_s > 0) c.act_hbm = moe_layers * received * set.element_bytes * 3 * g / hbm;
+  c.experts = expert_t + (hw.hbm_gb_s > 0 ? 3 * st.moe * routed_row * received / hbm : 0);
+  if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
   return c;
 }
 
@@ -105,8 +112,8 @@ bool ep_in_node(const Layout& l, const Hardware& hw) { return l.ep <= hw.gpus_pe
 
 // The expert-parallel dispatch and combine of one micro-batch on one stage (4 all-to-alls per MoE
 // layer: forward and backward, each way).
-double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const ProjectSetting& set,
-                     double received) {
+double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,
+                     const ProjectSetting& set, double received) {
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
   const bool in_node = ep_in_node(l, hw);
   Link ep_link = in_node ? nvlink(hw) : network(hw);
@@ -126,8 +133,7 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
     if (set.dispatcher != "alltoall") network_bytes = bytes * n * (1 - std::pow(1 - 1 / n, k)) / k;
     one = (n - 1) * ep_link.alpha + network_bytes / ep_link.beta;
   }
-  const double moe_layers = stage_moe_layers(m, l);
-  return 4 * moe_layers * one;
+  return 4 * st.moe * one;
 }
 
 // Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm) runs one micro-batch's
@@ -138,9 +144,9 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
 // forward's combine beside the backward's attention. An all-to-all longer than its partner stays
 // exposed by the difference; while one runs, its dispatcher's SMs are not the partner's (DeepEP
 // and HybridEP run on SMs of their own), so the partner slows by their share.
-double overlapped_a2a(const ModelConfig& m, const Hardware& hw, const Layout& l, const ProjectSetting& set,
-                      const Compute& c, double a2a) {
-  const double moe_layers = stage_moe_layers(m, l);
+double overlapped_a2a(const Hardware& hw, const Stage& st, const ProjectSetting& set, const Compute& c,
+                      double a2a) {
+  const double moe_layers = st.moe;
   if (moe_layers <= 0) return 0;
   const double one = a2a / 4 / moe_layers;  // an all-to-all of one layer
   const double mlp_f = c.experts / 3 / moe_layers, attn_f = (c.total - c.experts) / 3 / moe_layers;
@@ -172,10 +178,9 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
 // longer, and waits where the host is the slower. The dispatcher's synchronisation drains the GPU
 // once a MoE forward (and a replayed one): the launches after it up to the dispatch run with the
 // GPU waiting.
-double launch_wait(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
-                   const FrameworkSetting& f, double on_gpu) {
-  const double pp = double(l.pp), layers = double(m.layers) / pp, dense = double(m.dense_layers) / pp;
-  const double moe = stage_moe_layers(m, l) * moe_runs(s);
+double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, const FrameworkSetting& f,
+                   double on_gpu) {
+  const double layers = st.layers, dense = st.dense, moe = st.moe * moe_runs(s);
   auto stage = [&](const Launches& x) { return layers * x.attention + dense * x.dense_ffn + moe * x.moe; };
   const double fwd = hw.host_forward_launch_us * 1e-6;
   const double again = s.recompute_layer ? stage(f.forward) : replays_moe(s) ? moe * f.forward.moe : 0;
@@ -186,21 +191,30 @@ double launch_wait(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 
 }  // namespace
 
-StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
-                    const ProjectSetting& set, double received, const StepMemory& mem) {
-  const double h = double(m.hidden), pp = double(l.pp), kB = set.element_bytes;
+namespace {
+
+// One micro-batch on one pipeline rank, by part (seconds).
+struct RankTime {
+  Compute c;
+  double a2a = 0, comm = 0, recompute = 0, wait = 0, fsdp_exposed = 0, rerun = 0, launch = 0;
+  double per_micro() const { return c.total + recompute + comm + fsdp_exposed + wait + rerun + launch; }
+};
+
+RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st, const StrategyShape& s,
+                   const ProjectSetting& set, double received, const StepMemory& mem, int64_t micro) {
+  const double h = double(m.hidden), kB = set.element_bytes;
   const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp), tokens_gpu = tokens / double(l.tp);
-  const int64_t micro = l.global_batch / (l.dp * l.micro_batch);  // micro-batches per step and DP rank
-  const Compute c = compute_of(m, hw, l, s, set, received);
-  const double a2a = all_to_all_of(m, hw, l, set, received);
-  double tp_comm = l.tp > 1 ? 4 * double(m.layers) / pp * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
+  RankTime t;
+  const Compute& c = t.c = compute_of(m, hw, l, st, s, set, received);
+  const double a2a = t.a2a = all_to_all_of(m, hw, l, st, set, received);
+  double tp_comm = l.tp > 1 ? 4 * st.layers * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
   // Megatron's --tp-comm-overlap splits the GEMMs beside TP's collectives into pieces, each piece's
   // collective behind another's GEMM: what outlasts the dense GEMMs stays exposed.
   if (set.framework.tp_comm_overlap) tp_comm = std::max(0.0, tp_comm - c.dense);
   // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
   const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw), dp_link = pp_link;
   const double pp_comm = l.pp > 1 ? 2 * send_time(pp_link, tokens_gpu * h * kB) : 0;
-  const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? overlapped_a2a(m, hw, l, set, c, a2a) : a2a;
+  const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? overlapped_a2a(hw, st, set, c, a2a) : a2a;
   // ChunkedEP: chunk i+1's dispatch runs behind chunk i's experts, in the forward and in a replay
   // for backward; all but the first chunk's, where the experts' forward is at least as long.
   double hidden = 0;
@@ -208,37 +222,53 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
     const double C = double(s.chunks), per_pass = (C - 1) / C * std::min(a2a_exposed / 4, c.experts / 3);
     hidden = per_pass * (replays_moe(s) ? 2 : 1);
   }
-  const double comm = a2a_exposed + tp_comm + pp_comm - std::min(hidden, a2a_exposed);
-  const double recompute = recompute_of(s, c, a2a_exposed);
+  t.comm = a2a_exposed + tp_comm + pp_comm - std::min(hidden, a2a_exposed);
+  t.recompute = recompute_of(s, c, a2a_exposed);
   // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
-  double wait = 0;
   if (s.offload.encodes() && hw.hbm_gb_s > 0) {
     // Encoding reads each element and writes its code; decoding reads the code and writes it back.
     const double per_layer = mem.encoded_bytes / std::max(1.0, mem.layers_in_flight);
-    wait = double(m.layers) / pp * per_layer * 2 * (1 + s.offload.code_fraction(kB)) / (hw.hbm_gb_s * 1e9);
+    t.wait = st.layers * per_layer * 2 * (1 + s.offload.code_fraction(kB)) / (hw.hbm_gb_s * 1e9);
   }
   if (s.offload.to_host && s.offload.any()) {
     const double off_layer = mem.host_bytes / std::max(1.0, mem.layers_in_flight);
-    const double layer_fwd = c.total / 3 / std::max(1.0, double(m.layers) / pp);
-    wait += double(m.layers) / pp *
-            std::max({0.0, off_layer / (hw.device_to_host_gb_s * 1e9) - layer_fwd,
-                      off_layer / (hw.host_to_device_gb_s * 1e9) - 2 * layer_fwd});
+    const double layer_fwd = c.total / 3 / std::max(1.0, st.layers);
+    t.wait += st.layers * std::max({0.0, off_layer / (hw.device_to_host_gb_s * 1e9) - layer_fwd,
+                                    off_layer / (hw.host_to_device_gb_s * 1e9) - 2 * layer_fwd});
   }
-  const double expert_dp = double(l.dp * l.cp * l.tp) / double(l.ep);
   // FSDP gathers every layer's weights for the forward and again for the backward, behind the
   // micro-batch's compute where it can.
-  double fsdp_exposed = 0;
   if (set.framework.fsdp) {
+    const double expert_dp = double(l.dp * l.cp * l.tp) / double(l.ep);
     const double gather =
         2 * (all_gather_time(dp_link, l.dp * l.cp, mem.stage_params * 2) +
              (expert_dp > 1 ? all_gather_time(dp_link, int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
-    fsdp_exposed = std::max(0.0, gather - c.total - recompute);
+    t.fsdp_exposed = std::max(0.0, gather - c.total - t.recompute);
   }
   // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
-  const double rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + comm : 0;
-  const double on_gpu = c.total + recompute + comm + fsdp_exposed + wait + rerun;
-  const double launch = launch_wait(m, hw, l, s, set.framework, on_gpu);
-  const double per_micro = on_gpu + launch;
+  t.rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + t.comm : 0;
+  const double on_gpu = c.total + t.recompute + t.comm + t.fsdp_exposed + t.wait + t.rerun;
+  t.launch = launch_wait(hw, st, s, set.framework, on_gpu);
+  return t;
+}
+
+}  // namespace
+
+StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
+                    const ProjectSetting& set, double received, const StepMemory& mem) {
+  const int64_t micro = l.global_batch / (l.dp * l.micro_batch);  // micro-batches per step and DP rank
+  // Every pipeline rank's micro-batch: the slowest sets the pace of the steady state.
+  std::vector<double> per_rank;
+  RankTime slowest;
+  for (const RankShape& r : rank_shapes(m, l, set.pipeline_layout)) {
+    const RankTime t = rank_time(m, hw, l, stage_of(m, r), s, set, received, mem, micro);
+    per_rank.push_back(t.per_micro());
+    if (per_rank.size() == 1 || t.per_micro() > slowest.per_micro()) slowest = t;
+  }
+  const Compute& c = slowest.c;
+  const double per_micro = slowest.per_micro();
+  const Link dp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw);
+  const double expert_dp = double(l.dp * l.cp * l.tp) / double(l.ep);
   // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
   // micro-batch's backward.
   const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
@@ -256,12 +286,11 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
                   (hw.hbm_gb_s * 1e9);
   }
   p.compute = double(micro) * (c.total - c.chunk), p.chunk_overhead = double(micro) * c.chunk;
-  p.recompute = double(micro) * (recompute + rerun), p.offload_wait = double(micro) * wait;
-  p.comm = double(micro) * (comm + fsdp_exposed) + dp_exposed;
-  p.all_to_all = double(micro) * a2a;
-  p.launch = double(micro) * launch;
-  p.bubble =
-      double(l.grad_accumulation) * pipeline_bubble_time(l.pp, l.vpp, per_micro);  // a fill and drain per schedule
+  p.recompute = double(micro) * (slowest.recompute + slowest.rerun), p.offload_wait = double(micro) * slowest.wait;
+  p.comm = double(micro) * (slowest.comm + slowest.fsdp_exposed) + dp_exposed;
+  p.all_to_all = double(micro) * slowest.a2a;
+  p.launch = double(micro) * slowest.launch;
+  p.bubble = double(l.grad_accumulation) * pipeline_bubble_time(per_rank, l.vpp);  // a fill and drain per schedule
   return p;
 }
 
@@ -296,6 +325,10 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
               " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers; "
               "the optimizer step moves " + four_digits(set.framework.optimizer_bytes) + " bytes a parameter of " +
               (set.framework.optimizer_sharded ? "its shard" : "the rank") + " at the HBM rate, once a step" + launches,
+          "pipeline: each rank's layers, MTP modules and output layer (" +
+              (set.pipeline_layout.empty() ? std::string("the layers split evenly in order")
+                                           : "the layout " + set.pipeline_layout) +
+              "); the slowest rank's micro-batches set the step, the others' are the fill and drain",
           "communication: the all-to-all (4 per MoE layer, " +
               std::string(ep_in_node(l, hw)                 ? "NVLink"
                           : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"
