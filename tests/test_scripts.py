@@ -580,5 +580,26 @@ class MemoryHistory(unittest.TestCase):
             self.assertEqual(memory_history.main([p]), 1)
 
 
+class RoutingOverload(unittest.TestCase):
+    """scripts/routing_overload.py on made-up shares: a group's hottest expert over its share, averaged
+    over layers and groups, and a group's worst layer; a folder with no share files is refused."""
+
+    def test_mean_and_worst_layer(self):
+        import numpy as np
+        import routing_overload
+        # 2 questions, 2 layers, 4 experts: layer 0 even, layer 1 half on one expert.
+        x = np.array([[[0.25] * 4, [0.5, 0.5 / 3, 0.5 / 3, 0.5 / 3]]] * 2, dtype=np.float32)
+        with tempfile.TemporaryDirectory() as d:
+            np.save(os.path.join(d, "a.npy"), x)
+            r = routing_overload.summarize(d, 1)
+            self.assertEqual((r["files"], r["groups"]), (1, 2))
+            self.assertAlmostEqual(r["mean"], (1 + 2) / 2, places=5)
+            self.assertAlmostEqual(r["overload"], 2, places=5)
+            self.assertAlmostEqual(r["layer_medians"][0], 1, places=5)
+            self.assertEqual(routing_overload.main([d, "--group", "3"]), 1)  # no file holds 3 questions
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(routing_overload.main([d]), 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -61,7 +61,9 @@ def validation(src, out_dir):
              "layout, framework, recomputation, dispatcher and published figures are in its file of "
              "experiments/project/validation/ with its source. Every rate is a kernel-level figure of "
              "experiments/project/hardware.yaml (the calibration sources: kernel benchmarks, never these runs); the "
-             "learned runs' routing law comes from this suite's own learned router (scripts/trace_sigma.py).",
+             "learned runs' routing comes from this suite's own learned router (scripts/trace_sigma.py) where the run "
+             "trained its router from scratch, and from a pretrained router's published routing "
+             "(scripts/routing_overload.py) where it fine-tuned a loaded one (its file says which).",
              "Errors: projected over published, less 1, in speed (a step time's error is the speed's). The 'why' "
              "column reads the projection's own step parts: a hypothesis, not a measurement; after \"the source "
              "measured\" it quotes what the run's own source profiled or compared (its file's published.evidence), "
