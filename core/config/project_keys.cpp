@@ -340,8 +340,8 @@ const Section<ProjectConfig>& project_keys() {
                  "(across nodes a token once per node), each at the hardware preset's measured rate"),
        text<P>("pipeline_layout", &P::pipeline_layout, "string",
                "what each pipeline stage holds, in Megatron's --pipeline-model-parallel-layout syntax (E the "
-               "embedding, t a decoder layer, m an MTP module, L the output layer and loss, | between virtual "
-               "stages, (...)*N and t*N repeat; --account-for-embedding-in-pipeline-split and "
+               "embedding, t a decoder layer, m an MTP module, L the output layer and loss, a bar between virtual "
+               "stages, `(...)*N` and `t*N` repeat; --account-for-embedding-in-pipeline-split and "
                "--account-for-loss-in-pipeline-split are the even split of E, the layers and L); default: the "
                "layers split evenly in order over PP x VPP, the embedding first, MTP and the loss last"),
        framework_key(),
