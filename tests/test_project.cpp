@@ -600,7 +600,7 @@ TEST(Pipeline, MegatronsLayoutStringsSayWhatEachRankHolds) {
 // and the same model with the head's cost spread over the ranks would be faster still.
 TEST(Project, TheSlowestPipelineRankSetsTheStep) {
   ModelConfig m = plain();
-  m.vocab = 1 << 18;  // an output layer of about 20 decoder layers' FLOPs here
+  m.vocab = 1 << 18;  // an output layer of about 30 decoder layers' FLOPs here
   const Hardware hw = plain_gpu();
   ProjectSetting set;
   Layout l;
