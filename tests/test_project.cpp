@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <vector>
 
 #include "core/config/project.h"
@@ -589,6 +590,7 @@ TEST(Pipeline, MegatronsLayoutStringsSayWhatEachRankHolds) {
   m.layers = 14;
   EXPECT_EQ(pipeline_layout_problem(m, l, "tEt|(tt|)*6mL"), "needs one embedding (E), first");
   EXPECT_EQ(pipeline_layout_problem(m, l, "Ett|(tt|)*6Lm"), "needs one loss (L), last");
+  EXPECT_THROW(rank_shapes(m, l, "Ett|(tt|)*6Lm"), std::invalid_argument);  // what layout_problem refuses
   // No layout: the layers in order, ceil(14 / 8) a virtual stage; MTP and the loss on the last.
   const std::vector<RankShape> even = rank_shapes(m, l, "");
   EXPECT_TRUE(even[0].embedding && even[0].dense == 2 && even[0].moe == 2);

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/project/pipeline.h"
+
 namespace memfine {
 
 std::string Layout::text() const {
@@ -13,7 +15,8 @@ std::string Layout::text() const {
   return o.str();
 }
 
-std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l) {
+std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l,
+                           const std::string& pipeline_layout) {
   if (l.tp > hw.gpus_per_node) return "TP spans nodes";
   if (m.heads % l.tp || m.kv_heads % l.tp) return "TP does not divide the heads";
   if (m.experts % l.ep) return "EP does not divide the experts";
@@ -25,6 +28,8 @@ std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layou
     return "DP x micro-batch x gradient accumulation does not divide the global batch";
   if (m.seq % (l.cp * l.tp)) return "CP x TP does not divide the sequence";
   if (l.vpp > 1 && l.pp == 1) return "VPP needs PP";
+  if (const std::string why = pipeline_layout_problem(m, l, pipeline_layout); !why.empty())
+    return "the pipeline layout " + why;
   return "";
 }
 

@@ -22,8 +22,9 @@ struct Layout {
 
 // Why a layout cannot run the model on the hardware ("" when it can): TP within a node and dividing
 // the heads, EP dividing the experts and DP x CP x TP, PP x VPP at most the layers, the batch and
-// the sequence divided.
-std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l);
+// the sequence divided, the file's pipeline layout (core/project/pipeline.h) fitting PP x VPP.
+std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l,
+                           const std::string& pipeline_layout = "");
 
 // Every layout of the search space that the GPU count allows (TP x PP x CP dividing it), possible
 // or not.

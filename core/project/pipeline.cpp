@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <numeric>
+#include <stdexcept>
 
 #include "core/project/layout.h"
 
@@ -80,39 +81,59 @@ std::string parse_pipeline_layout(const std::string& text, std::vector<std::stri
   return "";
 }
 
-std::string pipeline_layout_problem(const ModelConfig& m, const Layout& l, const std::string& layout) {
-  if (layout.empty()) return "";
-  std::vector<std::string> stages;
-  if (std::string why = parse_pipeline_layout(layout, stages); !why.empty()) return why;
-  if (int64_t(stages.size()) != l.pp * l.vpp)
-    return "has " + std::to_string(stages.size()) + " virtual stages, PP x VPP is " + std::to_string(l.pp * l.vpp);
-  std::string all;
-  for (const auto& st : stages) all += st;
-  const auto n = [&](char c) { return int64_t(std::count(all.begin(), all.end(), c)); };
-  if (n('t') != m.layers) return "has " + std::to_string(n('t')) + " decoder layers, the model " + std::to_string(m.layers);
-  if (n('m') != m.mtp_layers)
-    return "has " + std::to_string(n('m')) + " MTP modules, the model " + std::to_string(m.mtp_layers);
-  if (n('E') != 1 || all.front() != 'E') return "needs one embedding (E), first";
-  if (n('L') != 1 || all.back() != 'L') return "needs one loss (L), last";
-  return "";
-}
+namespace {
 
-std::vector<RankShape> rank_shapes(const ModelConfig& m, const Layout& l, const std::string& layout) {
+// The layout's virtual stages, checked against the model and PP x VPP; or, with no layout, the
+// layers in order, ceil(layers / stages) each, the embedding first, MTP and the loss last. `why`
+// says what is wrong with a given layout ("" when nothing).
+std::vector<std::string> virtual_stages(const ModelConfig& m, const Layout& l, const std::string& layout,
+                                        std::string& why) {
   const int64_t stages = l.pp * l.vpp;
   std::vector<std::string> virt;
-  if (layout.empty() || !parse_pipeline_layout(layout, virt).empty() || int64_t(virt.size()) != stages) {
+  if (layout.empty()) {
     const int64_t per = (m.layers + stages - 1) / stages;
     virt.assign(size_t(stages), "");
     for (int64_t i = 0; i < stages; ++i)
       virt[size_t(i)].append(size_t(std::max<int64_t>(0, std::min(per, m.layers - i * per))), 't');
     virt.front().insert(0, "E");
     virt.back().append(size_t(m.mtp_layers), 'm').append("L");
+    return virt;
   }
+  if ((why = parse_pipeline_layout(layout, virt)).empty()) {
+    std::string all;
+    for (const auto& st : virt) all += st;
+    const auto n = [&](char c) { return int64_t(std::count(all.begin(), all.end(), c)); };
+    if (int64_t(virt.size()) != stages)
+      why = "has " + std::to_string(virt.size()) + " virtual stages, PP x VPP is " + std::to_string(stages);
+    else if (n('t') != m.layers)
+      why = "has " + std::to_string(n('t')) + " decoder layers, the model " + std::to_string(m.layers);
+    else if (n('m') != m.mtp_layers)
+      why = "has " + std::to_string(n('m')) + " MTP modules, the model " + std::to_string(m.mtp_layers);
+    else if (n('E') != 1 || all.front() != 'E')
+      why = "needs one embedding (E), first";
+    else if (n('L') != 1 || all.back() != 'L')
+      why = "needs one loss (L), last";
+  }
+  return virt;
+}
+
+}  // namespace
+
+std::string pipeline_layout_problem(const ModelConfig& m, const Layout& l, const std::string& layout) {
+  std::string why;
+  virtual_stages(m, l, layout, why);
+  return why;
+}
+
+std::vector<RankShape> rank_shapes(const ModelConfig& m, const Layout& l, const std::string& layout) {
+  std::string why;
+  const std::vector<std::string> virt = virtual_stages(m, l, layout, why);
+  if (!why.empty()) throw std::invalid_argument("pipeline_layout " + why);
   std::vector<RankShape> ranks(size_t(l.pp));
   int64_t layer = 0;  // decoder layers are numbered in virtual-stage order; the dense ones lead
-  for (int64_t i = 0; i < stages; ++i) {
-    RankShape& r = ranks[size_t(i % l.pp)];
-    for (char c : virt[size_t(i)]) {
+  for (size_t i = 0; i < virt.size(); ++i) {
+    RankShape& r = ranks[i % size_t(l.pp)];
+    for (char c : virt[i]) {
       if (c == 't') ++(layer++ < m.dense_layers ? r.dense : r.moe);
       if (c == 'm') ++r.mtp;
       if (c == 'E') r.embedding = true;

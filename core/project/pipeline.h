@@ -37,6 +37,7 @@ std::string pipeline_layout_problem(const ModelConfig& m, const Layout& l, const
 // Each PP rank's part. Virtual stage i runs on rank i mod PP (Megatron's order). With no layout
 // string, the decoder layers fill PP x VPP virtual stages in order, ceil(layers / stages) each,
 // the last ones shorter; the embedding on the first, the MTP modules and the loss on the last.
+// Throws std::invalid_argument for a layout pipeline_layout_problem refuses.
 std::vector<RankShape> rank_shapes(const ModelConfig& m, const Layout& l, const std::string& layout);
 
 // The idle time per step, from the time of one micro-batch's forward and backward on one stage.

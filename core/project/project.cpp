@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <memory>
 
-#include "core/project/pipeline.h"
 #include "core/strategy/registry.h"
 #include "core/workload/workload.h"
 
@@ -40,10 +39,7 @@ ProjectResult run_project(const ProjectConfig& c) {
   const ProjectSetting setting = project_setting(c);
   for (const Layout& l : layouts(c.search, c.gpus, c.global_batch)) {
     ++out.layouts;
-    std::string bad = layout_problem(c.model, c.hardware, l);
-    if (const std::string p = pipeline_layout_problem(c.model, l, c.pipeline_layout); bad.empty() && !p.empty())
-      bad = "the pipeline layout " + p;
-    if (!bad.empty()) {
+    if (const std::string bad = layout_problem(c.model, c.hardware, l, c.pipeline_layout); !bad.empty()) {
       Estimate e;
       e.layout = l, e.why = bad;
       out.rejected.push_back(e);

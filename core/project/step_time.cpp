@@ -59,6 +59,10 @@ bool sorts_rows(const ProjectSetting& set) {
 
 Link nvlink(const Hardware& hw) { return {hw.nvlink_latency_us * 1e-6, hw.nvlink_gb_s * 1e9}; }
 Link network(const Hardware& hw) { return {hw.network_latency_us * 1e-6, hw.network_gb_s * 1e9}; }
+// A job inside one node runs its pipeline and data-parallel collectives over NVLink.
+Link outer_link(const Hardware& hw, const Layout& l) { return l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw); }
+// The ranks an expert's gradients and optimizer state are shared over (expert data parallelism).
+double expert_dp_of(const Layout& l) { return double(l.dp * l.cp * l.tp) / double(l.ep); }
 
 // A rate or count as a person reads it: four significant digits.
 
@@ -211,9 +215,8 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Megatron's --tp-comm-overlap splits the GEMMs beside TP's collectives into pieces, each piece's
   // collective behind another's GEMM: what outlasts the dense GEMMs stays exposed.
   if (set.framework.tp_comm_overlap) tp_comm = std::max(0.0, tp_comm - c.dense);
-  // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
-  const Link pp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw), dp_link = pp_link;
-  const double pp_comm = l.pp > 1 ? 2 * send_time(pp_link, tokens_gpu * h * kB) : 0;
+  const Link dp_link = outer_link(hw, l);
+  const double pp_comm = l.pp > 1 ? 2 * send_time(dp_link, tokens_gpu * h * kB) : 0;
   const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? overlapped_a2a(hw, st, set, c, a2a) : a2a;
   // ChunkedEP: chunk i+1's dispatch runs behind chunk i's experts, in the forward and in a replay
   // for backward; all but the first chunk's, where the experts' forward is at least as long.
@@ -239,7 +242,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // FSDP gathers every layer's weights for the forward and again for the backward, behind the
   // micro-batch's compute where it can.
   if (set.framework.fsdp) {
-    const double expert_dp = double(l.dp * l.cp * l.tp) / double(l.ep);
+    const double expert_dp = expert_dp_of(l);
     const double gather =
         2 * (all_gather_time(dp_link, l.dp * l.cp, mem.stage_params * 2) +
              (expert_dp > 1 ? all_gather_time(dp_link, int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
@@ -267,8 +270,8 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   }
   const Compute& c = slowest.c;
   const double per_micro = slowest.per_micro();
-  const Link dp_link = l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw);
-  const double expert_dp = double(l.dp * l.cp * l.tp) / double(l.ep);
+  const Link dp_link = outer_link(hw, l);
+  const double expert_dp = expert_dp_of(l);
   // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
   // micro-batch's backward.
   const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
