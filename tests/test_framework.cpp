@@ -187,6 +187,17 @@ TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("framework.los"), std::string::npos) << e.what();
   }
+  // The overlap's hidden share: the file's where given, a share, else the framework's measured one.
+  EXPECT_EQ(load(std::string(kBase) + "framework: {ep_overlap: true, ep_overlap_hidden: 0.5}\n")
+                .framework.ep_overlap_hidden,
+            0.5);
+  try {
+    load(std::string(kBase) + "framework: {ep_overlap: true, ep_overlap_hidden: 1.5}\n");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("framework_project.yaml:7: framework.ep_overlap_hidden"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

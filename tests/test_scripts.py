@@ -525,6 +525,26 @@ class Validation(unittest.TestCase):
         self.assertNotIn("why", rows["hit"])  # +5%: within the goal, nothing to explain
         self.assertNotIn("the source measured", rows["bare"]["why"])
 
+    def test_a_calibration_source_is_shown_but_not_counted(self):
+        d = tempfile.mkdtemp()
+        try:
+            calibrated = self.row("calibrated", 3000.0, None)
+            calibrated["published"]["calibration"] = "its profile is an input"
+            with open(os.path.join(d, "project_validation.jsonl"), "w") as f:
+                for r in (self.row("hit", 1050.0, None), calibrated):
+                    f.write(json.dumps(r) + "\n")
+            rows = validation.runs(d)
+        finally:
+            shutil.rmtree(d)
+        s = validation.summary(rows)
+        self.assertEqual(s["throughput"], [rows[0]["throughput"][3]])  # the +200% row is not counted
+        self.assertEqual(s["over_worst"], 0)
+        self.assertEqual(s["calibration"], ["calibrated"])
+        self.assertIn("calibration source, not counted: its profile is an input", rows[1]["why"])
+        table = validation.table_rows(rows)
+        self.assertTrue(table[1][0].endswith("(calibration)"))
+        self.assertIn("not counted, as calibration sources: calibrated", " ".join(validation.verdict_lines(s)))
+
 
 class TraceSummary(unittest.TestCase):
     """scripts/trace_summary.py on a made-up profiler trace: overlapping kernels count once in the

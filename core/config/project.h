@@ -76,6 +76,7 @@ struct FrameworkConfig {
   double fragmentation = -1;         // reserved over allocated, less 1
   double margin = 0.1;               // a peak this close to the limit (share of the peak) is borderline
   bool ep_overlap = false;           // the all-to-all hidden behind another micro-batch (Megatron's 1F1B overlap)
+  double ep_overlap_hidden = -1;     // of an overlapped all-to-all, the most that hides; -1: the framework's
   bool tp_comm_overlap = false;      // TP's collectives behind the GEMMs (Megatron's --tp-comm-overlap)
 };
 
@@ -114,6 +115,9 @@ struct ProjectConfig {
   // What the source itself measured about where a run's time went (a profile, a matched study), for
   // the validation table's reading of a miss; never an input to the projection.
   std::string published_evidence;
+  // Why this run is a calibration source, not a checked run (a figure of its own configuration's
+  // profile is an input), for the validation's counts; empty for a checked run.
+  std::string published_calibration;
   std::map<std::string, std::map<std::string, double>> published;
   std::map<std::string, int> lines;  // the line of each key read, for later checks' FILE:LINE
   std::string where(const std::string& key) const;

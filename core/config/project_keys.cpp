@@ -185,7 +185,8 @@ Field<P> published_key() {
           "map",
           "none",
           "validation only: `source`, `evidence` (what the source measured about where the time went: read "
-          "beside a miss, never priced), and per strategy (its label) the measured `tokens_per_s_gpu`, "
+          "beside a miss, never priced), `calibration` (why the run is a calibration source, not a checked one: "
+          "a figure of its configuration's profile is an input), and per strategy (its label) the measured `tokens_per_s_gpu`, "
           "`model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` (allocated), `reserved_gb`, "
           "carried into `--json` beside the projection",
           [](MapReader& r, P& c) {
@@ -197,9 +198,11 @@ Field<P> published_key() {
             MapReader pr(n, "published", p);
             pr.read("source", c.published_source, "a string");
             pr.read("evidence", c.published_evidence, "a string");
+            pr.read("calibration", c.published_calibration, "a string");
             for (const auto& kv : n) {
               const std::string strategy = kv.first.IsScalar() ? kv.first.Scalar() : "";
-              if (strategy == "source" || strategy == "evidence" || strategy.empty()) continue;
+              if (strategy == "source" || strategy == "evidence" || strategy == "calibration" || strategy.empty())
+                continue;
               const std::string key = "published." + strategy;
               pr.child(strategy);
               if (!kv.second.IsMap()) {
@@ -220,6 +223,7 @@ Field<P> published_key() {
           [](const P& c) {
             nlohmann::json j = {{"source", c.published_source}};
             if (!c.published_evidence.empty()) j["evidence"] = c.published_evidence;
+            if (!c.published_calibration.empty()) j["calibration"] = c.published_calibration;
             for (const auto& [k, v] : c.published) j[k] = v;
             return j;
           }};
@@ -318,7 +322,10 @@ const Section<FrameworkConfig>& framework_keys() {
                   "--tp-comm-overlap, Transformer Engine's userbuffers)"),
        boolean<F>("ep_overlap", &F::ep_overlap,
                   "the all-to-all hidden behind another micro-batch's compute (Megatron's "
-                  "--overlap-moe-expert-parallel-comm)")}};
+                  "--overlap-moe-expert-parallel-comm)"),
+       number<F>("ep_overlap_hidden", &F::ep_overlap_hidden, -1, 1,
+                 "with `ep_overlap`: the most of an all-to-all that hides behind the other micro-batch's compute, "
+                 "a share; -1: the framework's (a profiled run's, core/project/framework.cpp names it)")}};
   return s;
 }
 

@@ -42,6 +42,7 @@ struct FrameworkSetting {
   bool optimizer_sharded = true;
   double grad_zero_bytes = 0;
   bool ep_overlap = false;
+  double ep_overlap_hidden = 1;     // of an overlapped all-to-all, the most that hides (a share)
   bool tp_comm_overlap = false;
   // Megatron's NCCL all-to-all dispatcher sorts the rows it receives by local expert after the
   // dispatch and back before the combine where a rank holds more than one expert: a read and a

@@ -146,8 +146,9 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
 // beside the forward's attention, the forward's dispatch beside the backward's expert data
 // gradients, the backward's dispatch beside the experts' weight gradients and forward, the
 // forward's combine beside the backward's attention. An all-to-all longer than its partner stays
-// exposed by the difference; while one runs, its dispatcher's SMs are not the partner's (DeepEP
-// and HybridEP run on SMs of their own), so the partner slows by their share.
+// exposed by the difference; at most the framework's measured share of it hides however long the
+// partner (framework.cpp); while one runs, its dispatcher's SMs are not the partner's (DeepEP and
+// HybridEP run on SMs of their own), so the partner slows by their share.
 double overlapped_a2a(const Hardware& hw, const Stage& st, const ProjectSetting& set, const Compute& c,
                       double a2a) {
   const double moe_layers = st.moe;
@@ -158,8 +159,21 @@ double overlapped_a2a(const Hardware& hw, const Stage& st, const ProjectSetting&
   const double kept = hw.sms > 0 && sms > 0 && sms < hw.sms ? 1 - sms / hw.sms : 1;  // the partner's share of SMs
   // The all-to-all's exposed part beside `work` seconds of compute: what outlasts it, or what the
   // compute loses to the dispatcher's SMs while the two run, whichever is the more.
-  auto exposed = [&](double work) { return std::max(one - work, one * (1 - kept)); };
+  const double hides = std::clamp(set.framework.ep_overlap_hidden, 0.0, 1.0);
+  auto exposed = [&](double work) { return std::max({one - work, one * (1 - hides), one * (1 - kept)}); };
   return moe_layers * (exposed(attn_f) + exposed(mlp_f) + exposed(2 * mlp_f) + exposed(2 * attn_f));
+}
+
+// The share of a pipeline rank's forward and backward passes that Megatron's combined 1F1B
+// schedule runs in pairs, over `micro` micro-batches a step: its warmup forwards and as many
+// cooldown backwards run alone, their all-to-alls exposed. Interleaved, a rank warms up with
+// (pp - rank - 1) * 2 + (vpp - 1) * pp passes and one more for the overlap
+// (schedules.py get_pp_rank_microbatches); without a pipeline the first forward and the last
+// backward run alone (combined_1f1b_schedule_for_no_pipelining).
+double paired_share(const Layout& l, int64_t rank, int64_t micro) {
+  const double passes = double(micro) * double(l.vpp);
+  const double warmup = double((l.pp - rank - 1) * (l.vpp > 1 ? 2 : 1) + (l.vpp - 1) * l.pp + 1);
+  return std::max(0.0, 1 - warmup / passes);
 }
 
 // What a shape runs again: a layer recomputed whole runs its forward again with its dispatch and
@@ -205,7 +219,7 @@ struct RankTime {
 };
 
 RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st, const StrategyShape& s,
-                   const ProjectSetting& set, double received, const StepMemory& mem, int64_t micro) {
+                   const ProjectSetting& set, double received, const StepMemory& mem, int64_t micro, int64_t rank) {
   const double h = double(m.hidden), kB = set.element_bytes;
   const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp), tokens_gpu = tokens / double(l.tp);
   RankTime t;
@@ -217,7 +231,11 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   if (set.framework.tp_comm_overlap) tp_comm = std::max(0.0, tp_comm - c.dense);
   const Link dp_link = outer_link(hw, l);
   const double pp_comm = l.pp > 1 ? 2 * send_time(dp_link, tokens_gpu * h * kB) : 0;
-  const double a2a_exposed = set.framework.ep_overlap && micro > 1 ? overlapped_a2a(hw, st, set, c, a2a) : a2a;
+  double a2a_exposed = a2a;
+  if (set.framework.ep_overlap && micro > 1) {
+    const double paired = paired_share(l, rank, micro);
+    a2a_exposed = paired * overlapped_a2a(hw, st, set, c, a2a) + (1 - paired) * a2a;
+  }
   // ChunkedEP: chunk i+1's dispatch runs behind chunk i's experts, in the forward and in a replay
   // for backward; all but the first chunk's, where the experts' forward is at least as long.
   double hidden = 0;
@@ -263,8 +281,9 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   // Every pipeline rank's micro-batch: the slowest sets the pace of the steady state.
   std::vector<double> per_rank;
   RankTime slowest;
-  for (const RankShape& r : rank_shapes(m, l, set.pipeline_layout)) {
-    const RankTime t = rank_time(m, hw, l, stage_of(m, r), s, set, received, mem, micro);
+  const std::vector<RankShape> ranks = rank_shapes(m, l, set.pipeline_layout);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankTime t = rank_time(m, hw, l, stage_of(m, ranks[i]), s, set, received, mem, micro, int64_t(i));
     per_rank.push_back(t.per_micro());
     if (per_rank.size() == 1 || t.per_micro() > slowest.per_micro()) slowest = t;
   }
@@ -337,8 +356,9 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
                           : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"
                                                           : "network") +
               (set.framework.ep_overlap
-                   ? ", each beside a compute of another micro-batch in Megatron's 1F1B pairs, slowed by the "
-                     "dispatcher's SMs"
+                   ? ", each beside a compute of another micro-batch in Megatron's 1F1B pairs (the warmup's and "
+                     "cooldown's passes alone), at most " + four_digits(100 * set.framework.ep_overlap_hidden) +
+                         "% of it hidden, slowed by the dispatcher's SMs"
                    : "") +
               ") exposed; TP's sequence-parallel collectives " +
               (set.framework.tp_comm_overlap ? "behind the dense GEMMs where they are shorter" : "exposed") +
