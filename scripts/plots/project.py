@@ -60,8 +60,10 @@ def validation(src, out_dir):
     notes = [f"Projected by `memfine project` ({_commit(made)}; `scripts/python scripts/project_cases.py`); each run's "
              "layout, framework, recomputation, dispatcher and published figures are in its file of "
              "experiments/project/validation/ with its source. Every rate is a kernel-level figure of "
-             "experiments/project/hardware.yaml (the calibration sources: kernel benchmarks, never these runs); the "
-             "learned runs' routing comes from this suite's own learned router (scripts/trace_sigma.py) where the run "
+             "experiments/project/hardware.yaml (the calibration sources: kernel benchmarks, never these runs) but "
+             "one: how much of an all-to-all Megatron's overlap hides is a profiled run's share "
+             "(framework.ep_overlap_hidden), and the run of that configuration is marked calibration and not counted; "
+             "the learned runs' routing comes from this suite's own learned router (scripts/trace_sigma.py) where the run "
              "trained its router from scratch, and from a pretrained router's published routing "
              "(scripts/routing_overload.py) where it fine-tuned a loaded one (its file says which).",
              "Errors: projected over published, less 1, in speed (a step time's error is the speed's). The 'why' "
