@@ -157,8 +157,9 @@ double overlapped_a2a(const Hardware& hw, const Stage& st, const ProjectSetting&
   const double mlp_f = c.experts / 3 / moe_layers, attn_f = (c.total - c.experts) / 3 / moe_layers;
   const double sms = set.framework.dispatcher_sms(set.dispatcher);
   const double kept = hw.sms > 0 && sms > 0 && sms < hw.sms ? 1 - sms / hw.sms : 1;  // the partner's share of SMs
-  // The all-to-all's exposed part beside `work` seconds of compute: what outlasts it, or what the
-  // compute loses to the dispatcher's SMs while the two run, whichever is the more.
+  // The all-to-all's exposed part beside `work` seconds of compute: what outlasts it, what the
+  // measured share leaves unhidden, or what the compute loses to the dispatcher's SMs while the two
+  // run, whichever is the most.
   const double hides = std::clamp(set.framework.ep_overlap_hidden, 0.0, 1.0);
   auto exposed = [&](double work) { return std::max({one - work, one * (1 - hides), one * (1 - kept)}); };
   return moe_layers * (exposed(attn_f) + exposed(mlp_f) + exposed(2 * mlp_f) + exposed(2 * attn_f));
@@ -169,7 +170,8 @@ double overlapped_a2a(const Hardware& hw, const Stage& st, const ProjectSetting&
 // cooldown backwards run alone, their all-to-alls exposed. Interleaved, a rank warms up with
 // (pp - rank - 1) * 2 + (vpp - 1) * pp passes and one more for the overlap
 // (schedules.py get_pp_rank_microbatches); without a pipeline the first forward and the last
-// backward run alone (combined_1f1b_schedule_for_no_pipelining).
+// backward run alone (combined_1f1b_schedule_for_no_pipelining). Plain 1F1B (Megatron runs the
+// overlap only interleaved) is taken as its pp - rank - 1 warmup passes and the one more.
 double paired_share(const Layout& l, int64_t rank, int64_t micro) {
   const double passes = double(micro) * double(l.vpp);
   const double warmup = double((l.pp - rank - 1) * (l.vpp > 1 ? 2 : 1) + (l.vpp - 1) * l.pp + 1);
