@@ -435,6 +435,28 @@ TEST(Project, TheOverlapPairsEachAllToAllWithTheOtherMicroBatchsCompute) {
   EXPECT_NEAR(e.comm, e.all_to_all, 1e-9 * e.all_to_all);
 }
 
+// A pipeline rank sends each micro-batch's activation on and its gradient back: exposed in plain
+// 1F1B; Megatron overlaps the interleaved schedule's sends with the virtual stages' compute, so
+// with compute far longer than the sends nothing of them stays; other frameworks' stay exposed.
+TEST(Project, InterleavedMegatronHidesThePipelineSends) {
+  const ModelConfig m = plain();
+  const Hardware hw = plain_gpu();
+  Layout l;
+  l.pp = 2, l.ep = 1, l.global_batch = 4;  // 4 micro-batches on 2 GPUs inside a node
+  const double send = send_time({0, 100e9}, 1024.0 * 1024 * 2);
+  auto comm = [&](const char* framework, int64_t vpp) {
+    ProjectConfig c;
+    c.framework.name = framework;
+    ProjectSetting set;
+    set.framework = framework_setting(c);
+    l.vpp = vpp;
+    return estimate(m, hw, l, *strategy("no_recompute"), set).comm;
+  };
+  EXPECT_NEAR(comm("megatron_te", 1), 4 * 2 * send, 1e-12);
+  EXPECT_NEAR(comm("megatron_te", 2), 0, 1e-12);
+  EXPECT_NEAR(comm("fsdp_te", 2), 4 * 2 * send, 1e-12);
+}
+
 // Megatron's --tp-comm-overlap hides TP's sequence-parallel collectives behind the dense GEMMs:
 // with GEMMs far longer than they, every one of the 4 a layer (reduce-scatter sized) is hidden.
 TEST(Project, TpCommOverlapHidesTheCollectivesBehindTheGemms) {

@@ -110,6 +110,10 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.ep_overlap = f.ep_overlap;
   s.ep_overlap_hidden = f.ep_overlap_hidden >= 0 ? f.ep_overlap_hidden : kEpOverlapHidden;
   s.tp_comm_overlap = f.tp_comm_overlap;
+  // Megatron overlaps the interleaved schedule's pipeline sends and receives with the forward and
+  // backward chunks (--no-overlap-p2p-communication turns it off; arguments.py keeps it on only with
+  // virtual stages, Megatron-LM d98e8a64). AutoModel's torch.distributed.pipelining: not counted.
+  s.p2p_overlap_interleaved = s.profile == Profile::MegatronTe;
   // MoEAlltoAllTokenDispatcher (Megatron-LM d98e8a64 moe/token_dispatcher.py): dispatch_postprocess
   // sorts the received rows by local expert and combine_preprocess restores their order
   // (sort_chunks_by_idxs) when num_local_experts > 1. The flex dispatchers (DeepEP, HybridEP)

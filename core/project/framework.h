@@ -44,6 +44,9 @@ struct FrameworkSetting {
   bool ep_overlap = false;
   double ep_overlap_hidden = 1;     // of an overlapped all-to-all, the most that hides (a share)
   bool tp_comm_overlap = false;
+  // Pipeline sends behind the other virtual stages' compute where the schedule is interleaved
+  // (framework.cpp names the code); else a rank's sends and receives of a micro-batch are exposed.
+  bool p2p_overlap_interleaved = false;
   // Megatron's NCCL all-to-all dispatcher sorts the rows it receives by local expert after the
   // dispatch and back before the combine where a rank holds more than one expert: a read and a
   // write of each row each time (framework.cpp names the code).

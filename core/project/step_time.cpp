@@ -232,7 +232,12 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // collective behind another's GEMM: what outlasts the dense GEMMs stays exposed.
   if (set.framework.tp_comm_overlap) tp_comm = std::max(0.0, tp_comm - c.dense);
   const Link dp_link = outer_link(hw, l);
-  const double pp_comm = l.pp > 1 ? 2 * send_time(dp_link, tokens_gpu * h * kB) : 0;
+  // A micro-batch's activation sent on and its gradient sent back: exposed, or, where the framework
+  // overlaps the interleaved schedule's, once a virtual stage behind the micro-batch's compute.
+  const double send = l.pp > 1 ? send_time(dp_link, tokens_gpu * h * kB) : 0;
+  const double pp_comm = l.vpp > 1 && set.framework.p2p_overlap_interleaved
+                             ? std::max(0.0, 2 * double(l.vpp) * send - c.total)
+                             : 2 * send;
   double a2a_exposed = a2a;
   if (set.framework.ep_overlap && micro > 1) {
     const double paired = paired_share(l, rank, micro);
@@ -364,7 +369,9 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
                    : "") +
               ") exposed; TP's sequence-parallel collectives " +
               (set.framework.tp_comm_overlap ? "behind the dense GEMMs where they are shorter" : "exposed") +
-              "; pipeline sends exposed; CP's ring and DP's gradient "
+              (set.framework.p2p_overlap_interleaved && l.vpp > 1 ? "; pipeline sends behind the virtual stages' compute"
+                                                                    : "; pipeline sends exposed") +
+              "; CP's ring and DP's gradient "
               "reduce-scatter and weight all-gather hidden behind compute but for the last micro-batch"};
 }
 
