@@ -496,6 +496,10 @@ TEST(Project, InterleavingKeepsMoreInFlightAndEachScheduleHasItsBubble) {
   EXPECT_NEAR(two.activation_gb / one.activation_gb, 1 + 3.0 / 8, 1e-9);
   EXPECT_NEAR(four.activation_gb / one.activation_gb, 1 + 3.0 / 16, 1e-9);
   EXPECT_NEAR(four.bubble / one.bubble, 1.0 / 4, 1e-9);
+  // Megatron's all-to-all overlap warms up one virtual-stage micro-batch more.
+  set.framework.ep_overlap = true;
+  EXPECT_NEAR(act(2, 1).activation_gb / one.activation_gb, 1 + 4.0 / 8, 1e-9);
+  set.framework.ep_overlap = false;
   // 32 micro-batches in 8 schedules of 4: as many bubbles, and no more than 4 in flight.
   const Estimate ga8 = act(1, 8);
   EXPECT_NEAR(ga8.bubble / one.bubble, 8, 1e-9);

@@ -19,10 +19,13 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   const int64_t per_flush = micro / l.grad_accumulation;           // per pipeline schedule
   // Micro-batches whose activations a rank keeps at once, in whole-rank units: 1F1B's warm-up keeps
   // PP - rank; interleaved 1F1B keeps 2 (PP - rank - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches
-  // of 1 / VPP of the rank's layers each (Megatron's schedule); fewer if the schedule has fewer.
+  // of 1 / VPP of the rank's layers each (Megatron's schedule), one more with the all-to-all overlap
+  // (schedules.py get_pp_rank_microbatches warms up one more forward); fewer if the schedule has fewer.
+  const int64_t overlap_warmup = set.framework.ep_overlap ? 1 : 0;
   auto inflight_at = [&](int64_t rank) {
-    const double warm =
-        l.vpp == 1 ? double(l.pp - rank) : double(2 * (l.pp - rank - 1) + (l.vpp - 1) * l.pp + 1) / double(l.vpp);
+    const double warm = l.vpp == 1 ? double(l.pp - rank)
+                                   : double(2 * (l.pp - rank - 1) + (l.vpp - 1) * l.pp + 1 + overlap_warmup) /
+                                         double(l.vpp);
     return std::min(warm, double(per_flush));
   };
   // Parameters (bf16 weights of every kind) per layer on one GPU.
