@@ -16,6 +16,7 @@
 #include "core/project/pipeline.h"
 #include "core/project/project.h"
 #include "core/project/report.h"
+#include "core/project/step_time.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
@@ -531,6 +532,59 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("gpu.grouped_gemm_curve: expected a list of [rows, TFLOP/s] pairs"), std::string::npos)
       << problems[0];
+}
+
+// A dense GEMM table: its points exactly, linear in the logarithms of the shape between them, flat
+// beyond; the GEMMs' shapes (GQA and MLA, dense and shared FFNs, router, head, MTP) hold the FLOPs
+// of the parts they stand for; a table that is not a full grid is refused at its line.
+TEST(Project, ADenseGemmTableByShape) {
+  Hardware hw = plain_gpu();
+  for (double m : {256.0, 4096.0})
+    for (double n : {256.0, 4096.0})
+      for (double k : {256.0, 4096.0}) {
+        hw.gemm_table.m = {256, 4096}, hw.gemm_table.n = {256, 4096}, hw.gemm_table.k = {256, 4096};
+        hw.gemm_table.tflops.push_back(m == 4096 && n == 4096 && k == 4096 ? 800 : 100);
+      }
+  EXPECT_NEAR(gemm_rate(hw, 4096, 4096, 4096), 800e12, 1);
+  EXPECT_NEAR(gemm_rate(hw, 256, 4096, 4096), 100e12, 1);
+  EXPECT_NEAR(gemm_rate(hw, 1e6, 1e6, 1e6), 800e12, 1);     // flat beyond
+  EXPECT_NEAR(gemm_rate(hw, 1024, 4096, 4096), 450e12, 1);  // 2 of 256..4096's 4 doublings
+  EXPECT_NEAR(gemm_rate(hw, 4096, 1024, 1024), 100e12 + 700e12 / 4, 1);
+  hw.gemm_table = {};
+  EXPECT_DOUBLE_EQ(gemm_rate(hw, 1, 1, 1), hw.gemm_tflops * 1e12);
+
+  ModelConfig mla = plain();
+  mla.attention = "mla", mla.q_lora_rank = 256, mla.kv_lora_rank = 128, mla.head_dim = 96, mla.rope_head_dim = 32;
+  mla.v_head_dim = 64, mla.dense_layers = 2, mla.dense_ffn_hidden = 2048, mla.shared_experts = 1, mla.mtp_layers = 1;
+  mla.vocab = 3000;
+  for (const ModelConfig& m : {plain(), mla}) {
+    const LayerFlops f = layer_flops(m);
+    const LayerGemms g = layer_gemms(m);
+    auto sum = [](const std::vector<DenseGemm>& gs) {
+      double x = 0;
+      for (const DenseGemm& d : gs) x += 2 * d.n * d.k;
+      return x;
+    };
+    EXPECT_NEAR(sum(g.attention), f.attention_proj, 1e-9 * f.attention_proj) << m.attention;
+    EXPECT_NEAR(sum(g.dense_ffn), f.dense_ffn, 1e-9 * f.dense_ffn + 1e-9) << m.attention;
+    EXPECT_NEAR(sum(g.router), f.router, 1e-9 * f.router);
+    EXPECT_NEAR(sum(g.shared), f.shared, 1e-9 * f.shared + 1e-9) << m.attention;
+    EXPECT_NEAR(sum(g.lm_head), f.lm_head, 1e-9 * f.lm_head);
+    EXPECT_NEAR(sum(g.mtp_proj), f.mtp_proj, 1e-9 * f.mtp_proj);
+  }
+  std::vector<std::string> problems;
+  Problems p{"hw.yaml", problems};
+  read_hardware(YAML::Load("{memory_gb: 80, gemm_table: [[256, 256, 256, 10], [512, 256, 256, 20], [512, 512, 256, 30]]}"),
+                "gpu", p);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("gpu.gemm_table: expected a list of [m, n, k, TFLOP/s], every combination"),
+            std::string::npos)
+      << problems[0];
+  problems.clear();
+  const Hardware ok = read_hardware(
+      YAML::Load("{memory_gb: 80, gemm_table: [[256, 256, 256, 10], [512, 256, 256, 20]]}"), "gpu", p);
+  EXPECT_TRUE(problems.empty());
+  EXPECT_NEAR(gemm_rate(ok, 512, 1, 1), 20e12, 1);
 }
 
 // A node-aware dispatcher (DeepEP) sends a token once per node its experts are on: of topk

@@ -1,4 +1,6 @@
 // A hardware preset's keys (experiments/project/hardware.yaml, or a project file's `hardware:` map).
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/config/project.h"
@@ -41,10 +43,72 @@ Field<Hardware> curve_key() {
           [](const Hardware& h) { return nlohmann::json(h.grouped_gemm_curve); }};
 }
 
+// `gemm_table`: [m, n, k, TFLOP/s] rows covering every combination of their m, n and k once.
+Field<Hardware> table_key() {
+  return {"gemm_table",
+          "list of `[m, n, k, TFLOP/s]`",
+          "none",
+          "a dense bf16 GEMM's rate by shape (rows m, outputs n, inputs k) over a full grid of them, interpolated "
+          "linearly in the logarithms of m, n and k (flat beyond the grid); replaces gemm_tflops",
+          [](MapReader& r, Hardware& h) {
+            YAML::Node c = r.child("gemm_table");
+            if (!c.IsDefined()) return;
+            h.gemm_table = {};
+            std::vector<std::array<double, 4>> rows;
+            bool ok = c.IsSequence() && c.size() > 0 && c.size() <= 65536;
+            for (size_t i = 0; ok && i < c.size(); ++i) {
+              ok = c[i].IsSequence() && c[i].size() == 4;
+              std::array<double, 4> x{};
+              try {
+                for (size_t j = 0; ok && j < 4; ++j) x[j] = c[i][j].as<double>();
+              } catch (const YAML::Exception&) {
+                ok = false;
+              }
+              for (double v : x) ok = ok && std::isfinite(v) && v > 0;
+              rows.push_back(x);
+            }
+            GemmTable t;
+            auto axis = [&](size_t j) {
+              std::vector<double> a;
+              for (const auto& x : rows) a.push_back(x[j]);
+              std::sort(a.begin(), a.end());
+              a.erase(std::unique(a.begin(), a.end()), a.end());
+              return a;
+            };
+            if (ok) t.m = axis(0), t.n = axis(1), t.k = axis(2);
+            ok = ok && rows.size() == t.m.size() * t.n.size() * t.k.size();
+            if (ok) {
+              t.tflops.assign(rows.size(), 0);
+              auto at = [](const std::vector<double>& a, double v) {
+                return size_t(std::lower_bound(a.begin(), a.end(), v) - a.begin());
+              };
+              for (const auto& x : rows) {
+                double& cell = t.tflops[(at(t.m, x[0]) * t.n.size() + at(t.n, x[1])) * t.k.size() + at(t.k, x[2])];
+                ok = ok && cell == 0;  // each shape once
+                cell = x[3];
+              }
+            }
+            if (!ok)
+              return r.problems().add(c, r.key("gemm_table"),
+                                      "expected a list of [m, n, k, TFLOP/s], every combination of its m, n and k "
+                                      "once, all above 0");
+            h.gemm_table = std::move(t);
+          },
+          [](const Hardware& h) {
+            nlohmann::json j = nlohmann::json::array();
+            const GemmTable& t = h.gemm_table;
+            for (size_t i = 0; i < t.m.size(); ++i)
+              for (size_t a = 0; a < t.n.size(); ++a)
+                for (size_t b = 0; b < t.k.size(); ++b)
+                  j.push_back({t.m[i], t.n[a], t.k[b], t.tflops[(i * t.n.size() + a) * t.k.size() + b]});
+            return j;
+          }};
+}
+
 }  // namespace
 
 bool Hardware::has_rates() const {
-  return gemm_tflops > 0 && attention_tflops > 0 &&
+  return (gemm_tflops > 0 || !gemm_table.empty()) && attention_tflops > 0 &&
          (!grouped_gemm_curve.empty() || (grouped_gemm_tflops > 0 && grouped_gemm_small_tflops > 0));
 }
 
@@ -70,7 +134,7 @@ const Section<Hardware>& hardware_keys() {
        number<H>("grouped_gemm_small_tflops", &H::grouped_gemm_small_tflops, 0, 1e6, "and at small ones"),
        number<H>("grouped_gemm_knee_rows", &H::grouped_gemm_knee_rows, 1, 1e9,
                  "rows per expert where the large rate is reached (linear below)"),
-       curve_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
+       curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
        number<H>("network_gb_s", &H::network_gb_s, 0, 1e6, "across nodes, per GPU and direction"),
        number<H>("nvlink_latency_us", &H::nvlink_latency_us, 0, 1e6, "a message's latency inside a node"),
        number<H>("network_latency_us", &H::network_latency_us, 0, 1e6, "and across nodes"),

@@ -17,12 +17,20 @@
 namespace memfine {
 
 // A GPU and its node: memory, the kernel-level rates FLOPs and bytes are divided by, the links.
+// A dense bf16 GEMM's measured rate (TFLOP/s) over a full grid of shapes: rows m, outputs n,
+// inputs k, each axis rising; rate[(i * n.size() + j) * k.size() + l] is at (m[i], n[j], k[l]).
+struct GemmTable {
+  std::vector<double> m, n, k, tflops;
+  bool empty() const { return tflops.empty(); }
+};
+
 struct Hardware {
   std::string name, source;
   double memory_gb = 0;
   int64_t gpus_per_node = 8;
   double bf16_dense_tflops = 0;          // the datasheet's peak (MFU's denominator), not a rate used
   double gemm_tflops = 0;                // a large dense bf16 GEMM's measured rate
+  GemmTable gemm_table;                  // or the rate by shape: it replaces gemm_tflops
   double attention_tflops = 0;           // the attention kernel's measured rate
   double grouped_gemm_tflops = 0;        // grouped expert GEMMs at large rows per expert
   double grouped_gemm_small_tflops = 0;  // and at small ones

@@ -57,6 +57,39 @@ LayerFlops layer_flops(const ModelConfig& m) {
   return f;
 }
 
+namespace {
+// SwiGLU's two GEMMs: fc1 (gate and up, column-parallel) and fc2 (row-parallel).
+std::vector<DenseGemm> swiglu_gemms(double h, double ffn) {
+  if (ffn <= 0) return {};
+  return {{2 * ffn, h, TpSplit::Columns}, {h, ffn, TpSplit::Rows}};
+}
+}  // namespace
+
+LayerGemms layer_gemms(const ModelConfig& m) {
+  const double h = double(m.hidden), H = double(m.heads);
+  LayerGemms g;
+  if (m.attention == "mla") {
+    const double qk = double(m.head_dim), v = double(m.v_dim()), rope = double(m.rope_head_dim);
+    const double q_lora = double(m.q_lora_rank), kv_lora = double(m.kv_lora_rank);
+    if (m.q_lora_rank > 0)
+      g.attention = {{q_lora, h}, {H * qk, q_lora}};
+    else
+      g.attention = {{H * qk, h}};
+    g.attention.push_back({kv_lora + rope, h});
+    g.attention.push_back({H * (qk - rope + v), kv_lora});
+    g.attention.push_back({h, H * v, TpSplit::Rows});
+  } else {
+    const double q = H * double(m.head_dim), kv = double(m.kv_heads * m.head_dim);
+    g.attention = {{q + 2 * kv, h}, {h, q, TpSplit::Rows}};
+  }
+  g.dense_ffn = swiglu_gemms(h, double(m.dense_ffn_hidden));
+  g.router = {{double(m.experts), h, TpSplit::None}};
+  g.shared = swiglu_gemms(h, double(m.shared_experts) * double(m.ffn_hidden));
+  g.lm_head = {{double(m.vocab), h}};
+  g.mtp_proj = {{h, 2 * h}};
+  return g;
+}
+
 TokenFlops token_flops(const ModelConfig& m) {
   const double L = double(m.layers), moe = double(m.moe_layers());
   const LayerFlops l = layer_flops(m);

@@ -4,6 +4,7 @@
 // alike: the experts by the one expert formula, attention's projections and core by its kind.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/config/config.h"
 
@@ -63,6 +64,21 @@ struct LayerFlops {
   double mtp_proj = 0;                            // an MTP module's projection of [h | embedding]
 };
 LayerFlops layer_flops(const ModelConfig& m);
+
+// The dense GEMMs behind LayerFlops' parts, each by its shape for one token row: n outputs from k
+// inputs (2 n k FLOPs a token forward) and what tensor parallelism splits (Megatron's column-parallel
+// layers their outputs, row-parallel ones their inputs; the router is not split). Their 2 n k sum to
+// the parts' FLOPs: GQA's fused qkv and o; MLA's down and up projections and o (its down projections
+// counted split, as the parts count them); SwiGLU's fc1 (gate and up) and fc2.
+enum class TpSplit { Columns, Rows, None };
+struct DenseGemm {
+  double n = 0, k = 0;
+  TpSplit split = TpSplit::Columns;
+};
+struct LayerGemms {
+  std::vector<DenseGemm> attention, dense_ffn, router, shared, lm_head, mtp_proj;
+};
+LayerGemms layer_gemms(const ModelConfig& m);
 
 // The whole model's, per token of a `seq`-long sequence.
 TokenFlops token_flops(const ModelConfig& m);

@@ -28,6 +28,32 @@ double grouped_rate(const Hardware& hw, double rows) {
   return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
 }
 
+double gemm_rate(const Hardware& hw, double m, double n, double k) {
+  const GemmTable& t = hw.gemm_table;
+  if (t.empty()) return hw.gemm_tflops * 1e12;
+  // Along one axis: the point below (clamped to the axis) and the weight of the one above.
+  struct Bracket {
+    size_t i;
+    double w;
+  };
+  auto bracket = [](const std::vector<double>& a, double v) {
+    if (a.size() == 1 || v <= a.front()) return Bracket{0, 0};
+    if (v >= a.back()) return Bracket{a.size() - 2, 1};
+    const size_t i = size_t(std::upper_bound(a.begin(), a.end(), v) - a.begin()) - 1;
+    return Bracket{i, std::log(v / a[i]) / std::log(a[i + 1] / a[i])};
+  };
+  const Bracket bm = bracket(t.m, m), bn = bracket(t.n, n), bk = bracket(t.k, k);
+  double rate = 0;
+  for (int dm = 0; dm < 2; ++dm)
+    for (int dn = 0; dn < 2; ++dn)
+      for (int dk = 0; dk < 2; ++dk) {
+        const double w = (dm ? bm.w : 1 - bm.w) * (dn ? bn.w : 1 - bn.w) * (dk ? bk.w : 1 - bk.w);
+        if (w == 0) continue;
+        rate += w * t.tflops[((bm.i + dm) * t.n.size() + bn.i + dn) * t.k.size() + bk.i + dk];
+      }
+  return rate * 1e12;
+}
+
 namespace {
 
 // What one pipeline rank runs of the model per micro-batch (core/project/pipeline.h): layers with
@@ -80,13 +106,25 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp);
   const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp);
   const LayerFlops lf = layer_flops(m);
-  const double dense_flops = 3 * tokens / tp *
-                             (st.layers * lf.attention_proj + st.dense * lf.dense_ffn + st.moe * lf.shared +
-                              st.heads * lf.lm_head + st.mtp * lf.mtp_proj);
+  // The dense GEMMs at their shapes: each a micro-batch's tokens on the CP rank as rows (sequence
+  // parallelism gathers them for TP's GEMMs), TP's share of its outputs or inputs; forward, the data
+  // gradient (rows x inputs over the outputs) and the weight gradient (inputs x outputs over the rows).
+  const LayerGemms lg = layer_gemms(m);
+  auto gemms_t = [&](const std::vector<DenseGemm>& gs) {
+    double t = 0;
+    for (const DenseGemm& g : gs) {
+      const double n = g.split == TpSplit::Columns ? g.n / tp : g.n, k = g.split == TpSplit::Rows ? g.k / tp : g.k;
+      const double f = 2 * tokens * n * k;
+      t += f / gemm_rate(hw, tokens, n, k) + f / gemm_rate(hw, tokens, k, n) + f / gemm_rate(hw, k, n, tokens);
+    }
+    return t;
+  };
+  const double dense_t = st.layers * gemms_t(lg.attention) + st.dense * gemms_t(lg.dense_ffn) +
+                         st.moe * (gemms_t(lg.shared) + gemms_t(lg.router)) + st.heads * gemms_t(lg.lm_head) +
+                         st.mtp * gemms_t(lg.mtp_proj);
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
-  const double dense_t = dense_flops / (hw.gemm_tflops * 1e12) + 3 * tokens * st.moe * lf.router / (hw.gemm_tflops * 1e12);
   const double core_t = core_flops / (hw.attention_tflops * 1e12);
   const double chunks = moe_runs(s);
   const double expert_t = expert_flops / grouped_rate(hw, rows_per_expert / chunks);
@@ -342,7 +380,12 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
                 "dispatcher's host synchronisation, " + four_digits(fw.moe_after_sync) +
                 " launches a MoE forward with the GPU waiting"
           : "; kernel launches not priced";
-  return {"compute: dense GEMMs at " + four_digits(hw.gemm_tflops) + " TFLOP/s, attention at " +
+  const std::string dense = hw.gemm_table.empty()
+                                ? "at " + four_digits(hw.gemm_tflops) + " TFLOP/s"
+                                : "by shape on the preset's table (" + four_digits(gemm_rate(hw, 4096, 4096, 4096) / 1e12) +
+                                      " TFLOP/s at 4096 rows x 4096 x 4096, " +
+                                      four_digits(gemm_rate(hw, 4096, 1024, 1024) / 1e12) + " at 4096 x 1024 x 1024)";
+  return {"compute: dense GEMMs " + dense + ", attention at " +
               four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + grouped +
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
               "permutes" +

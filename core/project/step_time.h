@@ -37,4 +37,8 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
 // rows between its points; or the small shapes' rate rising linearly to the large shapes' at the knee.
 double grouped_rate(const Hardware& hw, double rows);
 
+// A dense GEMM's rate (FLOP/s) at m rows, n outputs, k inputs: the preset's table, linear in the
+// logarithms of m, n and k between its points and flat beyond them; or its one rate.
+double gemm_rate(const Hardware& hw, double m, double n, double k);
+
 }  // namespace memfine
