@@ -1,6 +1,5 @@
 // A hardware preset's keys (experiments/project/hardware.yaml, or a project file's `hardware:` map).
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "core/config/project.h"
@@ -9,6 +8,25 @@
 namespace memfine {
 
 namespace {
+
+// A list of at most 65536 rows of `width` numbers each, every one finite and above 0; empty if the
+// node is not one.
+std::vector<std::vector<double>> positive_rows(const YAML::Node& c, size_t width) {
+  std::vector<std::vector<double>> rows;
+  if (!c.IsSequence() || c.size() == 0 || c.size() > 65536) return {};
+  for (const YAML::Node& row : c) {
+    if (!row.IsSequence() || row.size() != width) return {};
+    std::vector<double> x;
+    try {
+      for (const YAML::Node& v : row) x.push_back(v.as<double>());
+    } catch (const YAML::Exception&) {
+      return {};
+    }
+    if (std::any_of(x.begin(), x.end(), [](double v) { return !std::isfinite(v) || v <= 0; })) return {};
+    rows.push_back(std::move(x));
+  }
+  return rows;
+}
 
 // `grouped_gemm_curve`: [rows, TFLOP/s] pairs, rows rising.
 Field<Hardware> curve_key() {
@@ -20,25 +38,14 @@ Field<Hardware> curve_key() {
           [](MapReader& r, Hardware& h) {
             YAML::Node c = r.child("grouped_gemm_curve");
             if (!c.IsDefined()) return;
-            bool ok = c.IsSequence() && c.size() > 0 && c.size() <= 4096;
             h.grouped_gemm_curve.clear();
-            for (size_t i = 0; ok && i < c.size(); ++i) {
-              ok = c[i].IsSequence() && c[i].size() == 2;
-              double rows = 0, tflops = 0;
-              try {
-                if (ok) rows = c[i][0].as<double>(), tflops = c[i][1].as<double>();
-              } catch (const YAML::Exception&) {
-                ok = false;
-              }
-              ok = ok && std::isfinite(rows) && std::isfinite(tflops) && rows > 0 && tflops > 0 &&
-                   (h.grouped_gemm_curve.empty() || rows > h.grouped_gemm_curve.back().first);
-              if (ok) h.grouped_gemm_curve.push_back({rows, tflops});
-            }
-            if (!ok) {
-              r.problems().add(c, r.key("grouped_gemm_curve"),
-                               "expected a list of [rows, TFLOP/s] pairs, rows rising, both above 0");
-              h.grouped_gemm_curve.clear();
-            }
+            const auto rows = positive_rows(c, 2);
+            bool ok = !rows.empty();
+            for (size_t i = 1; ok && i < rows.size(); ++i) ok = rows[i][0] > rows[i - 1][0];
+            if (!ok)
+              return r.problems().add(c, r.key("grouped_gemm_curve"),
+                                      "expected a list of [rows, TFLOP/s] pairs, rows rising, both above 0");
+            for (const auto& x : rows) h.grouped_gemm_curve.push_back({x[0], x[1]});
           },
           [](const Hardware& h) { return nlohmann::json(h.grouped_gemm_curve); }};
 }
@@ -54,19 +61,7 @@ Field<Hardware> table_key() {
             YAML::Node c = r.child("gemm_table");
             if (!c.IsDefined()) return;
             h.gemm_table = {};
-            std::vector<std::array<double, 4>> rows;
-            bool ok = c.IsSequence() && c.size() > 0 && c.size() <= 65536;
-            for (size_t i = 0; ok && i < c.size(); ++i) {
-              ok = c[i].IsSequence() && c[i].size() == 4;
-              std::array<double, 4> x{};
-              try {
-                for (size_t j = 0; ok && j < 4; ++j) x[j] = c[i][j].as<double>();
-              } catch (const YAML::Exception&) {
-                ok = false;
-              }
-              for (double v : x) ok = ok && std::isfinite(v) && v > 0;
-              rows.push_back(x);
-            }
+            const auto rows = positive_rows(c, 4);
             GemmTable t;
             auto axis = [&](size_t j) {
               std::vector<double> a;
@@ -75,8 +70,8 @@ Field<Hardware> table_key() {
               a.erase(std::unique(a.begin(), a.end()), a.end());
               return a;
             };
-            if (ok) t.m = axis(0), t.n = axis(1), t.k = axis(2);
-            ok = ok && rows.size() == t.m.size() * t.n.size() * t.k.size();
+            t.m = axis(0), t.n = axis(1), t.k = axis(2);
+            bool ok = !rows.empty() && rows.size() == t.m.size() * t.n.size() * t.k.size();
             if (ok) {
               t.tflops.assign(rows.size(), 0);
               auto at = [](const std::vector<double>& a, double v) {
