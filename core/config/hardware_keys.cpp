@@ -1,6 +1,7 @@
 // A hardware preset's keys (experiments/project/hardware.yaml, or a project file's `hardware:` map).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "core/config/project.h"
 #include "core/config/sections.h"
@@ -28,76 +29,78 @@ std::vector<std::vector<double>> positive_rows(const YAML::Node& c, size_t width
   return rows;
 }
 
+// A key holding a list of rows of `width` numbers above 0: `keep` checks them and stores them in the
+// hardware (false: the key is refused, saying what it `expects`).
+using KeepRows = std::function<bool(const std::vector<std::vector<double>>&, Hardware&)>;
+Field<Hardware> rows_key(const std::string& key, const std::string& type, const std::string& help, size_t width,
+                         const std::string& expects, KeepRows keep, std::function<nlohmann::json(const Hardware&)> write) {
+  return {key, type, "none", help,
+          [=](MapReader& r, Hardware& h) {
+            YAML::Node c = r.child(key);
+            if (!c.IsDefined()) return;
+            const auto rows = positive_rows(c, width);
+            if (rows.empty() || !keep(rows, h)) r.problems().add(c, r.key(key), expects);
+          },
+          std::move(write)};
+}
+
 // `grouped_gemm_curve`: [rows, TFLOP/s] pairs, rows rising.
 Field<Hardware> curve_key() {
-  return {"grouped_gemm_curve",
-          "list of `[rows, TFLOP/s]`",
-          "none",
-          "the grouped expert GEMM's rate measured at rising rows per expert, interpolated log-linearly in rows "
-          "(flat beyond its ends); replaces the two rates and the knee",
-          [](MapReader& r, Hardware& h) {
-            YAML::Node c = r.child("grouped_gemm_curve");
-            if (!c.IsDefined()) return;
-            h.grouped_gemm_curve.clear();
-            const auto rows = positive_rows(c, 2);
-            bool ok = !rows.empty();
-            for (size_t i = 1; ok && i < rows.size(); ++i) ok = rows[i][0] > rows[i - 1][0];
-            if (!ok)
-              return r.problems().add(c, r.key("grouped_gemm_curve"),
-                                      "expected a list of [rows, TFLOP/s] pairs, rows rising, both above 0");
-            for (const auto& x : rows) h.grouped_gemm_curve.push_back({x[0], x[1]});
-          },
-          [](const Hardware& h) { return nlohmann::json(h.grouped_gemm_curve); }};
+  return rows_key(
+      "grouped_gemm_curve", "list of `[rows, TFLOP/s]`",
+      "the grouped expert GEMM's rate measured at rising rows per expert, interpolated log-linearly in rows "
+      "(flat beyond its ends); replaces the two rates and the knee",
+      2, "expected a list of [rows, TFLOP/s] pairs, rows rising, both above 0",
+      [](const std::vector<std::vector<double>>& rows, Hardware& h) {
+        h.grouped_gemm_curve.clear();
+        for (size_t i = 1; i < rows.size(); ++i)
+          if (rows[i][0] <= rows[i - 1][0]) return false;
+        for (const auto& x : rows) h.grouped_gemm_curve.push_back({x[0], x[1]});
+        return true;
+      },
+      [](const Hardware& h) { return nlohmann::json(h.grouped_gemm_curve); });
 }
 
 // `gemm_table`: [m, n, k, TFLOP/s] rows covering every combination of their m, n and k once.
 Field<Hardware> table_key() {
-  return {"gemm_table",
-          "list of `[m, n, k, TFLOP/s]`",
-          "none",
-          "a dense bf16 GEMM's rate by shape (rows m, outputs n, inputs k) over a full grid of them, interpolated "
-          "linearly in the logarithms of m, n and k (flat beyond the grid); replaces gemm_tflops",
-          [](MapReader& r, Hardware& h) {
-            YAML::Node c = r.child("gemm_table");
-            if (!c.IsDefined()) return;
-            h.gemm_table = {};
-            const auto rows = positive_rows(c, 4);
-            GemmTable t;
-            auto axis = [&](size_t j) {
-              std::vector<double> a;
-              for (const auto& x : rows) a.push_back(x[j]);
-              std::sort(a.begin(), a.end());
-              a.erase(std::unique(a.begin(), a.end()), a.end());
-              return a;
-            };
-            t.m = axis(0), t.n = axis(1), t.k = axis(2);
-            bool ok = !rows.empty() && rows.size() == t.m.size() * t.n.size() * t.k.size();
-            if (ok) {
-              t.tflops.assign(rows.size(), 0);
-              auto at = [](const std::vector<double>& a, double v) {
-                return size_t(std::lower_bound(a.begin(), a.end(), v) - a.begin());
-              };
-              for (const auto& x : rows) {
-                double& cell = t.tflops[(at(t.m, x[0]) * t.n.size() + at(t.n, x[1])) * t.k.size() + at(t.k, x[2])];
-                ok = ok && cell == 0;  // each shape once
-                cell = x[3];
-              }
-            }
-            if (!ok)
-              return r.problems().add(c, r.key("gemm_table"),
-                                      "expected a list of [m, n, k, TFLOP/s], every combination of its m, n and k "
-                                      "once, all above 0");
-            h.gemm_table = std::move(t);
-          },
-          [](const Hardware& h) {
-            nlohmann::json j = nlohmann::json::array();
-            const GemmTable& t = h.gemm_table;
-            for (size_t i = 0; i < t.m.size(); ++i)
-              for (size_t a = 0; a < t.n.size(); ++a)
-                for (size_t b = 0; b < t.k.size(); ++b)
-                  j.push_back({t.m[i], t.n[a], t.k[b], t.tflops[(i * t.n.size() + a) * t.k.size() + b]});
-            return j;
-          }};
+  return rows_key(
+      "gemm_table", "list of `[m, n, k, TFLOP/s]`",
+      "a dense bf16 GEMM's rate by shape (rows m, outputs n, inputs k) over a full grid of them, interpolated "
+      "linearly in the logarithms of m, n and k (flat beyond the grid); replaces gemm_tflops",
+      4, "expected a list of [m, n, k, TFLOP/s], every combination of its m, n and k once, all above 0",
+      [](const std::vector<std::vector<double>>& rows, Hardware& h) {
+        h.gemm_table = {};
+        GemmTable t;
+        auto axis = [&](size_t j) {
+          std::vector<double> a;
+          for (const auto& x : rows) a.push_back(x[j]);
+          std::sort(a.begin(), a.end());
+          a.erase(std::unique(a.begin(), a.end()), a.end());
+          return a;
+        };
+        t.m = axis(0), t.n = axis(1), t.k = axis(2);
+        if (rows.size() != t.m.size() * t.n.size() * t.k.size()) return false;
+        t.tflops.assign(rows.size(), 0);
+        auto at = [](const std::vector<double>& a, double v) {
+          return size_t(std::lower_bound(a.begin(), a.end(), v) - a.begin());
+        };
+        for (const auto& x : rows) {
+          double& cell = t.tflops[(at(t.m, x[0]) * t.n.size() + at(t.n, x[1])) * t.k.size() + at(t.k, x[2])];
+          if (cell != 0) return false;  // each shape once
+          cell = x[3];
+        }
+        h.gemm_table = std::move(t);
+        return true;
+      },
+      [](const Hardware& h) {
+        nlohmann::json j = nlohmann::json::array();
+        const GemmTable& t = h.gemm_table;
+        for (size_t i = 0; i < t.m.size(); ++i)
+          for (size_t a = 0; a < t.n.size(); ++a)
+            for (size_t b = 0; b < t.k.size(); ++b)
+              j.push_back({t.m[i], t.n[a], t.k[b], t.tflops[(i * t.n.size() + a) * t.k.size() + b]});
+        return j;
+      });
 }
 
 }  // namespace

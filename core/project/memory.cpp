@@ -17,15 +17,13 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   tokens_gpu_ = tokens_ / tp;                                      // sequence parallel inside TP
   const int64_t micro = l.global_batch / (l.dp * l.micro_batch);   // micro-batches per step and DP rank
   const int64_t per_flush = micro / l.grad_accumulation;           // per pipeline schedule
-  // Micro-batches whose activations a rank keeps at once, in whole-rank units: 1F1B's warm-up keeps
-  // PP - rank; interleaved 1F1B keeps 2 (PP - rank - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches
-  // of 1 / VPP of the rank's layers each (Megatron's schedule), one more with the all-to-all overlap
-  // (schedules.py get_pp_rank_microbatches warms up one more forward); fewer if the schedule has fewer.
-  const int64_t overlap_warmup = set.framework.ep_overlap ? 1 : 0;
+  // Micro-batches whose activations a rank keeps at once, in whole-rank units: its warmup's and the
+  // one in its first backward (core/project/pipeline.h), virtual-stage micro-batches of 1 / VPP of its
+  // layers each interleaved (the all-to-all overlap's extra forward among them; Megatron runs that
+  // overlap only interleaved); fewer if the schedule has fewer.
   auto inflight_at = [&](int64_t rank) {
-    const double warm = l.vpp == 1 ? double(l.pp - rank)
-                                   : double(2 * (l.pp - rank - 1) + (l.vpp - 1) * l.pp + 1 + overlap_warmup) /
-                                         double(l.vpp);
+    const bool overlap = set.framework.ep_overlap && l.vpp > 1;
+    const double warm = double(warmup_passes(l, rank, overlap) + 1) / double(l.vpp);
     return std::min(warm, double(per_flush));
   };
   // Parameters (bf16 weights of every kind) per layer on one GPU.

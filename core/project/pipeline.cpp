@@ -143,6 +143,11 @@ std::vector<RankShape> rank_shapes(const ModelConfig& m, const Layout& l, const 
   return ranks;
 }
 
+int64_t warmup_passes(const Layout& l, int64_t rank, bool ep_overlap) {
+  const int64_t ahead = l.pp - rank - 1;
+  return (l.vpp > 1 ? 2 * ahead + (l.vpp - 1) * l.pp : ahead) + (ep_overlap ? 1 : 0);
+}
+
 double pipeline_bubble_time(int64_t stages, int64_t virtual_stages, double micro_batch_time) {
   return double(stages - 1) / double(virtual_stages) * micro_batch_time;
 }

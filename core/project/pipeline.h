@@ -40,6 +40,11 @@ std::string pipeline_layout_problem(const ModelConfig& m, const Layout& l, const
 // Throws std::invalid_argument for a layout pipeline_layout_problem refuses.
 std::vector<RankShape> rank_shapes(const ModelConfig& m, const Layout& l, const std::string& layout);
 
+// Megatron's warmup: the forward passes (virtual-stage micro-batches) pipeline rank `rank` runs before
+// its first backward (schedules.py get_pp_rank_microbatches): PP - rank - 1 in 1F1B, interleaved
+// 2 (PP - rank - 1) + (VPP - 1) PP; the all-to-all overlap schedules one forward more.
+int64_t warmup_passes(const Layout& l, int64_t rank, bool ep_overlap);
+
 // The idle time per step, from the time of one micro-batch's forward and backward on one stage.
 double pipeline_bubble_time(int64_t stages, int64_t virtual_stages, double micro_batch_time);
 // Uneven ranks: the first micro-batch's forward and the last one's backward pass through every

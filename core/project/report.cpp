@@ -123,6 +123,7 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
 std::string project_json(const ProjectConfig& c, const ProjectResult& r,
                          const std::map<std::string, std::string>& stamp) {
   std::ostringstream o;
+  const double overlap_hidden = framework_setting(c).ep_overlap_hidden;
   auto row = [&](const Estimate& e, int64_t rank) {
     const Layout& l = e.layout;
     nlohmann::json j = {{"project", c.name},
@@ -151,7 +152,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
                         {"why", e.why},
                         {"rank", rank}};
     for (const auto& [k, v] : stamp) j[k] = v;
-    if (c.framework.ep_overlap) j["ep_overlap_hidden"] = framework_setting(c).ep_overlap_hidden;
+    if (c.framework.ep_overlap) j["ep_overlap_hidden"] = overlap_hidden;
     if (auto it = r.overload.find(l.ep); it != r.overload.end())
       j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}};
     if (auto it = c.published.find(e.strategy); it != c.published.end()) {

@@ -204,16 +204,14 @@ double overlapped_a2a(const Hardware& hw, const Stage& st, const ProjectSetting&
 }
 
 // The share of a pipeline rank's forward and backward passes that Megatron's combined 1F1B
-// schedule runs in pairs, over `micro` micro-batches a step: its warmup forwards and as many
-// cooldown backwards run alone, their all-to-alls exposed. Interleaved, a rank warms up with
-// (pp - rank - 1) * 2 + (vpp - 1) * pp passes and one more for the overlap
-// (schedules.py get_pp_rank_microbatches); without a pipeline the first forward and the last
-// backward run alone (combined_1f1b_schedule_for_no_pipelining). Plain 1F1B (Megatron runs the
-// overlap only interleaved) is taken as its pp - rank - 1 warmup passes and the one more.
+// schedule runs in pairs, over `micro` micro-batches a step: its warmup forwards (the overlap's
+// extra one among them, core/project/pipeline.h) and as many cooldown backwards run alone, their
+// all-to-alls exposed; without a pipeline the first forward and the last backward
+// (combined_1f1b_schedule_for_no_pipelining). Plain 1F1B (Megatron runs the overlap only
+// interleaved) is taken alike.
 double paired_share(const Layout& l, int64_t rank, int64_t micro) {
   const double passes = double(micro) * double(l.vpp);
-  const double warmup = double((l.pp - rank - 1) * (l.vpp > 1 ? 2 : 1) + (l.vpp - 1) * l.pp + 1);
-  return std::max(0.0, 1 - warmup / passes);
+  return std::max(0.0, 1 - double(warmup_passes(l, rank, true)) / passes);
 }
 
 // What a shape runs again: a layer recomputed whole runs its forward again with its dispatch and
