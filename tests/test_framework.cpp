@@ -135,19 +135,49 @@ TEST(Framework, OptimizerDtypesSetTheStaticBytes) {
   EXPECT_NEAR((rest_fp32 - 4 * 33554432.0 - 4096) / (rest_bf16 - 4 * 33554432.0 - 4096), 6.75 / 4.5, 1e-9);
 }
 
-// Under a routing law, memory is the worst layer's (its hottest rank's rows) and time the mean over
-// the layers (each layer waits for its own hottest rank); given outright, the factor is both.
-TEST(Framework, WorstLayerForMemoryMeanForTime) {
+// Under a routing law, time is the mean over the layers of each layer's hottest rank (each layer
+// waits for its own); what a rank keeps is the sum over its layers, so the rank keeping the most
+// holds its layers' mean share (`held`: the worst for one layer, less over more layers, never below
+// balanced); one layer's working set is the worst layer's. Given outright, the factor is all three.
+TEST(Framework, WorstLayerHeldLayersAndMeanForTime) {
   ProjectConfig c = load(std::string(kBase) + "strategies: [no_recompute]\n");
   c.imbalance.kind = "lognormal", c.imbalance.sigma = 0.77, c.overload = 0;
   const Overload o = project_overload(c, 16);
   EXPECT_GT(o.worst, o.mean);
   EXPECT_GT(o.mean, 1);
+  ASSERT_EQ(o.shares.size(), size_t(48));
+  EXPECT_DOUBLE_EQ(o.held(1), o.worst);
+  EXPECT_LT(o.held(48), o.mean);
+  EXPECT_GT(o.held(48), 1);
+  EXPECT_LE(o.held(48), o.held(12));  // a pipeline rank of 12 layers averages fewer draws
+  double by_hand = 1;                 // the stack's largest rank mean, summed here
+  for (size_t r = 0; r < 16; ++r) {
+    double sum = 0;
+    for (const auto& layer : o.shares) sum += layer[r];
+    by_hand = std::max(by_hand, sum / 48);
+  }
+  EXPECT_NEAR(o.held(48), by_hand, 1e-12);
+  // The rows a law's rank keeps are priced at the held share: between balanced and the worst layer's.
+  auto first_of = [](const ProjectResult& r) { return r.ranked.empty() ? r.rejected.front() : r.ranked.front(); };
+  const Estimate law = first_of(run_project(c));
+  EXPECT_NEAR(law.held_overload, o.held(48), 1e-12);
+  ProjectConfig at_worst = c, at_held = c;
+  at_worst.overload = o.worst, at_held.overload = o.held(48);
+  EXPECT_LT(law.activation_gb, first_of(run_project(at_worst)).activation_gb);
+  EXPECT_NEAR(law.activation_gb, first_of(run_project(at_held)).activation_gb, 1e-9);  // nothing held again
+  // Where a layer's backward holds its rows again (recomputed), it does so at the worst layer's.
+  ProjectConfig again = load(std::string(kBase) + "strategies: [moe_recompute]\n");
+  again.imbalance = c.imbalance, again.overload = 0;
+  ProjectConfig again_held = again;
+  again_held.overload = o.held(48);
+  EXPECT_GT(first_of(run_project(again)).activation_gb, first_of(run_project(again_held)).activation_gb);
   c.overload = 1.5;
   const Overload given = project_overload(c, 16);
   EXPECT_EQ(given.worst, 1.5);
   EXPECT_EQ(given.mean, 1.5);
-  // Both given (as a measured run gives them): memory from the worst, the step's time from the mean.
+  EXPECT_EQ(given.held(48), 1.5);
+  // Both given (as a measured run gives them): the rows kept and the step's time from the mean (which
+  // bounds what any rank holds over its layers), one layer's backward from the worst.
   auto with = [](const std::string& imbalance) {
     std::string t = std::string(kBase) + "strategies: [no_recompute]\n";
     return t.replace(t.find("{overload: 1}"), 13, imbalance);
@@ -155,10 +185,12 @@ TEST(Framework, WorstLayerForMemoryMeanForTime) {
   const ProjectConfig m = load(with("{overload: 2, mean: 1.5}"));
   EXPECT_EQ(project_overload(m, 16).worst, 2);
   EXPECT_EQ(project_overload(m, 16).mean, 1.5);
+  EXPECT_EQ(project_overload(m, 16).held(48), 1.5);
   auto first = [](const ProjectResult& r) { return r.ranked.empty() ? r.rejected.front() : r.ranked.front(); };
   const Estimate e = first(run_project(m)), worst = first(run_project(load(with("{overload: 2}"))));
   ASSERT_GT(e.step, 0);
-  EXPECT_EQ(e.peak_gb, worst.peak_gb);
+  EXPECT_LT(e.peak_gb, worst.peak_gb);
+  EXPECT_EQ(e.peak_gb, first(run_project(load(with("{overload: 1.5}")))).peak_gb);  // nothing held again
   EXPECT_LT(e.step, worst.step);
   // A mean above the worst layer's is refused at its line.
   try {

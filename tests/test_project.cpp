@@ -266,7 +266,7 @@ TEST(Project, StrategiesTradeMemoryForTimeAndImbalanceCosts) {
   Layout l;
   l.tp = 1, l.pp = 16, l.ep = 64, l.dp = 64, l.global_batch = 2048;
   ProjectSetting set = project_setting(c);
-  set.overload = set.time_overload = 2;
+  set.overload = set.time_overload = set.held_overload = 2;
   auto est = [&](const char* s) { return estimate(c.model, c.hardware, l, *strategy(s), set); };
   const Estimate none = est("no_recompute"), full = est("full_recompute"), mf = est("memfine(chunks=auto)"),
                  act = est("moe_act_recompute");
@@ -276,7 +276,7 @@ TEST(Project, StrategiesTradeMemoryForTimeAndImbalanceCosts) {
   EXPECT_LT(act.activation_gb, none.activation_gb);
   EXPECT_LT(full.peak_gb, none.peak_gb);
   ProjectSetting balanced = set;
-  balanced.overload = balanced.time_overload = 1;
+  balanced.overload = balanced.time_overload = balanced.held_overload = 1;
   const Estimate b = estimate(c.model, c.hardware, l, *strategy("no_recompute"), balanced);
   EXPECT_LT(b.activation_gb, none.activation_gb);
   EXPECT_GT(b.tokens_per_s_gpu, none.tokens_per_s_gpu);

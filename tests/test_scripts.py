@@ -511,31 +511,29 @@ class Validation(unittest.TestCase):
                 "peak_gb": 10.0, "tokens_per_s_gpu": tokens, "step_s": 1.0, "published": pub,
                 "step_parts_s": {"compute": 0.5, "comm": 0.2, "launch": 0.0, "optimizer": 0.0}}
 
-    def test_evidence_is_quoted_beside_a_miss_only(self):
+    def runs(self, *records):
+        """validation.runs over these records, written where it reads them (and removed after)."""
         d = tempfile.mkdtemp()
         try:
             with open(os.path.join(d, "project_validation.jsonl"), "w") as f:
-                for r in (self.row("miss", 1500.0, "a trace says so"), self.row("hit", 1050.0, "a trace says so"),
-                          self.row("bare", 1500.0, None)):
+                for r in records:
                     f.write(json.dumps(r) + "\n")
-            rows = {r["case"]: r for r in validation.runs(d)}
+            return validation.runs(d)
         finally:
             shutil.rmtree(d)
+
+    def test_evidence_is_quoted_beside_a_miss_only(self):
+        rows = {r["case"]: r for r in self.runs(self.row("miss", 1500.0, "a trace says so"),
+                                                  self.row("hit", 1050.0, "a trace says so"),
+                                                  self.row("bare", 1500.0, None))}
         self.assertIn("the source measured: a trace says so", rows["miss"]["why"])
         self.assertNotIn("why", rows["hit"])  # +5%: within the goal, nothing to explain
         self.assertNotIn("the source measured", rows["bare"]["why"])
 
     def test_a_calibration_source_is_shown_but_not_counted(self):
-        d = tempfile.mkdtemp()
-        try:
-            calibrated = self.row("calibrated", 3000.0, None)
-            calibrated["published"]["calibration"] = "its profile is an input"
-            with open(os.path.join(d, "project_validation.jsonl"), "w") as f:
-                for r in (self.row("hit", 1050.0, None), calibrated):
-                    f.write(json.dumps(r) + "\n")
-            rows = validation.runs(d)
-        finally:
-            shutil.rmtree(d)
+        calibrated = self.row("calibrated", 3000.0, None)
+        calibrated["published"]["calibration"] = "its profile is an input"
+        rows = self.runs(self.row("hit", 1050.0, None), calibrated)
         s = validation.summary(rows)
         self.assertEqual(s["throughput"], [rows[0]["throughput"][3]])  # the +200% row is not counted
         self.assertEqual(s["over_worst"], 0)
@@ -544,6 +542,21 @@ class Validation(unittest.TestCase):
         table = validation.table_rows(rows)
         self.assertTrue(table[1][0].endswith("(calibration)"))
         self.assertIn("not counted, as calibration sources: calibrated", " ".join(validation.verdict_lines(s)))
+
+    def test_a_known_regression_is_shown_not_counted_and_counted_aside(self):
+        regressed = self.row("regressed", 3000.0, None)
+        regressed["published"]["known_issue"] = "the release notes say so"
+        rows = self.runs(self.row("hit", 1050.0, None), regressed)
+        s = validation.summary(rows)
+        self.assertEqual(s["throughput"], [rows[0]["throughput"][3]])
+        self.assertEqual(s["over_worst"], 0)
+        self.assertEqual(s["known_issue"], ["regressed"])
+        self.assertEqual(s["with_known_issues"][1:], (1, 2))  # counted: the +200% row is over 25%
+        self.assertIn("a known regression, not counted: the release notes say so", rows[1]["why"])
+        self.assertTrue(validation.table_rows(rows)[1][0].endswith("(known issue)"))
+        said = " ".join(validation.verdict_lines(s))
+        self.assertIn("not counted, as known regressions of their framework: regressed", said)
+        self.assertIn("2 runs, 1 over 25%", said)
 
 
 class TraceSummary(unittest.TestCase):

@@ -85,8 +85,9 @@ Field<P> imbalance_key() {
       "the routing: a workload section (`{kind: zipf, alpha: 1.2}`, `lognormal`, `hot`, `{kind: trace, trace: "
       "FILE}` from `memfine train --trace-out`), its hottest expert-parallel rank's `s'` over the balanced share "
       "drawn per EP over the model's MoE layers; or `{overload: X}`, that factor given outright (a percentile "
-      "of `s'`, as the paper's Figure 2 gives one) for the worst layer, which memory answers to, with `mean: Y` "
-      "the layers' mean, which the step's time waits for (default X)",
+      "of `s'`, as the paper's Figure 2 gives one) for the worst layer, which one layer's working set answers to, "
+      "with `mean: Y` the layers' mean, which the step's time waits for and which bounds the rows a rank keeps "
+      "over its layers (default X); under a law the rows kept are the share of the rank that keeps the most",
       [](MapReader& r, P& c) {
         YAML::Node n = r.child("imbalance");
         if (!n.IsDefined()) return;
@@ -186,7 +187,8 @@ Field<P> published_key() {
           "none",
           "validation only: `source`, `evidence` (what the source measured about where the time went: read "
           "beside a miss, never priced), `calibration` (why the run is a calibration source, not a checked one: "
-          "a figure of its configuration's profile is an input), and per strategy (its label) the measured `tokens_per_s_gpu`, "
+          "a figure of its configuration's profile is an input), `known_issue` (a regression the framework's own "
+          "release notes name for this configuration: the row is shown, not counted), and per strategy (its label) the measured `tokens_per_s_gpu`, "
           "`model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` (allocated), `reserved_gb`, "
           "carried into `--json` beside the projection",
           [](MapReader& r, P& c) {
@@ -199,9 +201,11 @@ Field<P> published_key() {
             pr.read("source", c.published_source, "a string");
             pr.read("evidence", c.published_evidence, "a string");
             pr.read("calibration", c.published_calibration, "a string");
+            pr.read("known_issue", c.published_known_issue, "a string");
             for (const auto& kv : n) {
               const std::string strategy = kv.first.IsScalar() ? kv.first.Scalar() : "";
-              if (strategy == "source" || strategy == "evidence" || strategy == "calibration" || strategy.empty())
+              if (strategy == "source" || strategy == "evidence" || strategy == "calibration" ||
+                  strategy == "known_issue" || strategy.empty())
                 continue;
               const std::string key = "published." + strategy;
               pr.child(strategy);
@@ -224,6 +228,7 @@ Field<P> published_key() {
             nlohmann::json j = {{"source", c.published_source}};
             if (!c.published_evidence.empty()) j["evidence"] = c.published_evidence;
             if (!c.published_calibration.empty()) j["calibration"] = c.published_calibration;
+            if (!c.published_known_issue.empty()) j["known_issue"] = c.published_known_issue;
             for (const auto& [k, v] : c.published) j[k] = v;
             return j;
           }};

@@ -36,13 +36,15 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
                   const ProjectSetting& set) {
   Estimate e;
   e.layout = l, e.strategy = s.label(), e.name = s.spec().name, e.drops = !s.dropless();
+  e.held_overload = set.held_overload;
   // Rows the hottest rank's experts receive per micro-batch; a capacity caps its overload.
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
   const double cap = s.shape().capacity_factor;
   auto capped = [&](double x) { return cap > 0 ? std::min(x, cap) : x; };
   const double received = capped(set.overload) * tokens_gpu * double(m.topk);
   const double received_on_average = capped(set.time_overload) * tokens_gpu * double(m.topk);
-  const StageMemory memory(m, l, set, received);
+  const double received_held = capped(set.held_overload) * tokens_gpu * double(m.topk);
+  const StageMemory memory(m, l, set, received, received_held);
   const double usable = set.usable_memory * hw.memory_gb * 1e9;
   e.shape = s.choose_shape([&](const StrategyShape& shape) { return memory.peak(shape).need <= usable; }).shape;
   if (e.shape.moe == MoeMode::Chunked) e.chunks = e.shape.chunks;

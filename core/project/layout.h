@@ -35,6 +35,7 @@ struct ProjectSetting {
   double usable_memory = 1;  // share of a GPU's memory the job may use
   double overload = 1;         // s' on the hottest expert-parallel rank over its balanced share (its worst layer)
   double time_overload = 1;    // and over the layers on average: what the step waits for
+  double held_overload = 1;    // and what the rank that keeps the most holds over its layers (core/project/project.h)
   Reliability reliability;
   double restart_h = 10.0 / 60;         // a restart's cost
   double checkpoint_gb_s_per_node = 5;  // what each node writes its share of the state at

@@ -9,8 +9,9 @@
 
 namespace memfine {
 
-StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received)
-    : m_(m), l_(l), set_(set), received_(received) {
+StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received,
+                         double held)
+    : m_(m), l_(l), set_(set), received_(received), held_(held) {
   const double h = double(m.hidden), g = double(m.ffn_hidden), E = double(m.experts), V = double(m.vocab);
   const double tp = double(l.tp);
   tokens_ = double(l.micro_batch) * double(m.seq) / double(l.cp);  // a micro-batch's tokens on a CP rank
@@ -77,7 +78,7 @@ LayerWidths StageMemory::widths(const StrategyShape& s) const {
 double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
   const LayerWidths w = widths(s);
   // Kept until backward, and the largest of what one layer's backward holds again, per layer kind.
-  const double moe_kept = tokens_gpu_ * w.token + received_ * w.row, dense_kept = tokens_gpu_ * w.dense;
+  const double moe_kept = tokens_gpu_ * w.token + held_ * w.row, dense_kept = tokens_gpu_ * w.dense;
   const double moe_again = tokens_gpu_ * w.token_again + received_ * w.row_again;
   const double transient =
       std::max(st.dense > 0 ? tokens_gpu_ * w.dense_again : 0.0, st.moe > 0 ? moe_again : 0.0);
@@ -88,7 +89,7 @@ double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
     // plain computation.
     const double mean = tokens_gpu_ * double(m_.topk);
     const double pool = s.stash.device_factor * mean * w.row * st.inflight * st.moe;
-    if (!stash_reruns(s.stash, received_, mean)) kept -= st.inflight * st.moe * received_ * w.row;
+    if (!stash_reruns(s.stash, received_, mean)) kept -= st.inflight * st.moe * held_ * w.row;
     kept += pool;
   }
   if (!s.offload.any()) return kept + transient + st.logits;
@@ -104,7 +105,7 @@ double StageMemory::offloaded(const Stage& st, const StrategyShape& s) const {
   if (!s.offload.any()) return 0;
   const LayerWidths w = widths(s);
   const double dense = tokens_gpu_ * w.offload_token;
-  const double moe = dense + received_ * w.offload_row;
+  const double moe = dense + held_ * w.offload_row;
   // The last `margin` layers keep theirs.
   const double kept = std::min(st.dense + st.moe, double(s.offload.margin));
   const double moe_moved = std::max(0.0, st.moe - kept),
@@ -151,6 +152,9 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
                 "layer's: head, loss; MTP's)");
   out.push_back("activations (" + f.name + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
                 widths(s).row_text + " per received row, x the micro-batches the schedule keeps in flight on the rank; "
+                "the rows kept at " + four_digits(held_ / std::max(1.0, tokens_gpu_ * double(m_.topk))) +
+                "x the balanced share (the rank that keeps the most, over its layers), one layer's backward at " +
+                four_digits(received_ / std::max(1.0, tokens_gpu_ * double(m_.topk))) + "x (the worst layer's hottest rank); "
                 "the loss " + f.loss);
   return out;
 }

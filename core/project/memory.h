@@ -25,8 +25,9 @@ inline bool stash_reruns(const StashSpec& s, double received, double mean) {
 
 class StageMemory {
  public:
-  // `received`: the rows the hottest rank's experts receive per micro-batch.
-  StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received);
+  // `received`: the rows the hottest rank's experts receive per micro-batch in the worst layer (one
+  // layer's working set); `held`: per layer, in the layers the rank that keeps the most keeps.
+  StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received, double held);
   struct Peak {
     double bytes = 0, static_bytes = 0, host_bytes = 0;  // allocated: what the tensors take
     double encoded_bytes = 0;  // what encoding stores as codes (their size before it)
@@ -56,7 +57,7 @@ class StageMemory {
   ModelConfig m_;
   Layout l_;
   ProjectSetting set_;
-  double received_ = 0, tokens_ = 0, tokens_gpu_ = 0;
+  double received_ = 0, held_ = 0, tokens_ = 0, tokens_gpu_ = 0;
   double dp_shard_ = 1, expert_dp_ = 1, layer_params_ = 0, layer_expert_params_ = 0;
   std::vector<Stage> stages_;
 };

@@ -9,27 +9,47 @@
 namespace memfine {
 
 Overload project_overload(const ProjectConfig& c, int64_t ep) {
-  if (c.overload > 0) return {c.overload, c.mean_overload > 0 ? c.mean_overload : c.overload};
+  if (c.overload > 0) return {c.overload, c.mean_overload > 0 ? c.mean_overload : c.overload, {}};
   if (c.imbalance.kind == "balanced" || ep == 1) return {};
   // The law's routing of one micro-batch-sized draw per MoE layer over `ep` ranks.
   ModelConfig m;
   m.experts = c.model.experts, m.topk = c.model.topk, m.seq = c.model.seq, m.micro_batch = 1,
   m.layers = c.model.moe_layers();
   m.hidden = 8, m.ffn_hidden = 8, m.heads = 1, m.kv_heads = 1, m.head_dim = 8;
-  double worst = 1, sum = 0;
+  Overload o;
+  double sum = 0;
   const int64_t local = m.experts / ep;
   for (int64_t l = 0; l < m.layers; ++l) {
     const auto counts = expert_counts(c.imbalance, m, ep, l, c.seed);
-    double total = 0, hottest = 0;
+    std::vector<double> rank(size_t(ep), 0.0);
+    double total = 0;
     for (int64_t r = 0; r < ep; ++r) {
-      double rank = 0;
-      for (int64_t e = r * local; e < (r + 1) * local; ++e) rank += double(counts[size_t(e)]);
-      hottest = std::max(hottest, rank), total += rank;
+      for (int64_t e = r * local; e < (r + 1) * local; ++e) rank[size_t(r)] += double(counts[size_t(e)]);
+      total += rank[size_t(r)];
     }
-    const double x = total > 0 ? hottest * double(ep) / total : 1;
-    worst = std::max(worst, x), sum += x;
+    for (double& x : rank) x = total > 0 ? x * double(ep) / total : 1;
+    const double x = *std::max_element(rank.begin(), rank.end());
+    o.worst = std::max(o.worst, x), sum += x;
+    o.shares.push_back(std::move(rank));
   }
-  return {worst, m.layers > 0 ? sum / double(m.layers) : 1};
+  o.mean = m.layers > 0 ? sum / double(m.layers) : 1;
+  return o;
+}
+
+double Overload::held(int64_t layers) const {
+  // Given outright: no rank holds more over its layers than the layers' hottest ranks on average.
+  if (shares.empty()) return mean;
+  const size_t n = size_t(std::clamp<int64_t>(layers, 1, int64_t(shares.size())));
+  double most = 1;
+  for (size_t begin = 0; begin < shares.size(); begin += n) {
+    const size_t end = std::min(shares.size(), begin + n);
+    for (size_t r = 0; r < shares[begin].size(); ++r) {
+      double sum = 0;
+      for (size_t l = begin; l < end; ++l) sum += shares[l][r];
+      most = std::max(most, sum / double(end - begin));
+    }
+  }
+  return most;
 }
 
 ProjectResult run_project(const ProjectConfig& c) {
@@ -48,9 +68,11 @@ ProjectResult run_project(const ProjectConfig& c) {
     if (!out.overload.count(l.ep)) out.overload[l.ep] = project_overload(c, l.ep);
     for (const auto& s : strategies) {
       ProjectSetting set = setting;
-      set.overload = out.overload[l.ep].worst, set.time_overload = out.overload[l.ep].mean;
+      const Overload& o = out.overload[l.ep];
+      const int64_t per_rank = (c.model.moe_layers() + l.pp - 1) / l.pp;  // a pipeline rank's MoE layers
+      set.overload = o.worst, set.time_overload = o.mean, set.held_overload = o.held(per_rank);
       Estimate e = estimate(c.model, c.hardware, l, *s, set);
-      set.overload = set.time_overload = 1;
+      set.overload = set.time_overload = set.held_overload = 1;
       e.balanced_tokens_per_s_gpu = estimate(c.model, c.hardware, l, *s, set).tokens_per_s_gpu;
       (e.fits ? out.ranked : out.rejected).push_back(e);
     }

@@ -14,10 +14,17 @@ namespace memfine {
 
 // The hottest expert-parallel rank's received rows over its balanced share, for `ep` ranks, from
 // the law's draw per MoE layer (core/workload), or the given factor: the largest over the layers
-// (what the memory of the hottest layer holds) and their mean (what the step waits for: each
-// layer waits for its own hottest rank).
+// (what one layer's working set holds at its hottest rank) and their mean (what the step waits for:
+// each layer waits for its own hottest rank). What a rank keeps until backward is the sum of what
+// it received in each of its layers, and the layers' hot ranks are drawn apart, so the rank that
+// keeps the most holds its layers' mean share (`held`), between the two.
 struct Overload {
   double worst = 1, mean = 1;
+  std::vector<std::vector<double>> shares;  // per MoE layer, each rank's rows over its share; empty: given
+  // The largest mean share any rank holds over a pipeline rank's `layers` MoE layers (disjoint runs
+  // of the stack); given outright, the mean (which bounds it: no rank's mean exceeds the mean of the
+  // layers' hottest).
+  double held(int64_t layers) const;
 };
 Overload project_overload(const ProjectConfig& c, int64_t ep);
 
