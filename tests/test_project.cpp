@@ -587,6 +587,36 @@ TEST(Project, ADenseGemmTableByShape) {
   EXPECT_NEAR(gemm_rate(ok, 512, 1, 1), 20e12, 1);
 }
 
+// Attention by head dim: attention_tflops (taken at head dim 128) scaled by the preset's curve,
+// its value at the model's head dim over its value at 128, log-linear between points, flat beyond;
+// the shipped H100 preset's curve slows a head dim of 64 and leaves MLA's 192 as 128; a curve whose
+// head dims do not rise is refused at its key.
+TEST(Project, AttentionByHeadDim) {
+  std::vector<std::string> problems;
+  Problems p{"hw.yaml", problems};
+  const Hardware hw =
+      read_hardware(YAML::Load("{memory_gb: 80, attention_tflops: 400, attention_head_dim_curve: [[64, 300], [128, 600]]}"),
+                    "gpu", p);
+  ASSERT_TRUE(problems.empty());
+  EXPECT_NEAR(attention_rate(hw, 128), 400e12, 1);
+  EXPECT_NEAR(attention_rate(hw, 64), 200e12, 1);
+  EXPECT_NEAR(attention_rate(hw, 32), 200e12, 1);                      // flat below
+  EXPECT_NEAR(attention_rate(hw, 256), 400e12, 1);                     // and above
+  EXPECT_NEAR(attention_rate(hw, std::sqrt(64.0 * 128)), 300e12, 1);   // halfway in log head dim
+  Hardware flat = hw;
+  flat.attention_head_dim_curve.clear();
+  EXPECT_NEAR(attention_rate(flat, 64), 400e12, 1);
+  const Hardware h100 = read_hardware_presets(kExperiments + "/project/hardware.yaml", problems).at("h100_80gb");
+  ASSERT_TRUE(problems.empty());
+  EXPECT_LT(attention_rate(h100, 64), attention_rate(h100, 128));
+  EXPECT_NEAR(attention_rate(h100, 192), h100.attention_tflops * 1e12, 1);
+  read_hardware(YAML::Load("{memory_gb: 80, attention_head_dim_curve: [[128, 600], [64, 300]]}"), "gpu", p);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("gpu.attention_head_dim_curve: expected a list of [head dim, TFLOP/s] pairs, head dim rising"),
+            std::string::npos)
+      << problems[0];
+}
+
 // A node-aware dispatcher (DeepEP) sends a token once per node its experts are on: of topk
 // experts spread evenly over n nodes, n (1 - (1 - 1/n)^topk) nodes, its own among them (as its
 // benchmark counts the bytes its rate divides); NCCL's all-to-all sends the rows bound for the

@@ -44,21 +44,35 @@ Field<Hardware> rows_key(const std::string& key, const std::string& type, const 
           std::move(write)};
 }
 
-// `grouped_gemm_curve`: [rows, TFLOP/s] pairs, rows rising.
-Field<Hardware> curve_key() {
+// A key holding [x, TFLOP/s] pairs, x rising, into `curve` of the hardware.
+using Curve = std::vector<std::pair<double, double>> Hardware::*;
+Field<Hardware> curve_key(const std::string& key, const std::string& x, Curve curve, const std::string& help) {
   return rows_key(
-      "grouped_gemm_curve", "list of `[rows, TFLOP/s]`",
-      "the grouped expert GEMM's rate measured at rising rows per expert, interpolated log-linearly in rows "
-      "(flat beyond its ends); replaces the two rates and the knee",
-      2, "expected a list of [rows, TFLOP/s] pairs, rows rising, both above 0",
-      [](const std::vector<std::vector<double>>& rows, Hardware& h) {
-        h.grouped_gemm_curve.clear();
+      key, "list of `[" + x + ", TFLOP/s]`", help, 2,
+      "expected a list of [" + x + ", TFLOP/s] pairs, " + x + " rising, both above 0",
+      [curve](const std::vector<std::vector<double>>& rows, Hardware& h) {
+        (h.*curve).clear();
         for (size_t i = 1; i < rows.size(); ++i)
           if (rows[i][0] <= rows[i - 1][0]) return false;
-        for (const auto& x : rows) h.grouped_gemm_curve.push_back({x[0], x[1]});
+        for (const auto& r : rows) (h.*curve).push_back({r[0], r[1]});
         return true;
       },
-      [](const Hardware& h) { return nlohmann::json(h.grouped_gemm_curve); });
+      [curve](const Hardware& h) { return nlohmann::json(h.*curve); });
+}
+
+// `grouped_gemm_curve`: [rows, TFLOP/s] pairs, rows rising.
+Field<Hardware> grouped_curve_key() {
+  return curve_key("grouped_gemm_curve", "rows", &Hardware::grouped_gemm_curve,
+                   "the grouped expert GEMM's rate measured at rising rows per expert, interpolated log-linearly in "
+                   "rows (flat beyond its ends); replaces the two rates and the knee");
+}
+
+// `attention_head_dim_curve`: [head dim, TFLOP/s] pairs, head dims rising.
+Field<Hardware> head_dim_curve_key() {
+  return curve_key("attention_head_dim_curve", "head dim", &Hardware::attention_head_dim_curve,
+                   "the attention kernel's rate at rising head dims (one sequence length): attention_tflops, "
+                   "taken at head dim 128, is scaled by its ratio at the model's head dim to that at 128, "
+                   "interpolated log-linearly (flat beyond its ends)");
 }
 
 // `gemm_table`: [m, n, k, TFLOP/s] rows covering every combination of their m, n and k once.
@@ -126,13 +140,14 @@ const Section<Hardware>& hardware_keys() {
        number<H>("bf16_dense_tflops", &H::bf16_dense_tflops, 0, 1e6,
                  "the datasheet's dense bf16 peak: MFU's denominator, no rate divides by it"),
        number<H>("gemm_tflops", &H::gemm_tflops, 0, 1e6, "a large dense bf16 GEMM's measured rate"),
-       number<H>("attention_tflops", &H::attention_tflops, 0, 1e6, "the attention kernel's measured rate"),
+       number<H>("attention_tflops", &H::attention_tflops, 0, 1e6,
+                 "the attention kernel's measured rate (forward and backward, head dim 128)"),
        number<H>("grouped_gemm_tflops", &H::grouped_gemm_tflops, 0, 1e6,
                  "grouped expert GEMMs at large rows per expert"),
        number<H>("grouped_gemm_small_tflops", &H::grouped_gemm_small_tflops, 0, 1e6, "and at small ones"),
        number<H>("grouped_gemm_knee_rows", &H::grouped_gemm_knee_rows, 1, 1e9,
                  "rows per expert where the large rate is reached (linear below)"),
-       curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
+       head_dim_curve_key(), grouped_curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
        number<H>("network_gb_s", &H::network_gb_s, 0, 1e6, "across nodes, per GPU and direction"),
        number<H>("nvlink_latency_us", &H::nvlink_latency_us, 0, 1e6, "a message's latency inside a node"),
        number<H>("network_latency_us", &H::network_latency_us, 0, 1e6, "and across nodes"),

@@ -31,7 +31,10 @@ struct Hardware {
   double bf16_dense_tflops = 0;          // the datasheet's peak (MFU's denominator), not a rate used
   double gemm_tflops = 0;                // a large dense bf16 GEMM's measured rate
   GemmTable gemm_table;                  // or the rate by shape: it replaces gemm_tflops
-  double attention_tflops = 0;           // the attention kernel's measured rate
+  double attention_tflops = 0;           // the attention kernel's measured rate (at head dim 128)
+  // The kernel's rate at several head dims ({head dim, TFLOP/s}, rising), one sequence length: it
+  // scales attention_tflops by its ratio at the model's head dim to that at 128.
+  std::vector<std::pair<double, double>> attention_head_dim_curve;
   double grouped_gemm_tflops = 0;        // grouped expert GEMMs at large rows per expert
   double grouped_gemm_small_tflops = 0;  // and at small ones
   double grouped_gemm_knee_rows = 1024;  // rows per expert where the large rate is reached

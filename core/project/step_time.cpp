@@ -13,19 +13,27 @@
 
 namespace memfine {
 
+// A measured curve's value at x, interpolated log-linearly in x, flat beyond its ends.
+double curve_at(const std::vector<std::pair<double, double>>& c, double x) {
+  if (x <= c.front().first) return c.front().second;
+  for (size_t i = 1; i < c.size(); ++i)
+    if (x <= c[i].first) {
+      const double f = std::log(x / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+      return c[i - 1].second + f * (c[i].second - c[i - 1].second);
+    }
+  return c.back().second;
+}
+
 double grouped_rate(const Hardware& hw, double rows) {
-  const auto& c = hw.grouped_gemm_curve;
-  if (!c.empty()) {
-    if (rows <= c.front().first) return c.front().second * 1e12;
-    for (size_t i = 1; i < c.size(); ++i)
-      if (rows <= c[i].first) {
-        const double f = std::log(rows / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
-        return (c[i - 1].second + f * (c[i].second - c[i - 1].second)) * 1e12;
-      }
-    return c.back().second * 1e12;
-  }
+  if (!hw.grouped_gemm_curve.empty()) return curve_at(hw.grouped_gemm_curve, rows) * 1e12;
   const double f = std::min(1.0, rows / hw.grouped_gemm_knee_rows);
   return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
+}
+
+double attention_rate(const Hardware& hw, double head_dim) {
+  const auto& c = hw.attention_head_dim_curve;
+  const double scale = c.empty() ? 1 : curve_at(c, head_dim) / curve_at(c, 128);
+  return hw.attention_tflops * scale * 1e12;
 }
 
 double gemm_rate(const Hardware& hw, double m, double n, double k) {
@@ -125,7 +133,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
-  const double core_t = core_flops / (hw.attention_tflops * 1e12);
+  const double core_t = core_flops / attention_rate(hw, double(m.head_dim));
   const double chunks = moe_runs(s);
   const double expert_t = expert_flops / grouped_rate(hw, rows_per_expert / chunks);
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
@@ -383,8 +391,13 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
                                 : "by shape on the preset's table (" + four_digits(gemm_rate(hw, 4096, 4096, 4096) / 1e12) +
                                       " TFLOP/s at 4096 rows x 4096 x 4096, " +
                                       four_digits(gemm_rate(hw, 4096, 1024, 1024) / 1e12) + " at 4096 x 1024 x 1024)";
-  return {"compute: dense GEMMs " + dense + ", attention at " +
-              four_digits(hw.attention_tflops) + ", grouped expert GEMMs " + grouped +
+  const std::string attention =
+      four_digits(hw.attention_tflops) +
+      (hw.attention_head_dim_curve.empty()
+           ? ""
+           : " at head dim 128, by head dim on the preset's curve (" + four_digits(attention_rate(hw, 64) / 1e12) +
+                 " at 64)");
+  return {"compute: dense GEMMs " + dense + ", attention at " + attention + ", grouped expert GEMMs " + grouped +
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
               "permutes" +
               std::string(sorts_rows(set) ? " and, where a rank holds several experts, the all-to-all "

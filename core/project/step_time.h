@@ -37,6 +37,10 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
 // rows between its points; or the small shapes' rate rising linearly to the large shapes' at the knee.
 double grouped_rate(const Hardware& hw, double rows);
 
+// The attention kernel's rate (FLOP/s) at a head dim: attention_tflops (head dim 128) scaled by the
+// preset's head-dim curve, its value there over its value at 128; or attention_tflops alone.
+double attention_rate(const Hardware& hw, double head_dim);
+
 // A dense GEMM's rate (FLOP/s) at m rows, n outputs, k inputs: the preset's table, linear in the
 // logarithms of m, n and k between its points and flat beyond them; or its one rate.
 double gemm_rate(const Hardware& hw, double m, double n, double k);
