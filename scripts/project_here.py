@@ -72,6 +72,9 @@ def main(argv=None):
     ap.add_argument("--build", default="build", help="the build folder (default build)")
     ap.add_argument("--out", default="results/cpu/project_here", help="output folder")
     ap.add_argument("--remeasure", action="store_true", help="measure again although records exist")
+    ap.add_argument("--experiment", default=EXPERIMENT,
+                    help=f"the experiment to measure and project (default {EXPERIMENT}; CI's quick run passes a "
+                         "smaller copy, scripts/experiment_variant.py)")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     records = os.path.join(a.out, "results.jsonl")
@@ -80,10 +83,10 @@ def main(argv=None):
         for p in (records, bench_path):
             if os.path.exists(p):
                 os.replace(p, p + ".old")  # kept beside, never lost
-        sh([f"{a.build}/memfine", "run", EXPERIMENT, "--out", a.out, "--no-progress"])
+        sh([f"{a.build}/memfine", "run", a.experiment, "--out", a.out, "--no-progress"])
         meminfo = open("/proc/meminfo").read().split()
         memory_gb = float(meminfo[meminfo.index("MemTotal:") + 1]) * 1024 / 1e9
-        sh([f"{a.build}/memfine_bench", f"--moe_config={EXPERIMENT}", f"--benchmark_context=memory_gb={memory_gb}",
+        sh([f"{a.build}/memfine_bench", f"--moe_config={a.experiment}", f"--benchmark_context=memory_gb={memory_gb}",
             "--benchmark_filter=BM_Matmul/512|BM_ExpertGemm|BM_Copy", "--benchmark_repetitions=3",
             "--benchmark_report_aggregates_only=true", f"--benchmark_out={bench_path}", "--benchmark_out_format=json"])
     with open(bench_path) as f:
