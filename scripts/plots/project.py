@@ -65,7 +65,10 @@ def validation(src, out_dir):
              "(framework.ep_overlap_hidden), and the run of that configuration is marked calibration and not counted; "
              "the learned runs' routing comes from this suite's own learned router (scripts/trace_sigma.py) where the run "
              "trained its router from scratch, and from a pretrained router's published routing "
-             "(scripts/routing_overload.py) where it fine-tuned a loaded one (its file says which).",
+             "(scripts/routing_overload.py) where it fine-tuned a loaded one (its file says which). A run whose "
+             "framework's own release notes name a regression for its configuration (its file's "
+             "published.known_issue) is shown with its error and not counted; the verdict gives the figures with "
+             "it counted too.",
              "Errors: projected over published, less 1, in speed (a step time's error is the speed's). The 'why' "
              "column reads the projection's own step parts: a hypothesis, not a measurement; after \"the source "
              "measured\" it quotes what the run's own source profiled or compared (its file's published.evidence), "
