@@ -1,9 +1,10 @@
 // memfine project's framework profiles and terms: what each framework keeps, worked by hand from
 // the code the profile names; the terms a run can change (loss, optimizer dtypes, workspace,
-// fragmentation) and the borderline verdict; the routing's worst layer for memory and its mean
-// for time.
+// fragmentation) and the borderline verdict; the routing's worst layer for one layer's memory, the
+// share the rank keeping the most holds for the rows kept, and the layers' mean for time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
