@@ -637,6 +637,29 @@ TEST(Project, ANodeAwareDispatcherSendsATokenOncePerNode) {
   EXPECT_NEAR(plain_a2a.all_to_all, 4 * 16 * (1024 * 8 * 1024 * 2.0 * 3 / 4 / 10e9), 1e-12);
 }
 
+// Inside a node a node-aware dispatcher sends a token once to each GPU its experts are on: of topk
+// experts spread evenly over ep GPUs, ep (1 - (1 - 1/ep)^topk) GPUs, its own among them (the rows
+// DeepEP's intranode benchmark divides by its time); NCCL's all-to-all a row per expert, 7 of 8
+// ranks' share over the link.
+TEST(Project, InsideANodeADispatcherSendsATokenOncePerGpu) {
+  ModelConfig m = plain();
+  m.topk = 8, m.experts = 64;
+  Hardware hw = plain_gpu();  // NVLink at 100 GB/s
+  hw.deepep_nvlink_gb_s = 50;
+  Layout l;
+  l.ep = 8, l.dp = 8, l.global_batch = 8;  // one node
+  ProjectSetting set;
+  const double rows = double(m.seq) * 8, row_bytes = 1024 * 2.0;
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all,
+              4 * 16 * 7 * (rows * row_bytes / 8 / 100e9), 1e-12);
+  set.dispatcher = "deepep";
+  const double gpus = 8 * (1 - std::pow(7.0 / 8, 8));  // 5.25 of 8
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all,
+              4 * 16 * (7 * hw.nvlink_latency_us * 1e-6 + rows / 8 * gpus * row_bytes / 50e9), 1e-12);
+  l.ep = 1, l.dp = 1, l.global_batch = 1;  // no expert parallelism: nothing to send
+  EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 0);
+}
+
 // Experts are not split by TP (expert TP 1, as the memory side keeps them), so an EP group is `ep`
 // neighbouring ranks: EP 8 under TP 4 stays on one node's NVLink, where EP 16 crosses the network.
 TEST(Project, AnExpertGroupOfOneNodesRanksStaysOnNvlinkWhateverTp) {

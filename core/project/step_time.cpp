@@ -170,6 +170,14 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
   if (const double r = hw.dispatcher_gb_s(set.dispatcher, in_node); r > 0) ep_link.beta = r * 1e9;
   const double bytes = std::max(received, tokens_gpu * double(m.topk)) * double(m.hidden) * set.element_bytes;
   double one = all_to_all_time(ep_link, l.ep, bytes);
+  if (in_node && set.dispatcher != "alltoall" && l.ep > 1) {
+    // DeepEP and HybridEP send a token once to each GPU one of its experts is on (NCCL's all-to-all
+    // sends a row per expert): of topk experts spread evenly over ep GPUs, ep (1 - (1 - 1/ep)^topk)
+    // GPUs, its own among them, as DeepEP's intranode benchmark counts the bytes its rate divides
+    // (tests/legacy/test_intranode.py: recv_x, a row per token a rank receives).
+    const double e = double(l.ep), k = double(m.topk);
+    one = (e - 1) * ep_link.alpha + bytes * e * (1 - std::pow(1 - 1 / e, k)) / k / ep_link.beta;
+  }
   if (!in_node) {
     const double n = std::ceil(double(l.ep) / double(hw.gpus_per_node)), k = double(m.topk);
     // NCCL's all-to-all: the network carries the rows bound for the other nodes, at the NIC's rate.
