@@ -162,6 +162,9 @@ Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p
 
 // The key tables, for the key reference (`memfine keys project`, `memfine keys hardware`).
 const Section<ProjectConfig>& project_keys();
+// The `published` map's text keys (source, evidence, calibration, known_issue) and where each is
+// kept, read and written alike; its other keys are strategies.
+const std::vector<std::pair<const char*, std::string ProjectConfig::*>>& published_texts();
 const Section<SearchSpace>& search_keys();
 const Section<Hardware>& hardware_keys();
 const Section<FrameworkConfig>& framework_keys();

@@ -1,5 +1,6 @@
 // A project file's keys (`memfine project`), each declared once: read, documented (`memfine keys
 // project`, experiments/README.md) and checked against its range as an experiment's keys are.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,14 @@
 #include "core/util/format.h"
 
 namespace memfine {
+
+const std::vector<std::pair<const char*, std::string ProjectConfig::*>>& published_texts() {
+  using P = ProjectConfig;
+  static const std::vector<std::pair<const char*, std::string P::*>> texts = {
+      {"source", &P::published_source}, {"evidence", &P::published_evidence},
+      {"calibration", &P::published_calibration}, {"known_issue", &P::published_known_issue}};
+  return texts;
+}
 
 namespace {
 
@@ -198,15 +207,14 @@ Field<P> published_key() {
             if (!n.IsMap())
               return p.add(n, "published", "expected a map: source, and measured quantities per strategy");
             MapReader pr(n, "published", p);
-            pr.read("source", c.published_source, "a string");
-            pr.read("evidence", c.published_evidence, "a string");
-            pr.read("calibration", c.published_calibration, "a string");
-            pr.read("known_issue", c.published_known_issue, "a string");
+            for (const auto& [key, field] : published_texts()) pr.read(key, c.*field, "a string");
+            auto is_text = [](const std::string& k) {
+              const auto& t = published_texts();
+              return std::any_of(t.begin(), t.end(), [&](const auto& x) { return k == x.first; });
+            };
             for (const auto& kv : n) {
               const std::string strategy = kv.first.IsScalar() ? kv.first.Scalar() : "";
-              if (strategy == "source" || strategy == "evidence" || strategy == "calibration" ||
-                  strategy == "known_issue" || strategy.empty())
-                continue;
+              if (strategy.empty() || is_text(strategy)) continue;
               const std::string key = "published." + strategy;
               pr.child(strategy);
               if (!kv.second.IsMap()) {
@@ -226,9 +234,8 @@ Field<P> published_key() {
           },
           [](const P& c) {
             nlohmann::json j = {{"source", c.published_source}};
-            if (!c.published_evidence.empty()) j["evidence"] = c.published_evidence;
-            if (!c.published_calibration.empty()) j["calibration"] = c.published_calibration;
-            if (!c.published_known_issue.empty()) j["known_issue"] = c.published_known_issue;
+            for (const auto& [key, field] : published_texts())
+              if (!(c.*field).empty()) j[key] = c.*field;
             for (const auto& [k, v] : c.published) j[k] = v;
             return j;
           }};

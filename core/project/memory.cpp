@@ -136,6 +136,7 @@ StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
 }
 
 std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const {
+  const double balanced = std::max(1.0, tokens_gpu_ * double(m_.topk));  // a rank's rows, balanced
   std::vector<std::string> out;
   const FrameworkSetting& f = set_.framework;
   out.push_back(std::string(f.fsdp ? "static: FSDP: weights, gradients and Adam moments (" +
@@ -152,9 +153,9 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
                 "layer's: head, loss; MTP's)");
   out.push_back("activations (" + f.name + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
                 widths(s).row_text + " per received row, x the micro-batches the schedule keeps in flight on the rank; "
-                "the rows kept at " + four_digits(held_ / std::max(1.0, tokens_gpu_ * double(m_.topk))) +
+                "the rows kept at " + four_digits(held_ / balanced) +
                 "x the balanced share (the rank that keeps the most, over its layers), one layer's backward at " +
-                four_digits(received_ / std::max(1.0, tokens_gpu_ * double(m_.topk))) + "x (the worst layer's hottest rank); "
+                four_digits(received_ / balanced) + "x (the worst layer's hottest rank); "
                 "the loss " + f.loss);
   return out;
 }

@@ -66,11 +66,11 @@ ProjectResult run_project(const ProjectConfig& c) {
       continue;
     }
     if (!out.overload.count(l.ep)) out.overload[l.ep] = project_overload(c, l.ep);
+    const Overload& o = out.overload[l.ep];
+    const double held = o.held((c.model.moe_layers() + l.pp - 1) / l.pp);  // over a pipeline rank's MoE layers
     for (const auto& s : strategies) {
       ProjectSetting set = setting;
-      const Overload& o = out.overload[l.ep];
-      const int64_t per_rank = (c.model.moe_layers() + l.pp - 1) / l.pp;  // a pipeline rank's MoE layers
-      set.overload = o.worst, set.time_overload = o.mean, set.held_overload = o.held(per_rank);
+      set.overload = o.worst, set.time_overload = o.mean, set.held_overload = held;
       Estimate e = estimate(c.model, c.hardware, l, *s, set);
       set.overload = set.time_overload = set.held_overload = 1;
       e.balanced_tokens_per_s_gpu = estimate(c.model, c.hardware, l, *s, set).tokens_per_s_gpu;

@@ -157,9 +157,8 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
       j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}, {"held", e.held_overload}};
     if (auto it = c.published.find(e.strategy); it != c.published.end()) {
       j["published"] = {{"source", c.published_source}, {"values", it->second}};
-      if (!c.published_evidence.empty()) j["published"]["evidence"] = c.published_evidence;
-      if (!c.published_calibration.empty()) j["published"]["calibration"] = c.published_calibration;
-      if (!c.published_known_issue.empty()) j["published"]["known_issue"] = c.published_known_issue;
+      for (const auto& [key, field] : published_texts())
+        if (!(c.*field).empty()) j["published"][key] = c.*field;
     }
     if (!e.strategy.empty()) {
       j["peak_gb"] = e.peak_gb, j["static_gb"] = e.static_gb, j["activation_gb"] = e.activation_gb,

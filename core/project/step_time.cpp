@@ -168,27 +168,29 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
   const bool in_node = ep_in_node(l, hw);
   Link ep_link = in_node ? nvlink(hw) : network(hw);
   if (const double r = hw.dispatcher_gb_s(set.dispatcher, in_node); r > 0) ep_link.beta = r * 1e9;
-  const double bytes = std::max(received, tokens_gpu * double(m.topk)) * double(m.hidden) * set.element_bytes;
-  double one = all_to_all_time(ep_link, l.ep, bytes);
-  if (in_node && set.dispatcher != "alltoall" && l.ep > 1) {
-    // DeepEP and HybridEP send a token once to each GPU one of its experts is on (NCCL's all-to-all
-    // sends a row per expert): of topk experts spread evenly over ep GPUs, ep (1 - (1 - 1/ep)^topk)
-    // GPUs, its own among them, as DeepEP's intranode benchmark counts the bytes its rate divides
-    // (tests/legacy/test_intranode.py: recv_x, a row per token a rank receives).
-    const double e = double(l.ep), k = double(m.topk);
-    one = (e - 1) * ep_link.alpha + bytes * e * (1 - std::pow(1 - 1 / e, k)) / k / ep_link.beta;
-  }
-  if (!in_node) {
-    const double n = std::ceil(double(l.ep) / double(hw.gpus_per_node)), k = double(m.topk);
+  const double k = double(m.topk);
+  const double bytes = std::max(received, tokens_gpu * k) * double(m.hidden) * set.element_bytes;
+  const bool node_aware = set.dispatcher != "alltoall";  // DeepEP, HybridEP
+  // Of a token's topk experts spread evenly over `groups` (GPUs or nodes), the groups it reaches.
+  auto reached = [&](double groups) { return groups * (1 - std::pow(1 - 1 / groups, k)); };
+  double one = 0;
+  if (in_node) {
+    // NCCL's all-to-all sends a row per expert, the other ranks' share over the link. DeepEP and
+    // HybridEP send a token once to each GPU one of its experts is on, its own among them, as
+    // DeepEP's intranode benchmark counts the bytes its rate divides (tests/legacy/test_intranode.py:
+    // recv_x, a row per token a rank receives).
+    const double e = double(l.ep);
+    one = node_aware && l.ep > 1 ? (e - 1) * ep_link.alpha + bytes * reached(e) / k / ep_link.beta
+                                 : all_to_all_time(ep_link, l.ep, bytes);
+  } else {
+    const double n = std::ceil(double(l.ep) / double(hw.gpus_per_node));
     // NCCL's all-to-all: the network carries the rows bound for the other nodes, at the NIC's rate.
-    double network_bytes = bytes * (n - 1) / n;
-    // A node-aware dispatcher (DeepEP, HybridEP) sends a token once per node it needs and forwards
-    // it over NVLink there: of a token's topk experts spread evenly over n nodes, it reaches
-    // n (1 - (1 - 1/n)^topk) nodes. Their benchmarks' rates divide the bytes for every node reached,
-    // the token's own included (DeepEP tests/legacy/test_internode.py num_rdma_token_sent; HybridEP
-    // tests/utils.py count_rdma_send_from_routing_map leaves the local node in "to align with
-    // DeepEP"), so the time at that rate is those bytes over it.
-    if (set.dispatcher != "alltoall") network_bytes = bytes * n * (1 - std::pow(1 - 1 / n, k)) / k;
+    // A node-aware dispatcher sends a token once per node it needs and forwards it over NVLink
+    // there. Their benchmarks' rates divide the bytes for every node reached, the token's own
+    // included (DeepEP tests/legacy/test_internode.py num_rdma_token_sent; HybridEP tests/utils.py
+    // count_rdma_send_from_routing_map leaves the local node in "to align with DeepEP"), so the time
+    // at that rate is those bytes over it.
+    const double network_bytes = node_aware ? bytes * reached(n) / k : bytes * (n - 1) / n;
     one = (n - 1) * ep_link.alpha + network_bytes / ep_link.beta;
   }
   return 4 * st.moe * one;

@@ -130,11 +130,18 @@ def pairs(rows):
     return out
 
 
+def _throughput_check(errors):
+    """(median absolute error, how many over the worst goal, how many) of throughput errors in %."""
+    return (statistics.median(abs(e) for e in errors) if errors else float("nan"),
+            sum(abs(e) > WORST_GOAL for e in errors), len(errors))
+
+
 def summary(rows):
     """The checks' verdicts over the published runs."""
     checked = [r for r in rows if not r["pair"]]
     thr = [r["throughput"][3] for r in rows if "throughput" in r and not r["calibration"] and not r["known_issue"]]
     with_issues = [r["throughput"][3] for r in rows if "throughput" in r and not r["calibration"]]
+    median, over_worst, _ = _throughput_check(thr)
     peaks = [r["peak"][3] for r in rows if "peak" in r]
     pr = pairs(rows)
     return {
@@ -145,14 +152,13 @@ def summary(rows):
         "peaks": peaks,
         "peaks_within": sum(abs(e) <= PEAK_GOAL for e in peaks),
         "throughput": thr,
-        "median": statistics.median(abs(e) for e in thr) if thr else float("nan"),
-        "over_worst": sum(abs(e) > WORST_GOAL for e in thr),
+        "median": median,
+        "over_worst": over_worst,
         "pairs": pr,
         "pairs_within": sum(abs(p[3]) <= PAIR_GOAL for p in pr),
         "calibration": [r["case"] for r in rows if r["calibration"]],
         "known_issue": sorted({r["case"] for r in rows if r["known_issue"]}),
-        "with_known_issues": (statistics.median(abs(e) for e in with_issues) if with_issues else float("nan"),
-                              sum(abs(e) > WORST_GOAL for e in with_issues), len(with_issues)),
+        "with_known_issues": _throughput_check(with_issues),
     }
 
 
