@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """The overload a pretrained router's published routing gives: from per-question expert shares of
 top-k assignments ([questions, layers, experts] .npy files, each row summing to 1, as
-ajtejankar/mixtral-vis-moe's frac_vecs/ holds Mixtral-8x7B's on MMLU), groups of consecutive
-questions stand for a micro-batch, and one expert a rank (EP = experts) makes an expert's share x
-experts the hottest rank's rows over its balanced share. Prints, for `imbalance: {overload, mean}`
+ajtejankar/mixtral-vis-moe's frac_vecs/ holds Mixtral-8x7B's on MMLU), groups of questions stand
+for a micro-batch, and one expert a rank (EP = experts) makes an expert's share x experts the
+hottest rank's rows over its balanced share. By default a group is drawn from every file's questions
+in a seeded random order, as a training run's micro-batch is: Megatron's GPTDataset shuffles its
+documents (and its samples) before packing them into sequences, so a micro-batch holds documents of
+unrelated topics; --consecutive groups each file's questions in file order instead (one subject of
+MMLU a group: the most topic-coherent micro-batch). Prints, for `imbalance: {overload, mean}`
 of a project file:
   mean      what a step waits for: the hottest expert over its share, per layer and group, averaged
             over both (every layer's all-to-all waits for its hottest rank)
@@ -24,14 +28,12 @@ class BadInput(Exception):
     pass
 
 
-def summarize(folder, group=20):
-    """{files, groups, group, mean, overload, layer_medians} of the share files in `folder`."""
+def load(folder):
+    """[(file, [questions, layers, experts] shares)] of the .npy files in `folder`, checked."""
     files = sorted(glob.glob(os.path.join(folder, "*.npy")))
     if not files:
         raise BadInput(f"{folder}: no .npy files")
-    if group < 1:
-        raise BadInput("--group must be at least 1")
-    per_layer, worst = None, []
+    out = []
     for f in files:
         try:
             x = np.load(f)
@@ -39,12 +41,28 @@ def summarize(folder, group=20):
             raise BadInput(f"{f}: {e}")
         if x.ndim != 3 or not np.isfinite(x).all() or (x < 0).any():
             raise BadInput(f"{f}: expected finite non-negative [questions, layers, experts] shares")
-        n, layers, experts = x.shape
-        if per_layer is None:
-            per_layer = [[] for _ in range(layers)]
-        elif len(per_layer) != layers:
-            raise BadInput(f"{f}: {layers} layers, the others {len(per_layer)}")
-        for g in range(0, n - group + 1, group):
+        if out and x.shape[1:] != out[0][1].shape[1:]:
+            raise BadInput(f"{f}: {x.shape[1]} layers x {x.shape[2]} experts, the others "
+                           f"{out[0][1].shape[1]} x {out[0][1].shape[2]}")
+        out.append((f, x))
+    return out
+
+
+def summarize(folder, group=20, consecutive=False, seed=0):
+    """{files, groups, group, order, mean, overload, layer_medians} of the share files in `folder`."""
+    if group < 1:
+        raise BadInput("--group must be at least 1")
+    shares = load(folder)
+    order = "consecutive" if consecutive else f"shuffled (seed {seed})"
+    if consecutive:
+        sources = shares
+    else:  # every file's questions in one seeded random order, as shuffled documents are packed
+        allq = np.concatenate([x for _, x in shares])
+        sources = [(f"{folder} ({order})", allq[np.random.default_rng(seed).permutation(len(allq))])]
+    per_layer, worst = [[] for _ in range(shares[0][1].shape[1])], []
+    for f, x in sources:
+        experts = x.shape[2]
+        for g in range(0, len(x) - group + 1, group):
             s = x[g:g + group].sum(axis=0)                       # [layers, experts]
             if (s.sum(axis=1) <= 0).any():
                 raise BadInput(f"{f}: questions {g}-{g + group - 1}: a layer with no assignments")
@@ -53,28 +71,32 @@ def summarize(folder, group=20):
                 per_layer[l].append(float(r))
             worst.append(float(ratio.max()))
     if not worst:
-        raise BadInput(f"no file holds {group} questions")
+        raise BadInput(f"no group of {group} questions" + (" in any one file" if consecutive else ""))
     every = [r for rs in per_layer for r in rs]
-    return {"files": len(files), "groups": len(worst), "group": group, "mean": statistics.fmean(every),
-            "overload": statistics.median(worst), "layer_medians": [statistics.median(rs) for rs in per_layer]}
+    return {"files": len(shares), "groups": len(worst), "group": group, "order": order,
+            "mean": statistics.fmean(every), "overload": statistics.median(worst),
+            "layer_medians": [statistics.median(rs) for rs in per_layer]}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="routing_overload.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", help="a folder of [questions, layers, experts] .npy share files")
-    ap.add_argument("--group", type=int, default=20, help="consecutive questions a micro-batch (default 20)")
+    ap.add_argument("--group", type=int, default=20, help="questions a micro-batch (default 20)")
+    ap.add_argument("--consecutive", action="store_true",
+                    help="group each file's questions in file order (default: all files' questions shuffled)")
+    ap.add_argument("--seed", type=int, default=0, help="the shuffle's seed (default 0)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of text")
     a = ap.parse_args(argv)
     try:
-        out = summarize(a.folder, a.group)
+        out = summarize(a.folder, a.group, a.consecutive, a.seed)
     except BadInput as e:
         print(f"routing_overload: {e}", file=sys.stderr)
         return 1
     if a.json:
         print(json.dumps(out))
         return 0
-    print(f"{out['files']} files, {out['groups']} groups of {a.group} questions")
+    print(f"{out['files']} files, {out['groups']} groups of {a.group} questions, {out['order']}")
     print(f"mean (every layer and group): {out['mean']:.3f}")
     print(f"overload (a group's worst layer, median over groups): {out['overload']:.3f}")
     print("per-layer medians: " + " ".join(f"{m:.2f}" for m in out["layer_medians"]))

@@ -524,8 +524,14 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
                    estimate(m, two, l, *strategy("no_recompute"), set).step);
   // Halving the rate at the rows this layout gives each expert doubles the experts' time.
   curve.grouped_gemm_curve = {{16, 50}, {1e6, 50}};
-  EXPECT_GT(estimate(m, curve, l, *strategy("no_recompute"), set).compute,
-            estimate(m, two, l, *strategy("no_recompute"), set).compute);
+  const Estimate half = estimate(m, curve, l, *strategy("no_recompute"), set);
+  EXPECT_GT(half.compute, estimate(m, two, l, *strategy("no_recompute"), set).compute);
+  // The estimate says where on the curve its experts ran: a rank's rows over its local experts, a
+  // chunk's share of them where the MoE runs in chunks.
+  const double rows = double(m.seq) * double(m.topk) / (double(m.experts) / double(l.ep));
+  EXPECT_DOUBLE_EQ(half.expert_rows, rows);
+  EXPECT_DOUBLE_EQ(half.expert_tflops, 50);
+  EXPECT_DOUBLE_EQ(estimate(m, curve, l, *strategy("memfine(chunks=4)"), set).expert_rows, rows / 4);
   std::vector<std::string> problems;
   Problems p{"hw.yaml", problems};
   read_hardware(YAML::Load("{memory_gb: 80, grouped_gemm_curve: [[64, 10], [16, 20]]}"), "gpu", p);

@@ -529,6 +529,17 @@ class Validation(unittest.TestCase):
         self.assertIn("the source measured: a trace says so", rows["miss"]["why"])
         self.assertNotIn("why", rows["hit"])  # +5%: within the goal, nothing to explain
         self.assertNotIn("the source measured", rows["bare"]["why"])
+        self.assertNotIn("experts' GEMMs", rows["miss"]["why"])  # a record without the rows says nothing
+
+    def test_an_overestimate_names_its_expert_gemms_rate(self):
+        over = self.row("over", 1500.0, None)
+        over["expert_gemm"] = {"rows": 512.0, "tflops": 180.7}
+        under = self.row("under", 500.0, None)
+        under["expert_gemm"] = {"rows": 512.0, "tflops": 180.7}
+        rows = {r["case"]: r for r in self.runs(over, under)}
+        self.assertIn("its experts' GEMMs run at 512 rows each, 181 TFLOP/s on the grouped GEMM curve",
+                      rows["over"]["why"])
+        self.assertNotIn("experts' GEMMs", rows["under"]["why"])  # too slow: communication is the reading
 
     def test_a_calibration_source_is_shown_but_not_counted(self):
         calibrated = self.row("calibrated", 3000.0, None)
@@ -632,6 +643,30 @@ class RoutingOverload(unittest.TestCase):
             self.assertEqual(routing_overload.main([d, "--group", "3"]), 1)  # no file holds 3 questions
         with tempfile.TemporaryDirectory() as d:
             self.assertEqual(routing_overload.main([d]), 1)
+
+    def test_shuffled_groups_mix_the_files(self):
+        import numpy as np
+        import routing_overload
+        # Two subjects of 2 questions each, 1 layer, 4 experts: each subject's assignments on one expert.
+        a = np.zeros((2, 1, 4), dtype=np.float32)
+        a[:, 0, 0] = 1
+        b = np.zeros((2, 1, 4), dtype=np.float32)
+        b[:, 0, 1] = 1
+        with tempfile.TemporaryDirectory() as d:
+            np.save(os.path.join(d, "a.npy"), a)
+            np.save(os.path.join(d, "b.npy"), b)
+            # One subject a group: every group's hottest expert holds all of it, 4x its share.
+            r = routing_overload.summarize(d, 2, consecutive=True)
+            self.assertEqual((r["groups"], r["order"]), (2, "consecutive"))
+            self.assertAlmostEqual(r["mean"], 4, places=5)
+            # Shuffled, a group of all four questions holds both subjects: the hottest at 2x.
+            r = routing_overload.summarize(d, 4)
+            self.assertEqual((r["groups"], r["order"]), (1, "shuffled (seed 0)"))
+            self.assertAlmostEqual(r["mean"], 2, places=5)
+            with self.assertRaises(routing_overload.BadInput):
+                routing_overload.summarize(d, 4, consecutive=True)  # no one file holds 4 questions
+            np.save(os.path.join(d, "c.npy"), np.full((2, 2, 4), 0.25, dtype=np.float32))
+            self.assertEqual(routing_overload.main([d]), 1)  # 2 layers where the others have 1
 
 
 if __name__ == "__main__":

@@ -80,6 +80,8 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.compute = t.compute, e.chunk_overhead = t.chunk_overhead, e.recompute = t.recompute, e.comm = t.comm;
   e.all_to_all = t.all_to_all, e.offload_wait = t.offload_wait, e.bubble = t.bubble, e.step = t.step();
   e.optimizer = t.optimizer, e.launch = t.launch;
+  e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
+  e.expert_tflops = grouped_rate(hw, e.expert_rows) / 1e12;
   e.tokens_per_s_gpu = double(l.global_batch) * double(m.seq) / e.step / double(l.gpus());
   e.model_tflops_gpu = e.tokens_per_s_gpu * token_flops(m).training() / 1e12;
   add_goodput(e, m, hw, set);

@@ -31,6 +31,9 @@ struct Estimate {
   double launch = 0;          // the GPU waiting for the host's kernel launches
   double chunk_overhead = 0;  // MemFine's chunks: their expert GEMMs at fewer rows per expert
   double all_to_all = 0;      // of comm: the expert-parallel dispatch and combine
+  // The step time's grouped expert GEMMs: the rows a local expert's GEMMs run at and their rate there
+  // (the grouped GEMM curve's least sure part is its few-row end).
+  double expert_rows = 0, expert_tflops = 0;
   double tokens_per_s_gpu = 0, model_tflops_gpu = 0;
   double balanced_tokens_per_s_gpu = 0;  // the same with balanced routing
   Goodput goodput;

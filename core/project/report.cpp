@@ -169,6 +169,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
           {"bubble", e.bubble},   {"offload_wait", e.offload_wait}, {"chunk_overhead", e.chunk_overhead},
           {"optimizer", e.optimizer}, {"launch", e.launch}};
       j["all_to_all_s"] = e.all_to_all;
+      j["expert_gemm"] = {{"rows", e.expert_rows}, {"tflops", e.expert_tflops}};
       j["tokens_per_s_gpu"] = e.tokens_per_s_gpu, j["balanced_tokens_per_s_gpu"] = e.balanced_tokens_per_s_gpu;
       j["model_tflops_gpu"] = e.model_tflops_gpu;
       j["goodput"] = {{"ettr", e.goodput.ettr},

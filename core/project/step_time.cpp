@@ -134,8 +134,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
   const double core_t = core_flops / attention_rate(hw, double(m.head_dim));
-  const double chunks = moe_runs(s);
-  const double expert_t = expert_flops / grouped_rate(hw, rows_per_expert / chunks);
+  const double expert_t = expert_flops / grouped_rate(hw, expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
   const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
@@ -375,6 +374,10 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   p.launch = double(micro) * slowest.launch;
   p.bubble = double(l.grad_accumulation) * pipeline_bubble_time(per_rank, l.vpp);  // a fill and drain per schedule
   return p;
+}
+
+double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received) {
+  return received / (double(m.experts) / double(l.ep)) / moe_runs(s);
 }
 
 std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l) {

@@ -30,6 +30,10 @@ struct StepMemory {
 StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
                     const ProjectSetting& set, double received, const StepMemory& mem);
 
+// The rows each local expert's GEMMs run at on the rank that receives `received` rows a micro-batch:
+// its share of them, over the chunks where the MoE runs in chunks.
+double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received);
+
 // What it assumes, for the table's notes.
 std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l);
 

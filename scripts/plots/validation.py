@@ -67,6 +67,10 @@ def _why(r, err):
         share = parts["compute"] / max(r["step_s"], 1e-12)
         said.append(f"compute is {100 * share:.0f}% of its step at kernel-level rates; the host's launches, "
                     f"priced from per-launch figures, wait {100 * launch:.0f}% of it")
+        g = r.get("expert_gemm")
+        if g:  # the grouped GEMM curve is least sure at its few-row end (experiments/project/hardware.yaml)
+            said.append(f"its experts' GEMMs run at {g['rows']:.0f} rows each, {g['tflops']:.0f} TFLOP/s on the "
+                        "grouped GEMM curve")
     else:
         share = parts["comm"] / max(r["step_s"], 1e-12)
         said.append(f"exposed communication is {100 * share:.0f}% of its step (all-to-alls at the dispatcher's "
