@@ -232,6 +232,24 @@ const std::string kExperiments = std::string(MEMFINE_TESTS_DIR) + "/../experimen
 // A registered strategy by its label, as a project file names it.
 std::unique_ptr<Strategy> strategy(const std::string& label) { return make_strategy(*parse_label(label)); }
 
+// A hardware map with one problem, which names `what`.
+void expect_refused(const std::string& yaml, const std::string& what) {
+  std::vector<std::string> problems;
+  Problems p{"hw.yaml", problems};
+  read_hardware(YAML::Load(yaml), "gpu", p);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find(what), std::string::npos) << problems[0];
+}
+
+// No recomputation's compute on `l` under a framework's defaults.
+double compute_under(const std::string& framework, const ModelConfig& m, const Hardware& hw, const Layout& l) {
+  ProjectConfig c;
+  c.framework.name = framework;
+  ProjectSetting set;
+  set.framework = framework_setting(c);
+  return estimate(m, hw, l, *strategy("no_recompute"), set).compute;
+}
+
 // The shipped project file reads, ranks every fitting layout x strategy by goodput and says why
 // each other one was rejected.
 TEST(Project, RanksByGoodputAndSaysWhyTheRestFail) {
@@ -532,12 +550,8 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
   EXPECT_DOUBLE_EQ(half.expert_rows, rows);
   EXPECT_DOUBLE_EQ(half.expert_tflops, 50);
   EXPECT_DOUBLE_EQ(estimate(m, curve, l, *strategy("memfine(chunks=4)"), set).expert_rows, rows / 4);
-  std::vector<std::string> problems;
-  Problems p{"hw.yaml", problems};
-  read_hardware(YAML::Load("{memory_gb: 80, grouped_gemm_curve: [[64, 10], [16, 20]]}"), "gpu", p);
-  ASSERT_EQ(problems.size(), 1u);
-  EXPECT_NE(problems[0].find("gpu.grouped_gemm_curve: expected a list of [rows, TFLOP/s] pairs"), std::string::npos)
-      << problems[0];
+  expect_refused("{memory_gb: 80, grouped_gemm_curve: [[64, 10], [16, 20]]}",
+                 "gpu.grouped_gemm_curve: expected a list of [rows, TFLOP/s] pairs");
 }
 
 // A dense GEMM table: its points exactly, linear in the logarithms of the shape between them, flat
@@ -616,11 +630,53 @@ TEST(Project, AttentionByHeadDim) {
   ASSERT_TRUE(problems.empty());
   EXPECT_LT(attention_rate(h100, 64), attention_rate(h100, 128));
   EXPECT_NEAR(attention_rate(h100, 192), h100.attention_tflops * 1e12, 1);
-  read_hardware(YAML::Load("{memory_gb: 80, attention_head_dim_curve: [[128, 600], [64, 300]]}"), "gpu", p);
-  ASSERT_EQ(problems.size(), 1u);
-  EXPECT_NE(problems[0].find("gpu.attention_head_dim_curve: expected a list of [head dim, TFLOP/s] pairs, head dim rising"),
-            std::string::npos)
-      << problems[0];
+  expect_refused("{memory_gb: 80, attention_head_dim_curve: [[128, 600], [64, 300]]}",
+                 "gpu.attention_head_dim_curve: expected a list of [head dim, TFLOP/s] pairs, head dim rising");
+}
+
+// Learnable sinks: where the framework runs Transformer Engine's kernel for them (megatron_te), the
+// sink curve over the head-dim curve's value at 128 scales the rate; elsewhere (fsdp_te: AutoModel's
+// FlexAttention) the head-dim curve stands; a sink curve without a head-dim curve is refused.
+TEST(Project, LearnableSinksRunAtTheSinkCurveWhereTheFrameworkRunsIt) {
+  std::vector<std::string> problems;
+  Problems p{"hw.yaml", problems};
+  Hardware hw = read_hardware(YAML::Load("{memory_gb: 80, attention_tflops: 400, attention_head_dim_curve: [[64, 300], "
+                                         "[128, 600]], sink_attention_head_dim_curve: [[64, 150], [128, 450]]}"),
+                              "gpu", p);
+  ASSERT_TRUE(problems.empty());
+  EXPECT_NEAR(attention_rate(hw, 64, true), 100e12, 1);  // 400 x 150 / 600
+  EXPECT_NEAR(attention_rate(hw, 128, true), 300e12, 1);
+  EXPECT_NEAR(attention_rate(hw, 64, false), 200e12, 1);
+  ModelConfig m = plain();
+  m.head_dim = 64, m.heads = 16;
+  hw.memory_gb = 1000, hw.gemm_tflops = 100, hw.grouped_gemm_tflops = hw.grouped_gemm_small_tflops = 100;
+  hw.nvlink_gb_s = 100, hw.network_gb_s = 10, hw.gpus_per_node = 8;
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 2;
+  ModelConfig sinks = m;
+  sinks.attention_sinks = true;
+  EXPECT_GT(compute_under("megatron_te", sinks, hw, l), compute_under("megatron_te", m, hw, l));
+  EXPECT_DOUBLE_EQ(compute_under("fsdp_te", sinks, hw, l), compute_under("fsdp_te", m, hw, l));
+  expect_refused("{memory_gb: 80, sink_attention_head_dim_curve: [[64, 150], [128, 450]]}",
+                 "gpu.sink_attention_head_dim_curve: needs attention_head_dim_curve");
+}
+
+// Expert biases: Megatron-Core applies FC2's outside the GEMMs, 24 bytes an element of a routed
+// row's output forward and backward, priced at the HBM rate; a model without them, or this suite's
+// layer, moves none.
+TEST(Project, MegatronsExpertBiasesMoveTheirRowsAtTheHbmRate) {
+  ModelConfig m = plain();
+  Hardware hw = plain_gpu();
+  hw.hbm_gb_s = 1000;
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 2;
+  ModelConfig bias = m;
+  bias.expert_bias = true;
+  // The hottest rank's rows a micro-batch (balanced: its tokens x topk) in each of the MoE layers.
+  const double rows = double(m.seq) * double(m.topk) * double(m.moe_layers());
+  EXPECT_NEAR(compute_under("megatron_te", bias, hw, l) - compute_under("megatron_te", m, hw, l),
+              rows * 24 * double(m.hidden) / 1e12, 1e-12);
+  EXPECT_DOUBLE_EQ(compute_under("memfine_layer", bias, hw, l), compute_under("memfine_layer", m, hw, l));
 }
 
 // A node-aware dispatcher (DeepEP) sends a token once per node its experts are on: of topk

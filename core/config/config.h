@@ -43,6 +43,8 @@ struct ModelConfig {
   bool qk_norm = false;        // a per-head RMSNorm of queries and keys (Qwen3): what it keeps, projections only
   int64_t sliding_window = 0;  // tokens a windowed layer's queries attend to (0: every layer attends to all)
   double sliding_share = 0;    // the share of layers windowed (gpt-oss alternates: 0.5)
+  bool attention_sinks = false;  // learnable per-head softmax sinks (gpt-oss): projections only
+  bool expert_bias = false;      // biases in the experts' FC1 and FC2 (gpt-oss): projections only
   int64_t tokens() const { return seq * micro_batch; }
   int64_t moe_layers() const { return layers - dense_layers; }
   int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }

@@ -75,6 +75,15 @@ Field<Hardware> head_dim_curve_key() {
                    "interpolated log-linearly (flat beyond its ends)");
 }
 
+// `sink_attention_head_dim_curve`: [head dim, TFLOP/s] pairs, head dims rising.
+Field<Hardware> sink_curve_key() {
+  return curve_key("sink_attention_head_dim_curve", "head dim", &Hardware::sink_attention_head_dim_curve,
+                   "the rate of the attention kernel Transformer Engine runs for learnable softmax sinks (gpt-oss), "
+                   "from the benchmark of attention_head_dim_curve: for a model with sinks under a framework that "
+                   "runs it, attention_tflops is scaled by its value at the model's head dim over "
+                   "attention_head_dim_curve's at 128 (needs that curve)");
+}
+
 // `gemm_table`: [m, n, k, TFLOP/s] rows covering every combination of their m, n and k once.
 Field<Hardware> table_key() {
   return rows_key(
@@ -147,7 +156,7 @@ const Section<Hardware>& hardware_keys() {
        number<H>("grouped_gemm_small_tflops", &H::grouped_gemm_small_tflops, 0, 1e6, "and at small ones"),
        number<H>("grouped_gemm_knee_rows", &H::grouped_gemm_knee_rows, 1, 1e9,
                  "rows per expert where the large rate is reached (linear below)"),
-       head_dim_curve_key(), grouped_curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
+       head_dim_curve_key(), sink_curve_key(), grouped_curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
        number<H>("network_gb_s", &H::network_gb_s, 0, 1e6, "across nodes, per GPU and direction"),
        number<H>("nvlink_latency_us", &H::nvlink_latency_us, 0, 1e6, "a message's latency inside a node"),
        number<H>("network_latency_us", &H::network_latency_us, 0, 1e6, "and across nodes"),
@@ -185,6 +194,9 @@ Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p
   read_section(hardware_keys(), r, h);
   r.check_unknown();
   if (!n["memory_gb"].IsDefined()) p.add(n, r.key("memory_gb"), "missing");
+  if (!h.sink_attention_head_dim_curve.empty() && h.attention_head_dim_curve.empty())
+    p.add(r.child("sink_attention_head_dim_curve"), r.key("sink_attention_head_dim_curve"),
+          "needs attention_head_dim_curve: its rates are taken over that curve's at head dim 128");
   return h;
 }
 

@@ -53,7 +53,15 @@ const Section<ModelConfig>& model_keys() {
                 &M::sliding_window),
        when_set(number<M>("sliding_share", &M::sliding_share, 0, 1,
                           whole + "the share of layers with the window (gpt-oss alternates: 0.5)"),
-                &M::sliding_share)}};
+                &M::sliding_share),
+       when_set(boolean<M>("attention_sinks", &M::attention_sinks,
+                           whole + "learnable per-head softmax sinks (gpt-oss): attention at the hardware's sink "
+                                   "curve where the framework runs Transformer Engine's kernel for them"),
+                &M::attention_sinks),
+       when_set(boolean<M>("expert_bias", &M::expert_bias,
+                           whole + "biases in the experts' FC1 and FC2 (gpt-oss): the passes the framework's "
+                                   "code makes to apply them outside the GEMMs"),
+                &M::expert_bias)}};
   return s;
 }
 

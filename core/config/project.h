@@ -35,6 +35,10 @@ struct Hardware {
   // The kernel's rate at several head dims ({head dim, TFLOP/s}, rising), one sequence length: it
   // scales attention_tflops by its ratio at the model's head dim to that at 128.
   std::vector<std::pair<double, double>> attention_head_dim_curve;
+  // The same benchmark's rates of the kernel Transformer Engine runs for learnable softmax sinks
+  // (gpt-oss), by head dim: where a framework runs it, it replaces the head-dim curve's value at the
+  // model's head dim for a model with sinks.
+  std::vector<std::pair<double, double>> sink_attention_head_dim_curve;
   double grouped_gemm_tflops = 0;        // grouped expert GEMMs at large rows per expert
   double grouped_gemm_small_tflops = 0;  // and at small ones
   double grouped_gemm_knee_rows = 1024;  // rows per expert where the large rate is reached

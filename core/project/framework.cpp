@@ -75,6 +75,21 @@ void launches(FrameworkSetting& s) {
   s.backward = {2 * s.forward.attention, 2 * s.forward.dense_ffn, 2 * s.forward.moe, 0};
 }
 
+// Expert biases outside the grouped GEMMs: bytes per element, forward and backward. Megatron-Core
+// (moe/experts.py TEGroupedMLP._apply_bias, since a329dd6 "Enable bias in expert mlp"): FC1's bias
+// is fused into the activation kernel (weighted_bias_quick_geglu_impl); FC2's is added per expert as
+// t + b * p in bf16 (the router's probabilities take its logits' dtype, bf16 unless moe_router_dtype
+// says otherwise) and the pieces concatenated: b * p written (2), the add (6), the concatenation
+// (4); backward, b's and the probability's gradients (each a product written and read back and the
+// operand read: 6 and 6); the add and the concatenation pass theirs through. NeMo AutoModel's
+// GPT-OSS experts (components/moe/layers.py GroupedExpertsDeepEP at its performance summary's
+// version, 89e3a9fd) apply both biases and the clamped GEGLU through chains of eager PyTorch ops
+// that the fsdp_te profile does not count (it prices the expert's elementwise work as fused
+// kernels): not priced.
+void expert_bias_traffic(FrameworkSetting& s) {
+  if (s.profile == Profile::MegatronTe) s.expert_bias_bytes = 2 + 6 + 4 + 6 + 6;
+}
+
 // The dispatchers' SMs: Megatron-Core's defaults (transformer_config.py moe_deepep_num_sms 20,
 // moe_hybridep_num_sms 24); AutoModel's DeepEP takes DeepEP's own default of 20 (Buffer.num_sms).
 void dispatcher_sms(FrameworkSetting& s) {
@@ -119,7 +134,13 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   // (sort_chunks_by_idxs) when num_local_experts > 1. The flex dispatchers (DeepEP, HybridEP)
   // permute once, as every profile's routed row already counts; AutoModel's code is not counted.
   s.alltoall_sorts_rows = s.profile == Profile::MegatronTe;
+  // Megatron-Core's attention is Transformer Engine's, which runs cuDNN's fused attention for
+  // learnable sinks (hardware.sink_attention_head_dim_curve names the code). NeMo AutoModel's GPT-OSS
+  // benchmarks run FlexAttention (its performance summary: "TE + DeepEP + FlexAttention"), for which
+  // no kernel-level figure is at hand: the head-dim curve stands in.
+  s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
+  expert_bias_traffic(s);
   launches(s);
   dispatcher_sms(s);
   return s;

@@ -51,6 +51,13 @@ struct FrameworkSetting {
   // dispatch and back before the combine where a rank holds more than one expert: a read and a
   // write of each row each time (framework.cpp names the code).
   bool alltoall_sorts_rows = false;
+  // For a model whose experts have biases (gpt-oss): bytes a routed row moves per element of the
+  // experts' h-wide output applying them outside the GEMMs, forward and backward (framework.cpp
+  // counts them from the framework's code).
+  double expert_bias_bytes = 0;
+  // Its attention for learnable softmax sinks runs at the hardware's sink curve (Transformer
+  // Engine's: cuDNN's fused attention); else at the head-dim curve like any other.
+  bool sinks_on_sink_curve = false;
   // What the host launches a layer: the forward's from Python (and again for a recomputed forward),
   // the backward's from the autograd engine; none where the framework's process is not timed this
   // way (memfine_layer: this suite's own measured layer).

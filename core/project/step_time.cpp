@@ -13,55 +13,6 @@
 
 namespace memfine {
 
-// A measured curve's value at x, interpolated log-linearly in x, flat beyond its ends.
-double curve_at(const std::vector<std::pair<double, double>>& c, double x) {
-  if (x <= c.front().first) return c.front().second;
-  for (size_t i = 1; i < c.size(); ++i)
-    if (x <= c[i].first) {
-      const double f = std::log(x / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
-      return c[i - 1].second + f * (c[i].second - c[i - 1].second);
-    }
-  return c.back().second;
-}
-
-double grouped_rate(const Hardware& hw, double rows) {
-  if (!hw.grouped_gemm_curve.empty()) return curve_at(hw.grouped_gemm_curve, rows) * 1e12;
-  const double f = std::min(1.0, rows / hw.grouped_gemm_knee_rows);
-  return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
-}
-
-double attention_rate(const Hardware& hw, double head_dim) {
-  const auto& c = hw.attention_head_dim_curve;
-  const double scale = c.empty() ? 1 : curve_at(c, head_dim) / curve_at(c, 128);
-  return hw.attention_tflops * scale * 1e12;
-}
-
-double gemm_rate(const Hardware& hw, double m, double n, double k) {
-  const GemmTable& t = hw.gemm_table;
-  if (t.empty()) return hw.gemm_tflops * 1e12;
-  // Along one axis: the point below (clamped to the axis) and the weight of the one above.
-  struct Bracket {
-    size_t i;
-    double w;
-  };
-  auto bracket = [](const std::vector<double>& a, double v) {
-    if (a.size() == 1 || v <= a.front()) return Bracket{0, 0};
-    if (v >= a.back()) return Bracket{a.size() - 2, 1};
-    const size_t i = size_t(std::upper_bound(a.begin(), a.end(), v) - a.begin()) - 1;
-    return Bracket{i, std::log(v / a[i]) / std::log(a[i + 1] / a[i])};
-  };
-  const Bracket bm = bracket(t.m, m), bn = bracket(t.n, n), bk = bracket(t.k, k);
-  double rate = 0;
-  for (int dm = 0; dm < 2; ++dm)
-    for (int dn = 0; dn < 2; ++dn)
-      for (int dk = 0; dk < 2; ++dk) {
-        const double w = (dm ? bm.w : 1 - bm.w) * (dn ? bn.w : 1 - bn.w) * (dk ? bk.w : 1 - bk.w);
-        if (w == 0) continue;
-        rate += w * t.tflops[((bm.i + dm) * t.n.size() + bn.i + dn) * t.k.size() + bk.i + dk];
-      }
-  return rate * 1e12;
-}
-
 namespace {
 
 // What one pipeline rank runs of the model per micro-batch (core/project/pipeline.h): layers with
@@ -133,7 +84,8 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
-  const double core_t = core_flops / attention_rate(hw, double(m.head_dim));
+  const double core_t =
+      core_flops / attention_rate(hw, double(m.head_dim), m.attention_sinks && set.framework.sinks_on_sink_curve);
   const double expert_t = expert_flops / grouped_rate(hw, expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
@@ -143,12 +95,16 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
   const double token_bytes = st.layers * mb.attention + st.dense * mb.dense_ffn + st.moe * mb.moe_token + st.heads * mb.head;
   const double hbm = hw.hbm_gb_s * 1e9;
-  const double memory_t = hw.hbm_gb_s > 0 ? 3 * (token_bytes * tokens / tp + st.moe * routed_row * received) / hbm : 0;
+  // Expert biases applied outside the GEMMs: what the framework's code moves, both directions.
+  const double bias_row = m.expert_bias ? set.framework.expert_bias_bytes * h : 0;
+  const double memory_t =
+      hw.hbm_gb_s > 0 ? (3 * (token_bytes * tokens / tp + st.moe * routed_row * received) + st.moe * bias_row * received) / hbm
+                      : 0;
   Compute c;
   c.total = dense_t + core_t + expert_t + memory_t;
   c.dense = dense_t;
   c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
-  c.experts = expert_t + (hw.hbm_gb_s > 0 ? 3 * st.moe * routed_row * received / hbm : 0);
+  c.experts = expert_t + (hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row) * received / hbm : 0);
   if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
   return c;
 }
@@ -380,7 +336,8 @@ double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategySha
   return received / (double(m.experts) / double(l.ep)) / moe_runs(s);
 }
 
-std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l) {
+std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set,
+                                          const Layout& l) {
   // The grouped GEMM's rate as grouped_rate() takes it: the measured curve where the preset has one.
   std::string grouped;
   for (const auto& [rows, tflops] : hw.grouped_gemm_curve)
@@ -409,14 +366,24 @@ std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetti
       (hw.attention_head_dim_curve.empty()
            ? ""
            : " at head dim 128, by head dim on the preset's curve (" + four_digits(attention_rate(hw, 64) / 1e12) +
-                 " at 64)");
+                 " at 64)") +
+      (m.attention_sinks && set.framework.sinks_on_sink_curve && !hw.sink_attention_head_dim_curve.empty()
+           ? "; with the model's learnable sinks, the kernel Transformer Engine runs for them at " +
+                 four_digits(attention_rate(hw, double(m.head_dim), true) / 1e12) + " at its head dim " +
+                 std::to_string(m.head_dim) + " (the preset's sink curve)"
+           : "");
   return {"compute: dense GEMMs " + dense + ", attention at " + attention + ", grouped expert GEMMs " + grouped +
               "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
               "permutes" +
               std::string(sorts_rows(set) ? " and, where a rank holds several experts, the all-to-all "
                                             "dispatcher's sorts of its rows"
                                           : "") +
-              ", SwiGLU's product, the loss) at " +
+              ", SwiGLU's product, the loss" +
+              std::string(m.expert_bias && set.framework.expert_bias_bytes > 0
+                              ? ", the experts' output biases added outside the GEMMs (" +
+                                    four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
+                              : "") +
+              ") at " +
               four_digits(hw.hbm_gb_s) +
               " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers; "
               "the optimizer step moves " + four_digits(set.framework.optimizer_bytes) + " bytes a parameter of " +

@@ -9,6 +9,7 @@
 
 #include "core/moe/shape.h"
 #include "core/project/layout.h"
+#include "core/project/rates.h"
 
 namespace memfine {
 
@@ -35,18 +36,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
 double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received);
 
 // What it assumes, for the table's notes.
-std::vector<std::string> step_assumptions(const Hardware& hw, const ProjectSetting& set, const Layout& l);
-
-// The grouped expert GEMM's rate (FLOP/s) at `rows` per expert: a measured curve, log-linear in
-// rows between its points; or the small shapes' rate rising linearly to the large shapes' at the knee.
-double grouped_rate(const Hardware& hw, double rows);
-
-// The attention kernel's rate (FLOP/s) at a head dim: attention_tflops (head dim 128) scaled by the
-// preset's head-dim curve, its value there over its value at 128; or attention_tflops alone.
-double attention_rate(const Hardware& hw, double head_dim);
-
-// A dense GEMM's rate (FLOP/s) at m rows, n outputs, k inputs: the preset's table, linear in the
-// logarithms of m, n and k between its points and flat beyond them; or its one rate.
-double gemm_rate(const Hardware& hw, double m, double n, double k);
+std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set,
+                                          const Layout& l);
 
 }  // namespace memfine

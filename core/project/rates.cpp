@@ -1,0 +1,58 @@
+#include "core/project/rates.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace memfine {
+
+double curve_at(const std::vector<std::pair<double, double>>& c, double x) {
+  if (x <= c.front().first) return c.front().second;
+  for (size_t i = 1; i < c.size(); ++i)
+    if (x <= c[i].first) {
+      const double f = std::log(x / c[i - 1].first) / std::log(c[i].first / c[i - 1].first);
+      return c[i - 1].second + f * (c[i].second - c[i - 1].second);
+    }
+  return c.back().second;
+}
+
+double grouped_rate(const Hardware& hw, double rows) {
+  if (!hw.grouped_gemm_curve.empty()) return curve_at(hw.grouped_gemm_curve, rows) * 1e12;
+  const double f = std::min(1.0, rows / hw.grouped_gemm_knee_rows);
+  return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
+}
+
+double attention_rate(const Hardware& hw, double head_dim, bool sinks) {
+  const auto& c = hw.attention_head_dim_curve;
+  const double at128 = c.empty() ? 0 : curve_at(c, 128);
+  if (sinks && !hw.sink_attention_head_dim_curve.empty() && at128 > 0)
+    return hw.attention_tflops * curve_at(hw.sink_attention_head_dim_curve, head_dim) / at128 * 1e12;
+  return hw.attention_tflops * (c.empty() ? 1 : curve_at(c, head_dim) / at128) * 1e12;
+}
+
+double gemm_rate(const Hardware& hw, double m, double n, double k) {
+  const GemmTable& t = hw.gemm_table;
+  if (t.empty()) return hw.gemm_tflops * 1e12;
+  // Along one axis: the point below (clamped to the axis) and the weight of the one above.
+  struct Bracket {
+    size_t i;
+    double w;
+  };
+  auto bracket = [](const std::vector<double>& a, double v) {
+    if (a.size() == 1 || v <= a.front()) return Bracket{0, 0};
+    if (v >= a.back()) return Bracket{a.size() - 2, 1};
+    const size_t i = size_t(std::upper_bound(a.begin(), a.end(), v) - a.begin()) - 1;
+    return Bracket{i, std::log(v / a[i]) / std::log(a[i + 1] / a[i])};
+  };
+  const Bracket bm = bracket(t.m, m), bn = bracket(t.n, n), bk = bracket(t.k, k);
+  double rate = 0;
+  for (int dm = 0; dm < 2; ++dm)
+    for (int dn = 0; dn < 2; ++dn)
+      for (int dk = 0; dk < 2; ++dk) {
+        const double w = (dm ? bm.w : 1 - bm.w) * (dn ? bn.w : 1 - bn.w) * (dk ? bk.w : 1 - bk.w);
+        if (w == 0) continue;
+        rate += w * t.tflops[((bm.i + dm) * t.n.size() + bn.i + dn) * t.k.size() + bk.i + dk];
+      }
+  return rate * 1e12;
+}
+
+}  // namespace memfine

@@ -1,0 +1,29 @@
+// The kernel-level rates a projection divides work by, each from a hardware preset's measured
+// figures (experiments/project/hardware.yaml names their sources): dense GEMMs by shape, the grouped
+// expert GEMM by rows per expert, attention by head dim and by the kernel a model's attention needs.
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "core/config/project.h"
+
+namespace memfine {
+
+// A measured curve's value at x, interpolated log-linearly in x, flat beyond its ends.
+double curve_at(const std::vector<std::pair<double, double>>& c, double x);
+
+// The grouped expert GEMM's rate (FLOP/s) at `rows` per expert: a measured curve, log-linear in
+// rows between its points; or the small shapes' rate rising linearly to the large shapes' at the knee.
+double grouped_rate(const Hardware& hw, double rows);
+
+// The attention kernel's rate (FLOP/s) at a head dim: attention_tflops (head dim 128) scaled by the
+// preset's head-dim curve, its value there over its value at 128; or attention_tflops alone. With
+// learnable softmax sinks (`sinks`), the kernel frameworks run for them instead: the preset's sink
+// curve at the head dim over the head-dim curve's value at 128 (the same benchmark's two kernels).
+double attention_rate(const Hardware& hw, double head_dim, bool sinks = false);
+
+// A dense GEMM's rate (FLOP/s) at m rows, n outputs, k inputs: the preset's table, linear in the
+// logarithms of m, n and k between its points and flat beyond them; or its one rate.
+double gemm_rate(const Hardware& hw, double m, double n, double k);
+
+}  // namespace memfine
