@@ -95,7 +95,8 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
   const double token_bytes = st.layers * mb.attention + st.dense * mb.dense_ffn + st.moe * mb.moe_token + st.heads * mb.head;
   const double hbm = hw.hbm_gb_s * 1e9;
-  // Expert biases applied outside the GEMMs: what the framework's code moves, both directions.
+  // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
+  // recomputed forward is taken as a third of it, as for the other kernels, though its forward is half).
   const double bias_row = m.expert_bias ? set.framework.expert_bias_bytes * h : 0;
   const double memory_t =
       hw.hbm_gb_s > 0 ? (3 * (token_bytes * tokens / tp + st.moe * routed_row * received) + st.moe * bias_row * received) / hbm
