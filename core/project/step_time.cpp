@@ -37,6 +37,12 @@ double moe_runs(const StrategyShape& s) {
   return s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
 }
 
+// Whether the model's attention runs at the preset's sink curve: learnable sinks, a framework that
+// runs Transformer Engine's kernel for them and a preset that measured it.
+bool on_sink_curve(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set) {
+  return m.attention_sinks && set.framework.sinks_on_sink_curve && !hw.sink_attention_head_dim_curve.empty();
+}
+
 // Whether the framework's all-to-all dispatcher sorts received rows by local expert (and back).
 bool sorts_rows(const ProjectSetting& set) {
   return set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall";
@@ -84,8 +90,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
-  const double core_t =
-      core_flops / attention_rate(hw, double(m.head_dim), m.attention_sinks && set.framework.sinks_on_sink_curve);
+  const double core_t = core_flops / attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
   const double expert_t = expert_flops / grouped_rate(hw, expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
@@ -98,14 +103,13 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
   // recomputed forward is taken as a third of it, as for the other kernels, though its forward is half).
   const double bias_row = m.expert_bias ? set.framework.expert_bias_bytes * h : 0;
-  const double memory_t =
-      hw.hbm_gb_s > 0 ? (3 * (token_bytes * tokens / tp + st.moe * routed_row * received) + st.moe * bias_row * received) / hbm
-                      : 0;
+  const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row) * received / hbm : 0;
+  const double memory_t = hw.hbm_gb_s > 0 ? 3 * token_bytes * tokens / tp / hbm + routed_t : 0;
   Compute c;
   c.total = dense_t + core_t + expert_t + memory_t;
   c.dense = dense_t;
   c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
-  c.experts = expert_t + (hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row) * received / hbm : 0);
+  c.experts = expert_t + routed_t;
   if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
   return c;
 }
@@ -368,7 +372,7 @@ std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& 
            ? ""
            : " at head dim 128, by head dim on the preset's curve (" + four_digits(attention_rate(hw, 64) / 1e12) +
                  " at 64)") +
-      (m.attention_sinks && set.framework.sinks_on_sink_curve && !hw.sink_attention_head_dim_curve.empty()
+      (on_sink_curve(m, hw, set)
            ? "; with the model's learnable sinks, the kernel Transformer Engine runs for them at " +
                  four_digits(attention_rate(hw, double(m.head_dim), true) / 1e12) + " at its head dim " +
                  std::to_string(m.head_dim) + " (the preset's sink curve)"
