@@ -68,6 +68,38 @@ TEST(Framework, MegatronKeepsWhatItsCodeSaves) {
   EXPECT_DOUBLE_EQ(mine.token, 2 * (5 * 2048 + 4096 + 2 * 512 + 128));
 }
 
+// Megatron's --recompute-modules layernorm: a norm that is a module of its own keeps its input but
+// not its output (h bf16) or rsigma (fp32), which its layer's backward holds again. In Qwen3's
+// layer that is the MoE norm alone (the attention's is fused into linear_qkv); MLA's input norm is
+// one too, in dense layers as in MoE ones. A layer recomputed whole is as it was.
+TEST(Framework, LayernormRecomputationLetsTheUnfusedNormsGo) {
+  const ModelConfig m = qwen3_30b();
+  const double norm = 2 * 2048 + 4;
+  const StrategyShape none;
+  const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2);
+  const LayerWidths n = layer_widths(Profile::MegatronTe, m, none, 2, true);
+  EXPECT_DOUBLE_EQ(n.token, w.token - norm);
+  EXPECT_DOUBLE_EQ(n.token_again, norm);
+  EXPECT_DOUBLE_EQ(n.row, w.row);
+  EXPECT_DOUBLE_EQ(n.dense, w.dense);
+  StrategyShape block;
+  block.moe = MoeMode::RecomputedBlock;
+  const LayerWidths b = layer_widths(Profile::MegatronTe, m, block, 2);
+  const LayerWidths nb = layer_widths(Profile::MegatronTe, m, block, 2, true);
+  EXPECT_DOUBLE_EQ(nb.token, b.token - norm);
+  EXPECT_DOUBLE_EQ(nb.token_again, b.token_again + norm);
+  StrategyShape full;
+  full.recompute_layer = true;
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, m, full, 2, true).token_again,
+                   layer_widths(Profile::MegatronTe, m, full, 2).token_again);
+  ModelConfig mla = m;
+  mla.attention = "mla", mla.q_lora_rank = 512, mla.kv_lora_rank = 256, mla.rope_head_dim = 64;
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, true).token,
+                   layer_widths(Profile::MegatronTe, mla, none, 2).token - 2 * norm);
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, true).dense,
+                   layer_widths(Profile::MegatronTe, mla, none, 2).dense - norm);
+}
+
 // The loss at its peak: bf16 logits and their fp32 softmax; two bf16 vocabulary-wide tensors; or
 // a chunked loss's fp32 hidden-state gradient and one of 8 chunks.
 TEST(Framework, TheLossByWhatItKeeps) {
@@ -119,6 +151,17 @@ TEST(Framework, NeedAndTheBorderline) {
       const Estimate& x = t.ranked.empty() ? t.rejected.front() : t.ranked.front();
       EXPECT_EQ(x.fit, usable > e.need_gb / 80 * 1.1 ? "yes" : "borderline") << usable;
     }
+}
+
+// The layernorm recomputation in a projection: less memory, and each of Qwen3-30B's 48 MoE norms run
+// again a micro-batch (64 of them a step), reading and writing 4096 tokens x h bf16 at the HBM rate.
+TEST(Framework, LayernormRecomputationTradesMemoryForANormPass) {
+  const std::string s = std::string(kBase) + "strategies: [moe_act_recompute]\n";
+  const Estimate plain = run_project(load(s)).ranked.front();
+  const Estimate norms = run_project(load(s + "framework: {recompute_layernorm: true}\n")).ranked.front();
+  EXPECT_LT(norms.activation_gb, plain.activation_gb);
+  const double pass = 48 * 4096 * 2 * 2048 * 2 / 2900e9;
+  EXPECT_NEAR(norms.recompute - plain.recompute, 64 * pass, 1e-12);
 }
 
 // The distributed optimizer's bytes a parameter: bf16 weights and the gradient buffer whole, fp32
@@ -219,6 +262,16 @@ TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
     FAIL() << "accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("framework.los"), std::string::npos) << e.what();
+  }
+  // Only Megatron-Core recomputes its norms alone; another framework's file is refused at the key.
+  EXPECT_TRUE(load(std::string(kBase) + "framework: {recompute_layernorm: true}\n").framework.recompute_layernorm);
+  try {
+    load(std::string(kBase) + "framework: {name: fsdp_te,\n  recompute_layernorm: true}\n");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("framework_project.yaml:8: framework.recompute_layernorm: Megatron-Core's"),
+              std::string::npos)
+        << e.what();
   }
   // The overlap's hidden share: the file's where given, a share, else the framework's measured one.
   EXPECT_EQ(load(std::string(kBase) + "framework: {ep_overlap: true, ep_overlap_hidden: 0.5}\n")

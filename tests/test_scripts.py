@@ -541,6 +541,14 @@ class Validation(unittest.TestCase):
                       rows["over"]["why"])
         self.assertNotIn("experts' GEMMs", rows["under"]["why"])  # too slow: communication is the reading
 
+    def test_every_layout_counts_for_fit_the_pairs_too(self):
+        pair = self.row("pair_x_learned", 1000.0, None)
+        pair["fits"], pair["need_gb"] = False, 82.5
+        s = validation.summary(self.runs(self.row("hit", 1050.0, None), pair))
+        self.assertEqual(s["fit"], (1, 2))
+        self.assertIn("1 of 2 published layouts projected to fit", validation.verdict_lines(s)[0])
+        self.assertIn("projected not to fit: pair_x_learned (82.5 GB)", validation.verdict_lines(s)[0])
+
     def test_a_calibration_source_is_shown_but_not_counted(self):
         calibrated = self.row("calibrated", 3000.0, None)
         calibrated["published"]["calibration"] = "its profile is an input"

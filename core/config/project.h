@@ -93,6 +93,7 @@ struct FrameworkConfig {
   bool ep_overlap = false;           // the all-to-all hidden behind another micro-batch (Megatron's 1F1B overlap)
   double ep_overlap_hidden = -1;     // of an overlapped all-to-all, the most that hides; -1: the framework's
   bool tp_comm_overlap = false;      // TP's collectives behind the GEMMs (Megatron's --tp-comm-overlap)
+  bool recompute_layernorm = false;  // megatron_te: unfused norms recomputed (--recompute-modules layernorm)
 };
 
 struct ProjectConfig {

@@ -24,10 +24,11 @@ std::string profile_name(Profile p) {
   }
 }
 
-LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes) {
+LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
+                         bool norms_recomputed) {
   switch (p) {
     case Profile::MegatronTe:
-      return megatron_widths(m, s, element_bytes);
+      return megatron_widths(m, s, element_bytes, norms_recomputed);
     case Profile::FsdpTe:
       return fsdp_widths(m, s, element_bytes);
     default:

@@ -42,7 +42,14 @@ struct LayerWidths {
   std::string row_text;
 };
 
-LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes);
+// `norms_recomputed`: Megatron's selective recomputation of the norms (--recompute-modules
+// layernorm) beside the shape's own; megatron_te's alone has it.
+LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
+                         bool norms_recomputed = false);
+
+// Megatron-Core's norms in a layer that are modules of their own, not fused into the next linear
+// (what its layernorm recomputation runs again): a MoE layer's, and MLA's input norm.
+double megatron_unfused_norms(const ModelConfig& m, bool moe_layer);
 
 // What the loss holds per token of the last stage (split by TP) at its peak, by what it keeps:
 // "vocab_fp32" (bf16 logits and their fp32 softmax), "vocab_bf16" (two bf16 vocabulary-wide
@@ -51,7 +58,7 @@ double loss_bytes_per_token(const ModelConfig& m, const std::string& loss, doubl
 
 // The widths in the three profiles (profile.cpp, profile_megatron.cpp, profile_fsdp.cpp).
 LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB);
-LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB);
+LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool norms_recomputed = false);
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 
 }  // namespace memfine

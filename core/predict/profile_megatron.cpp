@@ -12,7 +12,14 @@ namespace {
 constexpr double kFp32 = 4, kInt32 = 4, kBool = 1;
 }  // namespace
 
-LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB) {
+// Megatron-Core's TE spec fuses the attention's input norm into linear_qkv and a dense MLP's into
+// linear_fc1 (TELayerNormColumnParallelLinear: the layer's norm an IdentityOp); a MoE layer's norm
+// is a TENorm, and MLA's input norm one of its own (gpt_layer_specs.py).
+double megatron_unfused_norms(const ModelConfig& m, bool moe_layer) {
+  return (moe_layer ? 1 : 0) + (m.attention == "mla" ? 1 : 0);
+}
+
+LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool norms_recomputed) {
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);
   const double attn = te_attention(m, kB);
@@ -37,7 +44,23 @@ LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double
   p.arrived = kB * h;
   // A dense layer: attention, then fc1 with its fused norm (x, ln_out, rsigma), z and SiLU(a) * b.
   p.dense = attn + kB * (2 * h + 3 * Fd) + kFp32;
+  // --recompute-modules layernorm (transformer_layer.py: recompute_input_layernorm and
+  // recompute_pre_mlp_layernorm where the norm is not an IdentityOp) runs each unfused norm under
+  // tensor_parallel.CheckpointWithoutOutput: without autograd (no rsigma kept), its input saved and
+  // its output's storage let go once the module after it has run, though that module saved it;
+  // the layer's backward runs the norm again first and holds its output (and rsigma) again.
+  // Megatron recomputes modules only under selective granularity: a layer recomputed whole is as is.
+  const double norm_out = kB * h + kFp32;
+  const bool norms = norms_recomputed && !s.recompute_layer;
+  if (norms) {
+    p.outside -= megatron_unfused_norms(m, true) * norm_out;
+    p.dense -= megatron_unfused_norms(m, false) * norm_out;
+  }
   LayerWidths w = assemble(p, s);
+  if (norms) {
+    w.token_again += megatron_unfused_norms(m, true) * norm_out;
+    w.dense_again += megatron_unfused_norms(m, false) * norm_out;
+  }
   w.row_text = row.text + " bf16 + 8 bytes (probability, row map)";
   // Offloading (--fine-grained-activation-offloading): its modules' saved tensors; the fused
   // SwiGLU keeps z (2F) as the activation's input.

@@ -125,6 +125,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.ep_overlap = f.ep_overlap;
   s.ep_overlap_hidden = f.ep_overlap_hidden >= 0 ? f.ep_overlap_hidden : kEpOverlapHidden;
   s.tp_comm_overlap = f.tp_comm_overlap;
+  s.recompute_layernorm = f.recompute_layernorm;
   // Megatron overlaps the interleaved schedule's pipeline sends and receives with the forward and
   // backward chunks (--no-overlap-p2p-communication turns it off; arguments.py keeps it on only with
   // virtual stages, Megatron-LM d98e8a64). AutoModel's torch.distributed.pipelining: not counted.
@@ -154,6 +155,8 @@ std::vector<std::string> framework_assumptions(const FrameworkSetting& f) {
               (f.ep_overlap ? "overlapped (at most " + four_digits(100 * f.ep_overlap_hidden) + "% of it hidden)"
                             : "not overlapped") +
               ", TP's collectives " + (f.tp_comm_overlap ? "behind the GEMMs" : "exposed") +
+              (f.recompute_layernorm ? ", the unfused norms recomputed beside the strategy (framework.recompute_layernorm)"
+                                     : "") +
               "; a layout within " + four_digits(100 * f.margin) +
               "% of its peak of the limit is borderline (framework.margin)"};
 }

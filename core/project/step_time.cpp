@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/model/flops.h"
+#include "core/predict/profile.h"
 #include "core/project/comm.h"
 #include "core/project/memory.h"
 #include "core/project/pipeline.h"
@@ -192,6 +193,13 @@ double paired_share(const Layout& l, int64_t rank, int64_t micro) {
   return std::max(0.0, 1 - double(warmup_passes(l, rank, true)) / passes);
 }
 
+// The norms Megatron's layernorm recomputation runs again on a stage per micro-batch: none where
+// the shape recomputes the layer whole (its modules are recomputed only under selective granularity).
+double norms_again(const ModelConfig& m, const Stage& st, const StrategyShape& s, const FrameworkSetting& f) {
+  if (!f.recompute_layernorm || s.recompute_layer) return 0;
+  return st.moe * megatron_unfused_norms(m, true) + st.dense * megatron_unfused_norms(m, false);
+}
+
 // What a shape runs again: a layer recomputed whole runs its forward again with its dispatch and
 // combine; a MoE recomputed as a block or in chunks, its experts' forward and the all-to-alls;
 // moe_act and buffer-free experts SiLU(a) * b of the routed rows (memory-bound).
@@ -211,13 +219,13 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
 // again), the backward's from the autograd engine; the GPU runs behind it while its kernels are the
 // longer, and waits where the host is the slower. The dispatcher's synchronisation drains the GPU
 // once a MoE forward (and a replayed one): the launches after it up to the dispatch run with the
-// GPU waiting.
+// GPU waiting. A recomputed norm is one more forward launch.
 double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, const FrameworkSetting& f,
-                   double on_gpu) {
+                   double norms, double on_gpu) {
   const double layers = st.layers, dense = st.dense, moe = st.moe * moe_runs(s);
   auto stage = [&](const Launches& x) { return layers * x.attention + dense * x.dense_ffn + moe * x.moe; };
   const double fwd = hw.host_forward_launch_us * 1e-6;
-  const double again = s.recompute_layer ? stage(f.forward) : replays_moe(s) ? moe * f.forward.moe : 0;
+  const double again = (s.recompute_layer ? stage(f.forward) : replays_moe(s) ? moe * f.forward.moe : 0) + norms;
   const double host = (stage(f.forward) + again) * fwd + stage(f.backward) * hw.host_backward_launch_us * 1e-6;
   const double drained = (replays_moe(s) ? 2 : 1) * moe * f.forward.moe_after_sync * fwd;
   return std::max(host, on_gpu + drained) - on_gpu;
@@ -266,6 +274,9 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   }
   t.comm = a2a_exposed + tp_comm + pp_comm - std::min(hidden, a2a_exposed);
   t.recompute = recompute_of(s, c, a2a_exposed);
+  // A norm run again reads its input and writes its output (memory-bound).
+  const double norms = norms_again(m, st, s, set.framework);
+  if (hw.hbm_gb_s > 0) t.recompute += norms * tokens_gpu * 2 * h * kB / (hw.hbm_gb_s * 1e9);
   // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
   if (s.offload.encodes() && hw.hbm_gb_s > 0) {
     // Encoding reads each element and writes its code; decoding reads the code and writes it back.
@@ -290,7 +301,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
   t.rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + t.comm : 0;
   const double on_gpu = c.total + t.recompute + t.comm + t.fsdp_exposed + t.wait + t.rerun;
-  t.launch = launch_wait(hw, st, s, set.framework, on_gpu);
+  t.launch = launch_wait(hw, st, s, set.framework, norms, on_gpu);
   return t;
 }
 

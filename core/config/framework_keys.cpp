@@ -1,0 +1,54 @@
+// A project file's `framework:` map (core/project/framework.h says what each setting prices), its
+// keys declared once as the project file's are (project_keys.cpp).
+#include "core/config/project.h"
+#include "core/config/sections.h"
+
+namespace memfine {
+
+const Section<FrameworkConfig>& framework_keys() {
+  using namespace fields;
+  using F = FrameworkConfig;
+  static const Section<F> s{
+      "framework",
+      {choice<F>("name", &F::name, {"megatron_te", "fsdp_te", "memfine_layer"}, "the framework (above)"),
+       choice<F>("loss", &F::loss, {"auto", "vocab_fp32", "vocab_bf16", "chunked"},
+                 "what the loss holds per token at its peak: `auto` (the framework's: vocab_fp32), `vocab_fp32` "
+                 "(bf16 logits and their fp32 softmax: Megatron's vocab-parallel cross-entropy, TE's fused one from "
+                 "2.18, AutoModel's MaskedCrossEntropy with fp32_upcast, this suite's), `vocab_bf16` (two bf16 "
+                 "vocabulary-wide tensors: TE's fused loss before 2.18, MaskedCrossEntropy without fp32_upcast), "
+                 "`chunked` (torchtitan's chunked loss, cut cross-entropy: an fp32 gradient of the hidden state and "
+                 "one of 8 chunks' logits)"),
+       choice<F>("reshard", &F::reshard, {"auto", "true", "false"},
+                 "FSDP: whether a layer's gathered bf16 weights are let go after its forward (`false`, NeMo "
+                 "AutoModel's default: every layer's stay until backward; `auto`: the framework's)"),
+       choice<F>("grad_dtype", &F::grad_dtype, {"fp32", "bf16"},
+                 "the distributed optimizer's gradient buffer, kept whole: fp32 (Megatron's default with bf16 "
+                 "weights) or bf16 (--grad-reduce-in-bf16; Megatron-Bridge's grad_reduce_in_fp32: false)"),
+       choice<F>("moment_dtype", &F::moment_dtype, {"fp32", "bf16"},
+                 "Adam's moments, sharded: fp32, or bf16 (Megatron's precision-aware optimizer, "
+                 "--exp-avg-dtype and --exp-avg-sq-dtype bf16)"),
+       number<F>("workspace_gb", &F::workspace_gb, -1, 1e6,
+                 "GB a GPU's process holds outside PyTorch's allocator (CUDA context, NCCL's buffers); -1: the "
+                 "framework's"),
+       number<F>("fragmentation", &F::fragmentation, -1, 10,
+                 "what the caching allocator reserves beyond what it hands out, a share of it; -1: the framework's"),
+       number<F>("margin", &F::margin, 0, 1,
+                 "a layout whose need is within this share of its peak of the memory limit is `borderline`, "
+                 "neither a plain yes nor no (the profile's own uncertainty)"),
+       boolean<F>("tp_comm_overlap", &F::tp_comm_overlap,
+                  "TP's sequence-parallel all-gathers and reduce-scatters run behind the dense GEMMs (Megatron's "
+                  "--tp-comm-overlap, Transformer Engine's userbuffers)"),
+       boolean<F>("ep_overlap", &F::ep_overlap,
+                  "the all-to-all hidden behind another micro-batch's compute (Megatron's "
+                  "--overlap-moe-expert-parallel-comm)"),
+       number<F>("ep_overlap_hidden", &F::ep_overlap_hidden, -1, 1,
+                 "with `ep_overlap`: the most of an all-to-all that hides behind the other micro-batch's compute, "
+                 "a share; -1: the framework's (a profiled run's, core/project/framework.cpp names it)"),
+       boolean<F>("recompute_layernorm", &F::recompute_layernorm,
+                  "megatron_te: the norms that are not fused into the next linear (the MoE layer's, MLA's input "
+                  "norm) let go of their output after forward and run again for backward, beside the strategy's "
+                  "recomputation (Megatron's --recompute-modules layernorm under selective granularity)")}};
+  return s;
+}
+
+}  // namespace memfine
