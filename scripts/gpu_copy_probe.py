@@ -9,7 +9,6 @@ as recomputing it. The offloading model's h2d_gbps / d2h_gbps come from here. Pr
 usage: gpu_copy_probe.py [--out FILE.json] [--repeats N]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -17,7 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from summaries import source_commit  # noqa: E402
+from summaries import emit, source_commit  # noqa: E402
 
 
 def timed(fn, repeats, stream=None):
@@ -119,11 +118,7 @@ def main():
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "git_commit": source_commit(),
            "bandwidth": bandwidths(a.repeats), "overlap": overlapped(a.repeats),
            "break_even": break_even(a.repeats)}
-    text = json.dumps(res, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    emit(res, a.out)
 
 
 if __name__ == "__main__":

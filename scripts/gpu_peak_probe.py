@@ -14,7 +14,6 @@ usage: gpu_peak_probe.py [--device cuda|cpu] [--dtype bfloat16|float32] [--seq N
                          [--kv-heads N] [--head-dim N] [--hidden N] [--out FILE.json]
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -23,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from memory_history import replay  # noqa: E402
-from summaries import source_commit  # noqa: E402
+from summaries import emit, source_commit  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 BIG = 16 << 20  # allocations at least this large go in the timeline
@@ -110,11 +109,7 @@ def main(argv=None):
            "peak_in_heads_seq_seq": peak / sst,
            "live_at_peak": [{"bytes": s, "where": where} for s, where in sorted(live, reverse=True)][:40],
            "timeline": timeline}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    emit(out, a.out)
     return 0
 
 

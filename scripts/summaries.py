@@ -1,6 +1,6 @@
 """What the GPU probe and summary scripts share: the command line of scripts/trace_summary.py and
 scripts/memory_history.py (files in, one summary each, a table for people on stdout and --json
-FILE for programs), and the commit the probes' JSON names."""
+FILE for programs), the commit the probes' JSON names, and how a probe gives its JSON."""
 import argparse
 import json
 import os
@@ -47,3 +47,12 @@ def source_commit():
                               text=True, check=True).stdout.strip() or None
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def emit(doc, path=None):
+    """A probe's result: indented JSON on stdout, and in `path` too where one is given."""
+    text = json.dumps(doc, indent=1)
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")

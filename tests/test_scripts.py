@@ -632,6 +632,59 @@ class MemoryHistory(unittest.TestCase):
             self.assertEqual(memory_history.main([p]), 1)
 
 
+class GroupedProbe(unittest.TestCase):
+    """The GPU grouped GEMM probe's splits and its per-expert loop, checked against the per-expert
+    products on a CPU (where torch imports); its dry run writes a case per split, backend and rows."""
+
+    def setUp(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("no torch for this interpreter")
+
+    def test_splits_keep_every_row_in_aligned_groups(self):
+        import torch
+        import gpu_grouped_probe as p
+        g = torch.Generator().manual_seed(0)
+        for how in p.SPLITS:
+            sizes = p.split(512, 8, how, g)
+            self.assertEqual((len(sizes), sum(sizes)), (8, 512 * 8), how)
+            self.assertTrue(all(s % p.ALIGN == 0 for s in sizes), sizes)
+        self.assertEqual(p.split(512, 8, "even", g), [512] * 8)
+        self.assertNotEqual(p.split(512, 8, "lognormal", g), [512] * 8)
+
+    def test_the_loop_is_each_experts_products(self):
+        import torch
+        import gpu_grouped_probe as p
+        sizes, k, n = [16, 0, 32], 8, 4
+        x, dy = torch.randn(48, k, dtype=torch.float64), torch.randn(48, n, dtype=torch.float64)
+        w = torch.randn(3, k, n, dtype=torch.float64)
+        fwd, dgrad, wgrad = p.products("loop", sizes, None)
+        ends = [0, 16, 16, 48]
+        for e in range(3):
+            a, b = ends[e], ends[e + 1]
+            self.assertTrue(torch.allclose(fwd(x, w)[a:b], x[a:b] @ w[e]))
+            self.assertTrue(torch.allclose(dgrad(dy, w)[a:b], dy[a:b] @ w[e].t()))
+            self.assertTrue(torch.allclose(wgrad(x, dy)[e], x[a:b].t() @ dy[a:b]))
+
+    def test_dry_run_writes_every_case(self):
+        import gpu_grouped_probe as p
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "g.json")
+            with open(os.devnull, "w") as quiet:
+                old, sys.stdout, sys.stderr = (sys.stdout, sys.stderr), quiet, quiet
+                try:
+                    self.assertEqual(p.main(["--device", "cpu", "--quick", "--repeats", "1", "--out", out]), 0)
+                finally:
+                    sys.stdout, sys.stderr = old
+            with open(out) as f:
+                doc = json.load(f)
+        self.assertEqual(doc["backends"], ["loop", "dense"])
+        # 2 row counts x (3 splits by the loop + 1 dense GEMM)
+        self.assertEqual(len(doc["rows"]), 2 * (3 + 1))
+        self.assertTrue(all(r["tflops"] > 0 and "error" not in r for r in doc["rows"]))
+
+
 class RoutingOverload(unittest.TestCase):
     """scripts/routing_overload.py on made-up shares: a group's hottest expert over its share, averaged
     over layers and groups, and a group's worst layer; a folder with no share files is refused."""
