@@ -9,8 +9,10 @@
 #include <fstream>
 
 #include "core/config/project.h"
+#include "core/model/flops.h"
 #include "core/predict/profile.h"
 #include "core/project/project.h"
+#include "core/project/rates.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
@@ -68,6 +70,12 @@ TEST(Framework, MegatronKeepsWhatItsCodeSaves) {
   EXPECT_DOUBLE_EQ(mine.token, 2 * (5 * 2048 + 4096 + 2 * 512 + 128));
 }
 
+RecomputedModules modules(bool layernorm, bool mla_up_proj, bool mlp, bool core_attn) {
+  RecomputedModules r;
+  r.layernorm = layernorm, r.mla_up_proj = mla_up_proj, r.mlp = mlp, r.core_attn = core_attn;
+  return r;
+}
+
 // Megatron's --recompute-modules layernorm: a norm that is a module of its own keeps its input but
 // not its output (h bf16) or rsigma (fp32), which its layer's backward holds again. In Qwen3's
 // layer that is the MoE norm alone (the attention's is fused into linear_qkv); MLA's input norm is
@@ -75,9 +83,10 @@ TEST(Framework, MegatronKeepsWhatItsCodeSaves) {
 TEST(Framework, LayernormRecomputationLetsTheUnfusedNormsGo) {
   const ModelConfig m = qwen3_30b();
   const double norm = 2 * 2048 + 4;
+  const RecomputedModules norms = modules(true, false, false, false);
   const StrategyShape none;
   const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2);
-  const LayerWidths n = layer_widths(Profile::MegatronTe, m, none, 2, true);
+  const LayerWidths n = layer_widths(Profile::MegatronTe, m, none, 2, norms);
   EXPECT_DOUBLE_EQ(n.token, w.token - norm);
   EXPECT_DOUBLE_EQ(n.token_again, norm);
   EXPECT_DOUBLE_EQ(n.row, w.row);
@@ -85,19 +94,53 @@ TEST(Framework, LayernormRecomputationLetsTheUnfusedNormsGo) {
   StrategyShape block;
   block.moe = MoeMode::RecomputedBlock;
   const LayerWidths b = layer_widths(Profile::MegatronTe, m, block, 2);
-  const LayerWidths nb = layer_widths(Profile::MegatronTe, m, block, 2, true);
+  const LayerWidths nb = layer_widths(Profile::MegatronTe, m, block, 2, norms);
   EXPECT_DOUBLE_EQ(nb.token, b.token - norm);
   EXPECT_DOUBLE_EQ(nb.token_again, b.token_again + norm);
   StrategyShape full;
   full.recompute_layer = true;
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, m, full, 2, true).token_again,
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, m, full, 2, norms).token_again,
                    layer_widths(Profile::MegatronTe, m, full, 2).token_again);
   ModelConfig mla = m;
   mla.attention = "mla", mla.q_lora_rank = 512, mla.kv_lora_rank = 256, mla.rope_head_dim = 64;
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, true).token,
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, norms).token,
                    layer_widths(Profile::MegatronTe, mla, none, 2).token - 2 * norm);
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, true).dense,
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, norms).dense,
                    layer_widths(Profile::MegatronTe, mla, none, 2).dense - norm);
+}
+
+// The other modules, by hand from the code profile_megatron.cpp names. mla_up_proj: MLA's q, k and
+// v after the up-projections (32 heads: q and k of head dim 128, v of 128) in MoE and dense layers,
+// nothing for GQA. mlp: a dense layer's MLP keeps only its input (its fused norm's output and
+// rsigma, z and fc2's input go: h + 3 x 1024 bf16 and 4 bytes), a MoE layer as it was. core_attn:
+// the softmax statistics (32 fp32) go; the backward holds them and another core output again.
+TEST(Framework, EachRecomputedModuleLetsGoWhatItsCodeSays) {
+  ModelConfig m = qwen3_30b();
+  m.dense_layers = 1, m.dense_ffn_hidden = 1024;
+  ModelConfig mla = m;
+  mla.attention = "mla", mla.q_lora_rank = 512, mla.kv_lora_rank = 256, mla.rope_head_dim = 64;
+  const StrategyShape none;
+  auto widths = [&](const ModelConfig& x, const RecomputedModules& r) {
+    return layer_widths(Profile::MegatronTe, x, none, 2, r);
+  };
+  const RecomputedModules off = modules(false, false, false, false);
+  const double qkv = 2 * 32.0 * (2 * 128 + 128);
+  const LayerWidths up = widths(mla, modules(false, true, false, false)), mla_plain = widths(mla, off);
+  EXPECT_DOUBLE_EQ(up.token, mla_plain.token - qkv);
+  EXPECT_DOUBLE_EQ(up.dense, mla_plain.dense - qkv);
+  EXPECT_DOUBLE_EQ(up.token_again, qkv);
+  EXPECT_DOUBLE_EQ(widths(m, modules(false, true, false, false)).token, widths(m, off).token);
+  const LayerWidths mlp = widths(m, modules(false, false, true, false)), plain = widths(m, off);
+  EXPECT_DOUBLE_EQ(mlp.dense, plain.dense - (2 * (2048 + 3 * 1024) + 4));
+  EXPECT_DOUBLE_EQ(mlp.dense_again, 2 * (2048 + 3 * 1024) + 4);
+  EXPECT_DOUBLE_EQ(mlp.token, plain.token);
+  const LayerWidths core = widths(m, modules(false, false, false, true));
+  EXPECT_DOUBLE_EQ(core.token, plain.token - 4 * 32);
+  EXPECT_DOUBLE_EQ(core.dense, plain.dense - 4 * 32);
+  EXPECT_DOUBLE_EQ(core.token_again, 4 * 32 + 2 * 32 * 128);
+  // Together, each lets go its own.
+  const LayerWidths all = widths(mla, modules(true, true, true, true));
+  EXPECT_DOUBLE_EQ(all.token, mla_plain.token - 2 * (2 * 2048 + 4) - qkv - 4 * 32);
 }
 
 // The loss at its peak: bf16 logits and their fp32 softmax; two bf16 vocabulary-wide tensors; or
@@ -158,10 +201,23 @@ TEST(Framework, NeedAndTheBorderline) {
 TEST(Framework, LayernormRecomputationTradesMemoryForANormPass) {
   const std::string s = std::string(kBase) + "strategies: [moe_act_recompute]\n";
   const Estimate plain = run_project(load(s)).ranked.front();
-  const Estimate norms = run_project(load(s + "framework: {recompute_layernorm: true}\n")).ranked.front();
+  const Estimate norms = run_project(load(s + "framework: {recompute_modules: [layernorm]}\n")).ranked.front();
   EXPECT_LT(norms.activation_gb, plain.activation_gb);
   const double pass = 48 * 4096 * 2 * 2048 * 2 / 2900e9;
   EXPECT_NEAR(norms.recompute - plain.recompute, 64 * pass, 1e-12);
+  // core_attn runs each layer's attention core forward again: a third of its forward and backward.
+  const ProjectConfig c = load(s + "framework: {recompute_modules: [core_attn]}\n");
+  const Estimate core = run_project(c).ranked.front();
+  const double forward = 48 * 4096 * attention_core_flops(c.model) / attention_rate(c.hardware, 128);
+  EXPECT_NEAR(core.recompute - plain.recompute, 64 * forward, 1e-9 * core.recompute);
+  // Its memory: each of the 48 layers lets go 32 fp32 statistics a token, and the layer whose
+  // backward runs holds them and another bf16 core output (32 x 128) again: more than it saves here,
+  // as with any fused attention kernel, whose saved tensors are its inputs and output.
+  EXPECT_NEAR(core.activation_gb - plain.activation_gb, 4096.0 * (4 * 32 + 2 * 32 * 128 - 48 * 4 * 32) / 1e9, 1e-12);
+  // Qwen3-30B has no dense layer and no MLA: mlp and mla_up_proj change nothing.
+  const Estimate none = run_project(load(s + "framework: {recompute_modules: [mlp, mla_up_proj]}\n")).ranked.front();
+  EXPECT_EQ(none.recompute, plain.recompute);
+  EXPECT_EQ(none.activation_gb, plain.activation_gb);
 }
 
 // The distributed optimizer's bytes a parameter: bf16 weights and the gradient buffer whole, fp32
@@ -264,15 +320,20 @@ TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
     EXPECT_NE(std::string(e.what()).find("framework.los"), std::string::npos) << e.what();
   }
   // Only Megatron-Core recomputes its norms alone; another framework's file is refused at the key.
-  EXPECT_TRUE(load(std::string(kBase) + "framework: {recompute_layernorm: true}\n").framework.recompute_layernorm);
-  try {
-    load(std::string(kBase) + "framework: {name: fsdp_te,\n  recompute_layernorm: true}\n");
-    FAIL() << "accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("framework_project.yaml:8: framework.recompute_layernorm: Megatron-Core's"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_EQ(load(std::string(kBase) + "framework: {recompute_modules: [layernorm, mlp]}\n").framework.recompute_modules,
+            (std::vector<std::string>{"layernorm", "mlp"}));
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"{name: fsdp_te,\n  recompute_modules: [layernorm]}", ":8: framework.recompute_modules: Megatron-Core's"},
+      {"{recompute_modules: [moe_act]}", ":7: framework.recompute_modules: moe_act is a strategy here"},
+      {"{recompute_modules: [layernorm, norms]}", ":7: framework.recompute_modules: no module 'norms'"},
+      {"{recompute_modules: [mlp, mlp]}", ":7: framework.recompute_modules: mlp given twice"},
+      {"{recompute_modules: layernorm}", ":7: framework.recompute_modules: expected a list"}};
+  for (const auto& [value, says] : refused) try {
+      load(std::string(kBase) + "framework: " + value + "\n");
+      ADD_FAILURE() << value << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("framework_project.yaml" + says), std::string::npos) << e.what();
+    }
   // The overlap's hidden share: the file's where given, a share, else the framework's measured one.
   EXPECT_EQ(load(std::string(kBase) + "framework: {ep_overlap: true, ep_overlap_hidden: 0.5}\n")
                 .framework.ep_overlap_hidden,

@@ -1,9 +1,46 @@
 // A project file's `framework:` map (core/project/framework.h says what each setting prices), its
 // keys declared once as the project file's are (project_keys.cpp).
+#include <algorithm>
+#include <stdexcept>
+
 #include "core/config/project.h"
 #include "core/config/sections.h"
 
 namespace memfine {
+
+namespace {
+
+// Megatron's --recompute-modules that no strategy is: moe_act, moe and full granularity are
+// registered strategies (`memfine strategies`), named in a file's `strategies:`.
+const std::vector<std::string>& module_names() {
+  static const std::vector<std::string> names = {"layernorm", "mla_up_proj", "mlp", "core_attn"};
+  return names;
+}
+
+std::vector<std::string> modules_value(const YAML::Node& n) {
+  if (!n.IsSequence()) throw std::invalid_argument("expected a list of modules, got '" + MapReader::dump(n) + "'");
+  std::vector<std::string> out;
+  for (const YAML::Node& e : n) {
+    const std::string name = e.IsScalar() ? e.Scalar() : MapReader::dump(e);
+    for (const char* strategy : {"moe_act", "moe", "full"})
+      if (name == strategy)
+        throw std::invalid_argument(name + " is a strategy here, named in `strategies:` (`memfine strategies` lists them)");
+    if (std::find(module_names().begin(), module_names().end(), name) == module_names().end())
+      throw std::invalid_argument("no module '" + name + "' (layernorm, mla_up_proj, mlp, core_attn)");
+    if (std::find(out.begin(), out.end(), name) != out.end()) throw std::invalid_argument(name + " given twice");
+    out.push_back(name);
+  }
+  return out;
+}
+
+template <class S>
+Field<S> modules(std::string key, std::vector<std::string> S::*m, std::string help) {
+  return {key, "list of `layernorm` \\| `mla_up_proj` \\| `mlp` \\| `core_attn`", "[]", std::move(help),
+          [key, m](MapReader& r, S& s) { r.read_value(key, s.*m, modules_value); },
+          [m](const S& s) { return nlohmann::json(s.*m); }, [m](const S& s) { return (s.*m).empty(); }};
+}
+
+}  // namespace
 
 const Section<FrameworkConfig>& framework_keys() {
   using namespace fields;
@@ -44,10 +81,12 @@ const Section<FrameworkConfig>& framework_keys() {
        number<F>("ep_overlap_hidden", &F::ep_overlap_hidden, -1, 1,
                  "with `ep_overlap`: the most of an all-to-all that hides behind the other micro-batch's compute, "
                  "a share; -1: the framework's (a profiled run's, core/project/framework.cpp names it)"),
-       boolean<F>("recompute_layernorm", &F::recompute_layernorm,
-                  "megatron_te: the norms that are not fused into the next linear (the MoE layer's, MLA's input "
-                  "norm) let go of their output after forward and run again for backward, beside the strategy's "
-                  "recomputation (Megatron's --recompute-modules layernorm under selective granularity)")}};
+       modules<F>("recompute_modules", &F::recompute_modules,
+                  "megatron_te: Megatron's --recompute-modules beside the strategy's recomputation (selective "
+                  "granularity; the strategies are its moe_act, moe and full): `layernorm` the norms not fused into "
+                  "the next linear (a MoE layer's, MLA's input norm), `mla_up_proj` MLA's up-projections and RoPE, "
+                  "`mlp` the dense layers' MLPs, `core_attn` the attention core; each lets go of what it keeps until "
+                  "backward runs it again (core/predict/profile_megatron.cpp)")}};
   return s;
 }
 

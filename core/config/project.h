@@ -93,7 +93,8 @@ struct FrameworkConfig {
   bool ep_overlap = false;           // the all-to-all hidden behind another micro-batch (Megatron's 1F1B overlap)
   double ep_overlap_hidden = -1;     // of an overlapped all-to-all, the most that hides; -1: the framework's
   bool tp_comm_overlap = false;      // TP's collectives behind the GEMMs (Megatron's --tp-comm-overlap)
-  bool recompute_layernorm = false;  // megatron_te: unfused norms recomputed (--recompute-modules layernorm)
+  // megatron_te: Megatron's --recompute-modules beside the strategy (layernorm, mla_up_proj, mlp, core_attn)
+  std::vector<std::string> recompute_modules;
 };
 
 struct ProjectConfig {

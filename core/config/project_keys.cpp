@@ -258,11 +258,11 @@ Field<P> framework_key() {
               MapReader fr(n, "framework", r.problems());
               read_section(framework_keys(), fr, c.framework);
               fr.check_unknown();
-              // Only Megatron-Core has the option; FSDP recipes and this suite's layer recompute no norm alone.
-              if (c.framework.recompute_layernorm && c.framework.name != "megatron_te")
-                r.problems().add(n["recompute_layernorm"], "framework.recompute_layernorm",
-                                 "Megatron-Core's option (--recompute-modules layernorm); " + c.framework.name +
-                                     " recomputes no norm alone");
+              // Only Megatron-Core has the option; FSDP recipes and this suite's layer recompute no module alone.
+              if (!c.framework.recompute_modules.empty() && c.framework.name != "megatron_te")
+                r.problems().add(n["recompute_modules"], "framework.recompute_modules",
+                                 "Megatron-Core's option (--recompute-modules); " + c.framework.name +
+                                     " recomputes no module alone");
             } else {
               r.read_choice("framework", c.framework.name, {"megatron_te", "fsdp_te", "memfine_layer"});
             }

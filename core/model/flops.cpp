@@ -71,13 +71,14 @@ LayerGemms layer_gemms(const ModelConfig& m) {
   if (m.attention == "mla") {
     const double qk = double(m.head_dim), v = double(m.v_dim()), rope = double(m.rope_head_dim);
     const double q_lora = double(m.q_lora_rank), kv_lora = double(m.kv_lora_rank);
-    if (m.q_lora_rank > 0)
-      g.attention = {{q_lora, h}, {H * qk, q_lora}};
-    else
-      g.attention = {{H * qk, h}};
+    const DenseGemm q_up = m.q_lora_rank > 0 ? DenseGemm{H * qk, q_lora} : DenseGemm{H * qk, h};
+    const DenseGemm kv_up{H * (qk - rope + v), kv_lora};
+    if (m.q_lora_rank > 0) g.attention.push_back({q_lora, h});
+    g.attention.push_back(q_up);
     g.attention.push_back({kv_lora + rope, h});
-    g.attention.push_back({H * (qk - rope + v), kv_lora});
+    g.attention.push_back(kv_up);
     g.attention.push_back({h, H * v, TpSplit::Rows});
+    g.mla_up = {q_up, kv_up};
   } else {
     const double q = H * double(m.head_dim), kv = double(m.kv_heads * m.head_dim);
     g.attention = {{q + 2 * kv, h}, {h, q, TpSplit::Rows}};

@@ -77,6 +77,9 @@ struct DenseGemm {
 };
 struct LayerGemms {
   std::vector<DenseGemm> attention, dense_ffn, router, shared, lm_head, mtp_proj;
+  // Of MLA's attention GEMMs, those from the compressed query and key-value up to the heads (the
+  // query's own projection where it has no low-rank one): what Megatron's mla_up_proj recomputes.
+  std::vector<DenseGemm> mla_up;
 };
 LayerGemms layer_gemms(const ModelConfig& m);
 

@@ -25,10 +25,10 @@ std::string profile_name(Profile p) {
 }
 
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         bool norms_recomputed) {
+                         const RecomputedModules& again) {
   switch (p) {
     case Profile::MegatronTe:
-      return megatron_widths(m, s, element_bytes, norms_recomputed);
+      return megatron_widths(m, s, element_bytes, again);
     case Profile::FsdpTe:
       return fsdp_widths(m, s, element_bytes);
     default:

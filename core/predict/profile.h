@@ -42,10 +42,16 @@ struct LayerWidths {
   std::string row_text;
 };
 
-// `norms_recomputed`: Megatron's selective recomputation of the norms (--recompute-modules
-// layernorm) beside the shape's own; megatron_te's alone has it.
+// Megatron-Core's modules recomputed beside a strategy's own recomputation (--recompute-modules
+// under selective granularity; the strategies are its moe_act and moe, and full granularity):
+// megatron_te's profile alone has them (profile_megatron.cpp says what each lets go).
+struct RecomputedModules {
+  bool layernorm = false, mla_up_proj = false, mlp = false, core_attn = false;
+  bool any() const { return layernorm || mla_up_proj || mlp || core_attn; }
+};
+
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         bool norms_recomputed = false);
+                         const RecomputedModules& again = {});
 
 // Megatron-Core's norms in a layer that are modules of their own, not fused into the next linear
 // (what its layernorm recomputation runs again): a MoE layer's, and MLA's input norm.
@@ -58,7 +64,8 @@ double loss_bytes_per_token(const ModelConfig& m, const std::string& loss, doubl
 
 // The widths in the three profiles (profile.cpp, profile_megatron.cpp, profile_fsdp.cpp).
 LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB);
-LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool norms_recomputed = false);
+LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB,
+                            const RecomputedModules& again = {});
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 
 }  // namespace memfine

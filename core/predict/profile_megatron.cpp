@@ -19,7 +19,7 @@ double megatron_unfused_norms(const ModelConfig& m, bool moe_layer) {
   return (moe_layer ? 1 : 0) + (m.attention == "mla" ? 1 : 0);
 }
 
-LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool norms_recomputed) {
+LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, const RecomputedModules& again) {
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);
   const double attn = te_attention(m, kB);
@@ -44,23 +44,38 @@ LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double
   p.arrived = kB * h;
   // A dense layer: attention, then fc1 with its fused norm (x, ln_out, rsigma), z and SiLU(a) * b.
   p.dense = attn + kB * (2 * h + 3 * Fd) + kFp32;
-  // --recompute-modules layernorm (transformer_layer.py: recompute_input_layernorm and
-  // recompute_pre_mlp_layernorm where the norm is not an IdentityOp) runs each unfused norm under
-  // tensor_parallel.CheckpointWithoutOutput: without autograd (no rsigma kept), its input saved and
-  // its output's storage let go once the module after it has run, though that module saved it;
-  // the layer's backward runs the norm again first and holds its output (and rsigma) again.
-  // Megatron recomputes modules only under selective granularity: a layer recomputed whole is as is.
-  const double norm_out = kB * h + kFp32;
-  const bool norms = norms_recomputed && !s.recompute_layer;
-  if (norms) {
-    p.outside -= megatron_unfused_norms(m, true) * norm_out;
-    p.dense -= megatron_unfused_norms(m, false) * norm_out;
+  // --recompute-modules (selective granularity: a layer recomputed whole is as it is), per token of
+  // a MoE layer and of a dense one, what each lets go until the layer's backward runs it again and
+  // holds it while that backward runs:
+  // - layernorm (transformer_layer.py: recompute_input_layernorm and recompute_pre_mlp_layernorm
+  //   where the norm is not an IdentityOp): each unfused norm runs under
+  //   tensor_parallel.CheckpointWithoutOutput, without autograd (no rsigma kept), its input saved and
+  //   its output's storage let go once the module after it has run, though that module saved it;
+  // - mla_up_proj (multi_latent_attention.py recompute_up_proj): the up-projections and RoPE under
+  //   CheckpointWithoutOutput, their compressed inputs saved and q, k and v let go after the core
+  //   attention has saved them;
+  // - mlp (transformer_layer.py recompute_mlp, dense layers only): the MLP under
+  //   tensor_parallel.checkpoint, its input kept and the rest of what it keeps (the fused norm's
+  //   output and rsigma, z and fc2's input) let go;
+  // - core_attn (attention.py _checkpointed_attention_forward): the fused attention under
+  //   tensor_parallel.checkpoint, q, k and v kept as its inputs and its output as linear_proj's:
+  //   the softmax statistics let go; its backward runs the core again, another output beside.
+  double moe_gone = 0, dense_gone = 0, moe_back = 0, dense_back = 0;
+  if (!s.recompute_layer) {
+    auto gone = [&](double moe_layer, double dense_layer, double extra_back) {
+      moe_gone += moe_layer, dense_gone += dense_layer, moe_back += moe_layer + extra_back;
+      dense_back += dense_layer + extra_back;
+    };
+    const double norm_out = kB * h + kFp32, H = double(m.heads);
+    if (again.layernorm)
+      gone(megatron_unfused_norms(m, true) * norm_out, megatron_unfused_norms(m, false) * norm_out, 0);
+    if (again.mla_up_proj && m.attention == "mla") gone(kB * te_mla_qkv(m), kB * te_mla_qkv(m), 0);
+    if (again.mlp) gone(0, kB * (h + 3 * Fd) + kFp32, 0);
+    if (again.core_attn && m.attention != "none") gone(kFp32 * H, kFp32 * H, kB * H * double(m.v_dim()));
   }
+  p.outside -= moe_gone, p.dense -= dense_gone;
   LayerWidths w = assemble(p, s);
-  if (norms) {
-    w.token_again += megatron_unfused_norms(m, true) * norm_out;
-    w.dense_again += megatron_unfused_norms(m, false) * norm_out;
-  }
+  w.token_again += moe_back, w.dense_again += dense_back;
   w.row_text = row.text + " bf16 + 8 bytes (probability, row map)";
   // Offloading (--fine-grained-activation-offloading): its modules' saved tensors; the fused
   // SwiGLU keeps z (2F) as the activation's input.

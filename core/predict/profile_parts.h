@@ -42,6 +42,9 @@ namespace memfine {
 
 // Attention with Transformer Engine's fused kernels, per token (profile_te.cpp).
 double te_attention(const ModelConfig& m, double kB);
+// MLA's query, key and value after the up-projections and RoPE, elements per token: what the core
+// saves of them (H (dn + dr) each for q and k, H dv for v).
+double te_mla_qkv(const ModelConfig& m);
 
 // A routed row under the shape's expert storage in the frameworks whose fused SwiGLU keeps z and
 // fc2's input (h + 3F; moe_act discards fc2's input; buffer-free experts keep z and the arrived

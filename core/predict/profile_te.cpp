@@ -14,14 +14,18 @@ namespace memfine {
 // output and rsigma; the compressed query and its norm's output, rsigma; the compressed key-value
 // with its rotary part, its norm's output, rsigma; query, key and value after the up-projections
 // and RoPE; the core's output; the statistics.
+double te_mla_qkv(const ModelConfig& m) {
+  return double(m.heads) * (2 * double(m.head_dim) + double(m.v_dim()));
+}
+
 double te_attention(const ModelConfig& m, double kB) {
   constexpr double kFp32 = 4;
   const double h = double(m.hidden), H = double(m.heads), G = double(m.kv_heads), d = double(m.head_dim);
   if (m.attention == "none") return 0;
   if (m.attention == "mla") {
-    const double dr = double(m.rope_head_dim), dn = d - dr, dv = double(m.v_dim());
+    const double dr = double(m.rope_head_dim), dv = double(m.v_dim());
     const double q_lr = double(m.q_lora_rank), kv_lr = double(m.kv_lora_rank);
-    return kB * (2 * h + 2 * q_lr + 2 * kv_lr + dr + H * (2 * dn + 2 * dr + dv) + H * dv) +
+    return kB * (2 * h + 2 * q_lr + 2 * kv_lr + dr + te_mla_qkv(m) + H * dv) +
            kFp32 * ((q_lr > 0 ? 3 : 2) + H);
   }
   const double qk_norm = m.qk_norm ? (H + G) * d : 0;

@@ -125,7 +125,11 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.ep_overlap = f.ep_overlap;
   s.ep_overlap_hidden = f.ep_overlap_hidden >= 0 ? f.ep_overlap_hidden : kEpOverlapHidden;
   s.tp_comm_overlap = f.tp_comm_overlap;
-  s.recompute_layernorm = f.recompute_layernorm;
+  for (const std::string& module : f.recompute_modules) {
+    RecomputedModules& r = s.recomputed;
+    (module == "layernorm" ? r.layernorm : module == "mla_up_proj" ? r.mla_up_proj : module == "mlp" ? r.mlp : r.core_attn) =
+        true;
+  }
   // Megatron overlaps the interleaved schedule's pipeline sends and receives with the forward and
   // backward chunks (--no-overlap-p2p-communication turns it off; arguments.py keeps it on only with
   // virtual stages, Megatron-LM d98e8a64). AutoModel's torch.distributed.pipelining: not counted.
@@ -147,6 +151,18 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   return s;
 }
 
+namespace {
+
+std::string modules_text(const RecomputedModules& r) {
+  std::string out;
+  for (const auto& [on, name] : {std::pair<bool, const char*>{r.layernorm, "layernorm"}, {r.mla_up_proj, "mla_up_proj"},
+                                 {r.mlp, "mlp"}, {r.core_attn, "core_attn"}})
+    if (on) out += (out.empty() ? "[" : ", ") + std::string(name);
+  return out + "]";
+}
+
+}  // namespace
+
 std::vector<std::string> framework_assumptions(const FrameworkSetting& f) {
   return {"rests on: the " + f.name + " profile (what each layer keeps; core/predict/profile_*.cpp name the code), "
               "the loss (" + f.loss + "), " + four_digits(f.workspace / 1e9) +
@@ -155,8 +171,9 @@ std::vector<std::string> framework_assumptions(const FrameworkSetting& f) {
               (f.ep_overlap ? "overlapped (at most " + four_digits(100 * f.ep_overlap_hidden) + "% of it hidden)"
                             : "not overlapped") +
               ", TP's collectives " + (f.tp_comm_overlap ? "behind the GEMMs" : "exposed") +
-              (f.recompute_layernorm ? ", the unfused norms recomputed beside the strategy (framework.recompute_layernorm)"
-                                     : "") +
+              (f.recomputed.any() ? ", Megatron's recompute_modules " + modules_text(f.recomputed) +
+                                        " beside the strategy (framework.recompute_modules)"
+                                  : "") +
               "; a layout within " + four_digits(100 * f.margin) +
               "% of its peak of the limit is borderline (framework.margin)"};
 }

@@ -44,9 +44,8 @@ struct FrameworkSetting {
   bool ep_overlap = false;
   double ep_overlap_hidden = 1;     // of an overlapped all-to-all, the most that hides (a share)
   bool tp_comm_overlap = false;
-  // Megatron's --recompute-modules layernorm beside the strategy: the norms that are modules of
-  // their own keep no output until backward and run again there (core/predict/profile_megatron.cpp).
-  bool recompute_layernorm = false;
+  // Megatron's --recompute-modules beside the strategy's recomputation (core/predict/profile.h).
+  RecomputedModules recomputed;
   // Pipeline sends behind the other virtual stages' compute where the schedule is interleaved
   // (framework.cpp names the code); else a rank's sends and receives of a micro-batch are exposed.
   bool p2p_overlap_interleaved = false;

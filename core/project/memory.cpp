@@ -72,7 +72,7 @@ double StageMemory::static_of(const Stage& st) const {
 }
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
-  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recompute_layernorm);
+  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recomputed);
 }
 
 double StageMemory::activations(const Stage& st, const StrategyShape& s) const {

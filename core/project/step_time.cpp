@@ -16,104 +16,12 @@ namespace memfine {
 
 namespace {
 
-// What one pipeline rank runs of the model per micro-batch (core/project/pipeline.h): layers with
-// attention (decoder layers and MTP modules), the dense ones, the MoE ones (MTP modules count as
-// MoE layers), MTP's projections and the output layers (the model's and, where the loss is, one per
-// MTP module: Megatron's postprocess computes their logits beside the model's).
-struct Stage {
-  double layers = 0, dense = 0, moe = 0, mtp = 0, heads = 0;
-};
-
-Stage stage_of(const ModelConfig& m, const RankShape& r) {
-  return {double(r.layers() + r.mtp), double(r.dense), double(r.moe + r.mtp), double(r.mtp),
-          r.loss ? double(1 + m.mtp_layers) : 0};
-}
-
-// Whether the shape runs the MoE's forward again for backward (its layer recomputed whole, or the
-// MoE as a block or in chunks).
-bool replays_moe(const StrategyShape& s) { return s.recompute_layer || s.moe != MoeMode::Stored; }
-
-// MemFine's chunks run the MoE's kernels once a chunk.
-double moe_runs(const StrategyShape& s) {
-  return s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
-}
-
-// Whether the model's attention runs at the preset's sink curve: learnable sinks, a framework that
-// runs Transformer Engine's kernel for them and a preset that measured it.
-bool on_sink_curve(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set) {
-  return m.attention_sinks && set.framework.sinks_on_sink_curve && !hw.sink_attention_head_dim_curve.empty();
-}
-
-// Whether the framework's all-to-all dispatcher sorts received rows by local expert (and back).
-bool sorts_rows(const ProjectSetting& set) {
-  return set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall";
-}
-
 Link nvlink(const Hardware& hw) { return {hw.nvlink_latency_us * 1e-6, hw.nvlink_gb_s * 1e9}; }
 Link network(const Hardware& hw) { return {hw.network_latency_us * 1e-6, hw.network_gb_s * 1e9}; }
 // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
 Link outer_link(const Hardware& hw, const Layout& l) { return l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw); }
 // The ranks an expert's gradients and optimizer state are shared over (expert data parallelism).
 double expert_dp_of(const Layout& l) { return double(l.dp * l.cp * l.tp) / double(l.ep); }
-
-// A rate or count as a person reads it: four significant digits.
-
-// One micro-batch's compute on one stage (the model's work spread over the stages), by part.
-struct Compute {
-  double total = 0;    // dense and grouped GEMMs, attention, memory-bound kernels
-  double chunk = 0;    // of it, what MemFine's chunks add: the expert GEMMs at fewer rows per expert
-  double experts = 0;  // the routed experts' GEMMs and their rows' memory-bound kernels
-  double act_hbm = 0;  // SiLU(a) * b of the routed rows recomputed, at the HBM rate
-  double dense = 0;    // the dense GEMMs (attention projections, dense and shared FFNs, the head)
-};
-
-Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,
-                   const StrategyShape& s, const ProjectSetting& set, double received) {
-  const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp);
-  const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp);
-  const LayerFlops lf = layer_flops(m);
-  // The dense GEMMs at their shapes: each a micro-batch's tokens on the CP rank as rows (sequence
-  // parallelism gathers them for TP's GEMMs), TP's share of its outputs or inputs; forward, the data
-  // gradient (rows x inputs over the outputs) and the weight gradient (inputs x outputs over the rows).
-  const LayerGemms lg = layer_gemms(m);
-  auto gemms_t = [&](const std::vector<DenseGemm>& gs) {
-    double t = 0;
-    for (const DenseGemm& g : gs) {
-      const double n = g.split == TpSplit::Columns ? g.n / tp : g.n, k = g.split == TpSplit::Rows ? g.k / tp : g.k;
-      const double f = 2 * tokens * n * k;
-      t += f / gemm_rate(hw, tokens, n, k) + f / gemm_rate(hw, tokens, k, n) + f / gemm_rate(hw, k, n, tokens);
-    }
-    return t;
-  };
-  const double dense_t = st.layers * gemms_t(lg.attention) + st.dense * gemms_t(lg.dense_ffn) +
-                         st.moe * (gemms_t(lg.shared) + gemms_t(lg.router)) + st.heads * gemms_t(lg.lm_head) +
-                         st.mtp * gemms_t(lg.mtp_proj);
-  const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
-  const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
-  const double rows_per_expert = received / (double(m.experts) / double(l.ep));
-  const double core_t = core_flops / attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
-  const double expert_t = expert_flops / grouped_rate(hw, expert_gemm_rows(m, l, s, received));
-  // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
-  // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
-  const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
-  // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
-  const bool sorts = sorts_rows(set) && m.experts > l.ep;
-  const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
-  const double token_bytes = st.layers * mb.attention + st.dense * mb.dense_ffn + st.moe * mb.moe_token + st.heads * mb.head;
-  const double hbm = hw.hbm_gb_s * 1e9;
-  // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
-  // recomputed forward is taken as a third of it, as for the other kernels, though its forward is half).
-  const double bias_row = m.expert_bias ? set.framework.expert_bias_bytes * h : 0;
-  const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row) * received / hbm : 0;
-  const double memory_t = hw.hbm_gb_s > 0 ? 3 * token_bytes * tokens / tp / hbm + routed_t : 0;
-  Compute c;
-  c.total = dense_t + core_t + expert_t + memory_t;
-  c.dense = dense_t;
-  c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
-  c.experts = expert_t + routed_t;
-  if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
-  return c;
-}
 
 // Whether an expert-parallel group sits inside one node. The experts are not split by TP (expert
 // TP 1, Megatron's parallel folding, as the memory side keeps whole experts and as every run with
@@ -193,13 +101,6 @@ double paired_share(const Layout& l, int64_t rank, int64_t micro) {
   return std::max(0.0, 1 - double(warmup_passes(l, rank, true)) / passes);
 }
 
-// The norms Megatron's layernorm recomputation runs again on a stage per micro-batch: none where
-// the shape recomputes the layer whole (its modules are recomputed only under selective granularity).
-double norms_again(const ModelConfig& m, const Stage& st, const StrategyShape& s, const FrameworkSetting& f) {
-  if (!f.recompute_layernorm || s.recompute_layer) return 0;
-  return st.moe * megatron_unfused_norms(m, true) + st.dense * megatron_unfused_norms(m, false);
-}
-
 // What a shape runs again: a layer recomputed whole runs its forward again with its dispatch and
 // combine; a MoE recomputed as a block or in chunks, its experts' forward and the all-to-alls;
 // moe_act and buffer-free experts SiLU(a) * b of the routed rows (memory-bound).
@@ -219,13 +120,13 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
 // again), the backward's from the autograd engine; the GPU runs behind it while its kernels are the
 // longer, and waits where the host is the slower. The dispatcher's synchronisation drains the GPU
 // once a MoE forward (and a replayed one): the launches after it up to the dispatch run with the
-// GPU waiting. A recomputed norm is one more forward launch.
+// GPU waiting. `modules`: what the framework's recomputed modules launch again.
 double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, const FrameworkSetting& f,
-                   double norms, double on_gpu) {
+                   double modules, double on_gpu) {
   const double layers = st.layers, dense = st.dense, moe = st.moe * moe_runs(s);
   auto stage = [&](const Launches& x) { return layers * x.attention + dense * x.dense_ffn + moe * x.moe; };
   const double fwd = hw.host_forward_launch_us * 1e-6;
-  const double again = (s.recompute_layer ? stage(f.forward) : replays_moe(s) ? moe * f.forward.moe : 0) + norms;
+  const double again = (s.recompute_layer ? stage(f.forward) : replays_moe(s) ? moe * f.forward.moe : 0) + modules;
   const double host = (stage(f.forward) + again) * fwd + stage(f.backward) * hw.host_backward_launch_us * 1e-6;
   const double drained = (replays_moe(s) ? 2 : 1) * moe * f.forward.moe_after_sync * fwd;
   return std::max(host, on_gpu + drained) - on_gpu;
@@ -273,10 +174,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
     hidden = per_pass * (replays_moe(s) ? 2 : 1);
   }
   t.comm = a2a_exposed + tp_comm + pp_comm - std::min(hidden, a2a_exposed);
-  t.recompute = recompute_of(s, c, a2a_exposed);
-  // A norm run again reads its input and writes its output (memory-bound).
-  const double norms = norms_again(m, st, s, set.framework);
-  if (hw.hbm_gb_s > 0) t.recompute += norms * tokens_gpu * 2 * h * kB / (hw.hbm_gb_s * 1e9);
+  t.recompute = recompute_of(s, c, a2a_exposed) + c.modules_again;
   // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
   if (s.offload.encodes() && hw.hbm_gb_s > 0) {
     // Encoding reads each element and writes its code; decoding reads the code and writes it back.
@@ -301,7 +199,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
   t.rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + t.comm : 0;
   const double on_gpu = c.total + t.recompute + t.comm + t.fsdp_exposed + t.wait + t.rerun;
-  t.launch = launch_wait(hw, st, s, set.framework, norms, on_gpu);
+  t.launch = launch_wait(hw, st, s, set.framework, c.modules_launches, on_gpu);
   return t;
 }
 
@@ -346,10 +244,6 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   p.launch = double(micro) * slowest.launch;
   p.bubble = double(l.grad_accumulation) * pipeline_bubble_time(per_rank, l.vpp);  // a fill and drain per schedule
   return p;
-}
-
-double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received) {
-  return received / (double(m.experts) / double(l.ep)) / moe_runs(s);
 }
 
 std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set,

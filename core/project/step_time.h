@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/moe/shape.h"
+#include "core/project/compute.h"
 #include "core/project/layout.h"
 #include "core/project/rates.h"
 
@@ -30,10 +31,6 @@ struct StepMemory {
 // Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.
 StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
                     const ProjectSetting& set, double received, const StepMemory& mem);
-
-// The rows each local expert's GEMMs run at on the rank that receives `received` rows a micro-batch:
-// its share of them, over the chunks where the MoE runs in chunks.
-double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received);
 
 // What it assumes, for the table's notes.
 std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set,

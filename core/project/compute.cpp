@@ -1,0 +1,103 @@
+#include "core/project/compute.h"
+
+#include <algorithm>
+
+#include "core/model/flops.h"
+#include "core/predict/profile.h"
+#include "core/project/rates.h"
+
+namespace memfine {
+
+Stage stage_of(const ModelConfig& m, const RankShape& r) {
+  return {double(r.layers() + r.mtp), double(r.dense), double(r.moe + r.mtp), double(r.mtp),
+          r.loss ? double(1 + m.mtp_layers) : 0};
+}
+
+bool replays_moe(const StrategyShape& s) { return s.recompute_layer || s.moe != MoeMode::Stored; }
+
+double moe_runs(const StrategyShape& s) {
+  return s.moe == MoeMode::Chunked || s.moe == MoeMode::Stored ? double(std::max<int64_t>(s.chunks, 1)) : 1;
+}
+
+bool on_sink_curve(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set) {
+  return m.attention_sinks && set.framework.sinks_on_sink_curve && !hw.sink_attention_head_dim_curve.empty();
+}
+
+bool sorts_rows(const ProjectSetting& set) {
+  return set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall";
+}
+
+Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,
+                   const StrategyShape& s, const ProjectSetting& set, double received) {
+  const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp);
+  const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp);
+  const LayerFlops lf = layer_flops(m);
+  // The dense GEMMs at their shapes: each a micro-batch's tokens on the CP rank as rows (sequence
+  // parallelism gathers them for TP's GEMMs), TP's share of its outputs or inputs; forward, the data
+  // gradient (rows x inputs over the outputs) and the weight gradient (inputs x outputs over the rows).
+  const LayerGemms lg = layer_gemms(m);
+  auto gemms_t = [&](const std::vector<DenseGemm>& gs, bool forward_only = false) {
+    double t = 0;
+    for (const DenseGemm& g : gs) {
+      const double n = g.split == TpSplit::Columns ? g.n / tp : g.n, k = g.split == TpSplit::Rows ? g.k / tp : g.k;
+      const double f = 2 * tokens * n * k;
+      t += f / gemm_rate(hw, tokens, n, k);
+      if (!forward_only) t += f / gemm_rate(hw, tokens, k, n) + f / gemm_rate(hw, k, n, tokens);
+    }
+    return t;
+  };
+  const double dense_t = st.layers * gemms_t(lg.attention) + st.dense * gemms_t(lg.dense_ffn) +
+                         st.moe * (gemms_t(lg.shared) + gemms_t(lg.router)) + st.heads * gemms_t(lg.lm_head) +
+                         st.mtp * gemms_t(lg.mtp_proj);
+  const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
+  const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
+  const double rows_per_expert = received / (double(m.experts) / double(l.ep));
+  const double core_t = core_flops / attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
+  const double expert_t = expert_flops / grouped_rate(hw, expert_gemm_rows(m, l, s, received));
+  // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
+  // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
+  const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
+  // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
+  const bool sorts = sorts_rows(set) && m.experts > l.ep;
+  const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
+  const double token_bytes = st.layers * mb.attention + st.dense * mb.dense_ffn + st.moe * mb.moe_token + st.heads * mb.head;
+  const double hbm = hw.hbm_gb_s * 1e9;
+  // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
+  // recomputed forward is taken as a third of it, as for the other kernels, though its forward is half).
+  const double bias_row = m.expert_bias ? set.framework.expert_bias_bytes * h : 0;
+  const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row) * received / hbm : 0;
+  const double memory_t = hw.hbm_gb_s > 0 ? 3 * token_bytes * tokens / tp / hbm + routed_t : 0;
+  Compute c;
+  c.total = dense_t + core_t + expert_t + memory_t;
+  c.dense = dense_t;
+  c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
+  c.experts = expert_t + routed_t;
+  if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
+  // What the framework's --recompute-modules run again for backward (core/predict/profile_megatron.cpp
+  // says what each lets go), and their launches: each unfused norm's forward, which reads and
+  // writes h a token; MLA's up-projections' GEMMs (its fused RoPE, two kernels, not priced); the
+  // dense MLPs' GEMMs with their fused norm and SwiGLU's product; the attention core's forward, a
+  // third of its forward and backward.
+  const RecomputedModules& again = set.framework.recomputed;
+  if (s.recompute_layer) return c;  // Megatron recomputes modules only under selective granularity
+  const double per_byte = hw.hbm_gb_s > 0 ? tokens / tp / hbm : 0, kB = set.element_bytes;
+  if (again.layernorm) {
+    const double norms = st.moe * megatron_unfused_norms(m, true) + st.dense * megatron_unfused_norms(m, false);
+    c.modules_again += norms * 2 * h * kB * per_byte, c.modules_launches += norms;
+  }
+  if (again.mla_up_proj && m.attention == "mla")
+    c.modules_again += st.layers * gemms_t(lg.mla_up, true), c.modules_launches += st.layers * 4;
+  if (again.mlp) {
+    const double Fd = double(m.dense_ffn_hidden);
+    c.modules_again += st.dense * (gemms_t(lg.dense_ffn, true) + (2 * h + 3 * Fd) * kB * per_byte);
+    c.modules_launches += st.dense * (set.framework.forward.dense_ffn - 1);  // all but its bias-dropout-add
+  }
+  if (again.core_attn && m.attention != "none") c.modules_again += core_t / 3, c.modules_launches += st.layers;
+  return c;
+}
+
+double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received) {
+  return received / (double(m.experts) / double(l.ep)) / moe_runs(s);
+}
+
+}  // namespace memfine
