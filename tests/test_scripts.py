@@ -7,6 +7,7 @@ import sys
 import shutil
 import tempfile
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -666,6 +667,29 @@ class GroupedProbe(unittest.TestCase):
             self.assertTrue(torch.allclose(fwd(x, w)[a:b], x[a:b] @ w[e]))
             self.assertTrue(torch.allclose(dgrad(dy, w)[a:b], dy[a:b] @ w[e].t()))
             self.assertTrue(torch.allclose(wgrad(x, dy)[e], x[a:b].t() @ dy[a:b]))
+
+    def test_the_grouped_calls_are_the_loops_products(self):
+        """torch._grouped_mm's documented semantics (PyTorch 2.8: offs the groups' ends along the rows
+        of a 2D x 3D product, along the contraction of a 2D x 2D one) stand in for it: the probe's
+        grouped calls give the loop's products."""
+        import torch
+        import gpu_grouped_probe as p
+
+        def reference(a, b, offs):
+            ends = [0] + offs.tolist()
+            if b.dim() == 3:
+                return torch.cat([a[s:e] @ b[g] for g, (s, e) in enumerate(zip(ends, ends[1:]))])
+            return torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(ends, ends[1:])])
+
+        sizes = [16, 0, 32]
+        x, dy = torch.randn(48, 8, dtype=torch.float64), torch.randn(48, 4, dtype=torch.float64)
+        w = torch.randn(3, 8, 4, dtype=torch.float64)
+        offs = torch.tensor(sizes).cumsum(0)
+        loop = p.products("loop", sizes, None)
+        with mock.patch.object(torch, "_grouped_mm", lambda a, b, offs: reference(a, b, offs), create=True):
+            grouped = p.products("grouped", sizes, offs)
+            for g_fn, l_fn, args in zip(grouped, loop, ((x, w), (dy, w), (x, dy))):
+                self.assertTrue(torch.allclose(g_fn(*args), l_fn(*args)))
 
     def test_dry_run_writes_every_case(self):
         import gpu_grouped_probe as p
