@@ -13,11 +13,20 @@ of a project file:
             over both (every layer's all-to-all waits for its hottest rank)
   overload  the worst layer of a group (the memory peak's), the median over the groups
 and the per-layer medians, each from the files it names. Questions are weighted alike (the files
-hold shares, not token counts)."""
+hold shares, not token counts).
+
+--counts FILE reads a whole dataset's counts instead: a pickled {layer: top-k assignments per expert}
+(as Aaronhuang-778/MC-MoE's experts_act_frequency.pkl holds Mixtral-8x7B's over 128 windows of C4).
+One aggregate per layer, so `mean` is the layers' mean of the hottest expert over its share over the
+whole dataset and `overload` the largest of them: a micro-batch's hottest can only be hotter (the
+hottest of an average is at most the average of the hottest). A pickle runs code as it loads: give
+only a file you trust."""
 import argparse
 import glob
 import json
+import math
 import os
+import pickle
 import statistics
 import sys
 
@@ -78,23 +87,57 @@ def summarize(folder, group=20, consecutive=False, seed=0):
             "layer_medians": [statistics.median(rs) for rs in per_layer]}
 
 
+def from_counts(path):
+    """{layers, experts, mean, overload, layer_figures} of a pickled {layer: counts per expert} file."""
+    try:
+        with open(path, "rb") as f:
+            data = pickle.load(f)  # torch tensors unpickle through torch, which imports itself
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError) as e:
+        raise BadInput(f"{path}: {e}")
+    if not isinstance(data, dict) or not data:
+        raise BadInput(f"{path}: expected a pickled {{layer: counts per expert}}")
+    figures, experts = [], None
+    for layer in sorted(data):
+        try:
+            counts = [float(c) for c in (data[layer].tolist() if hasattr(data[layer], "tolist") else data[layer])]
+        except (TypeError, ValueError):
+            raise BadInput(f"{path}: layer {layer}: expected a list of counts")
+        if not all(math.isfinite(c) and c >= 0 for c in counts) or sum(counts) <= 0:
+            raise BadInput(f"{path}: layer {layer}: expected finite non-negative counts, not all zero")
+        if experts is not None and len(counts) != experts:
+            raise BadInput(f"{path}: layer {layer}: {len(counts)} experts, the others {experts}")
+        experts = len(counts)
+        figures.append(max(counts) / (sum(counts) / experts))
+    return {"layers": len(figures), "experts": experts, "mean": statistics.fmean(figures),
+            "overload": max(figures), "layer_figures": figures}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="routing_overload.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("folder", help="a folder of [questions, layers, experts] .npy share files")
+    ap.add_argument("folder", nargs="?", help="a folder of [questions, layers, experts] .npy share files")
+    ap.add_argument("--counts", metavar="FILE", help="a pickled {layer: counts per expert} of a whole dataset instead")
     ap.add_argument("--group", type=int, default=20, help="questions a micro-batch (default 20)")
     ap.add_argument("--consecutive", action="store_true",
                     help="group each file's questions in file order (default: all files' questions shuffled)")
     ap.add_argument("--seed", type=int, default=0, help="the shuffle's seed (default 0)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of text")
     a = ap.parse_args(argv)
+    if (a.folder is None) == (a.counts is None):
+        ap.error("give a folder of share files or --counts FILE")
     try:
-        out = summarize(a.folder, a.group, a.consecutive, a.seed)
+        out = from_counts(a.counts) if a.counts else summarize(a.folder, a.group, a.consecutive, a.seed)
     except BadInput as e:
         print(f"routing_overload: {e}", file=sys.stderr)
         return 1
     if a.json:
         print(json.dumps(out))
+        return 0
+    if a.counts:
+        print(f"{out['layers']} layers of {out['experts']} experts, one whole-dataset count each")
+        print(f"mean (the layers' hottest over its share): {out['mean']:.3f}")
+        print(f"overload (the hottest layer): {out['overload']:.3f}")
+        print("per layer: " + " ".join(f"{m:.2f}" for m in out["layer_figures"]))
         return 0
     print(f"{out['files']} files, {out['groups']} groups of {a.group} questions, {out['order']}")
     print(f"mean (every layer and group): {out['mean']:.3f}")

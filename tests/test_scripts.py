@@ -729,6 +729,24 @@ class RoutingOverload(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             self.assertEqual(routing_overload.main([d]), 1)
 
+    def test_whole_dataset_counts(self):
+        import pickle
+        import routing_overload
+        with tempfile.TemporaryDirectory() as d:
+            f = os.path.join(d, "counts.pkl")
+            with open(f, "wb") as out:
+                pickle.dump({0: [4, 2, 1, 1], 1: [2, 2, 2, 2]}, out)  # layer 0's hottest at 2x its share
+            r = routing_overload.from_counts(f)
+            self.assertEqual((r["layers"], r["experts"]), (2, 4))
+            self.assertAlmostEqual(r["mean"], 1.5)
+            self.assertAlmostEqual(r["overload"], 2.0)
+            with open(f, "wb") as out:
+                pickle.dump({0: [4, 2, 1, 1], 1: [2, 2, 2]}, out)
+            self.assertEqual(routing_overload.main(["--counts", f]), 1)  # 3 experts where the others have 4
+            with open(f, "wb") as out:
+                pickle.dump([1, 2], out)
+            self.assertEqual(routing_overload.main(["--counts", f]), 1)  # not a map of layers
+
     def test_shuffled_groups_mix_the_files(self):
         import numpy as np
         import routing_overload
