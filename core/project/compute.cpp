@@ -90,7 +90,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   if (again.mlp) {
     const double Fd = double(m.dense_ffn_hidden);
     c.modules_again += st.dense * (gemms_t(lg.dense_ffn, true) + (2 * h + 3 * Fd) * kB * per_byte);
-    c.modules_launches += st.dense * (set.framework.forward.dense_ffn - 1);  // all but its bias-dropout-add
+    c.modules_launches += st.dense * std::max(0.0, set.framework.forward.dense_ffn - 1);  // but its bias-dropout-add
   }
   if (again.core_attn && m.attention != "none") c.modules_again += core_t / 3, c.modules_launches += st.layers;
   return c;
