@@ -10,7 +10,11 @@ gradient (X^T x dY, a [k, n] per expert), by two backends: `grouped` (torch._gro
 CUTLASS kernel on sm90 in bf16, PyTorch 2.8 and later; core/moe/grouped.cpp's op) and `loop` (a
 cuBLAS GEMM per expert, as Transformer Engine's GroupedLinear launches them, on one stream here);
 and one dense GEMM of all the rows (`dense`, the ceiling). TFLOP/s count 2 x rows x k x n a
-product. Prints one JSON object: the device, PyTorch, the commit, and a row per case.
+product. Beside them, `wgrad_acc`: the weight gradient added into an fp32 gradient buffer per
+expert, as Megatron's gradient-accumulation fusion keeps it (Transformer Engine accumulates into
+main_grad, cuBLAS's beta = 1): here the product and then the add, an upper bound of the fused
+kernel's time, which reads and writes 8 bytes a weight however few the rows. Prints one JSON object:
+the device, PyTorch, the commit, and a row per case.
 
 usage: gpu_grouped_probe.py [--out FILE.json] [--repeats N] [--quick] [--device cpu]
 """
@@ -101,7 +105,7 @@ def case(h, F, experts, sizes, backend, dtype, device, repeats):
     offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32).to(device)
     out = {}
     total_ms = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
-    flops = 0.0
+    flops, acc_ms = 0.0, 0.0
     for k, n in ((h, 2 * F), (F, h)):
         # Drawn where they are used (the values do not matter to the time; the device's generator is
         # seeded in run()).
@@ -115,12 +119,16 @@ def case(h, F, experts, sizes, backend, dtype, device, repeats):
         else:
             fwd, dgrad, wgrad = products(backend, sizes, offs)
             parts = {"fwd": lambda: fwd(x, w), "dgrad": lambda: dgrad(dy, w), "wgrad": lambda: wgrad(x, dy)}
+            main_grad = torch.zeros(experts, k, n, dtype=torch.float32, device=device)
+            acc_ms += timed(lambda: main_grad.add_(wgrad(x, dy)), repeats)
         for name, fn in parts.items():
             total_ms[name] += timed(fn, repeats)
         flops += 2.0 * rows * k * n
     for name, ms in total_ms.items():
         out[f"{name}_tflops"] = flops / (ms * 1e-3) / 1e12
     out["tflops"] = 3 * flops / (sum(total_ms.values()) * 1e-3) / 1e12
+    if acc_ms > 0:
+        out["wgrad_acc_tflops"] = flops / (acc_ms * 1e-3) / 1e12
     out["ms"] = sum(total_ms.values())
     return out
 

@@ -707,6 +707,9 @@ class GroupedProbe(unittest.TestCase):
         # 2 row counts x (3 splits by the loop + 1 dense GEMM)
         self.assertEqual(len(doc["rows"]), 2 * (3 + 1))
         self.assertTrue(all(r["tflops"] > 0 and "error" not in r for r in doc["rows"]))
+        # The weight gradient into an fp32 buffer: timed where experts are grouped, not for one GEMM.
+        for r in doc["rows"]:
+            self.assertEqual(r.get("wgrad_acc_tflops", 0) > 0, r["backend"] != "dense", r)
 
 
 class RoutingOverload(unittest.TestCase):
