@@ -10,11 +10,11 @@ namespace memfine {
 
 namespace {
 
-// Megatron's --recompute-modules that no strategy is: moe_act, moe and full granularity are
-// registered strategies (`memfine strategies`), named in a file's `strategies:`.
-const std::vector<std::string>& module_names() {
-  static const std::vector<std::string> names = {"layernorm", "mla_up_proj", "mlp", "core_attn"};
-  return names;
+// The modules' names, each between `before` and `after`, `between` them.
+std::string module_names(const std::string& before, const std::string& between, const std::string& after) {
+  std::string out;
+  for (const auto& entry : recompute_module_table()) out += (out.empty() ? "" : between) + before + entry.first + after;
+  return out;
 }
 
 std::vector<std::string> modules_value(const YAML::Node& n) {
@@ -22,11 +22,13 @@ std::vector<std::string> modules_value(const YAML::Node& n) {
   std::vector<std::string> out;
   for (const YAML::Node& e : n) {
     const std::string name = e.IsScalar() ? e.Scalar() : MapReader::dump(e);
+    // moe_act, moe and full granularity are registered strategies, named in a file's `strategies:`.
     for (const char* strategy : {"moe_act", "moe", "full"})
       if (name == strategy)
         throw std::invalid_argument(name + " is a strategy here, named in `strategies:` (`memfine strategies` lists them)");
-    if (std::find(module_names().begin(), module_names().end(), name) == module_names().end())
-      throw std::invalid_argument("no module '" + name + "' (layernorm, mla_up_proj, mlp, core_attn)");
+    const auto& table = recompute_module_table();
+    if (std::none_of(table.begin(), table.end(), [&](const auto& e) { return e.first == name; }))
+      throw std::invalid_argument("no module '" + name + "' (" + module_names("", ", ", "") + ")");
     if (std::find(out.begin(), out.end(), name) != out.end()) throw std::invalid_argument(name + " given twice");
     out.push_back(name);
   }
@@ -35,12 +37,26 @@ std::vector<std::string> modules_value(const YAML::Node& n) {
 
 template <class S>
 Field<S> modules(std::string key, std::vector<std::string> S::*m, std::string help) {
-  return {key, "list of `layernorm` \\| `mla_up_proj` \\| `mlp` \\| `core_attn`", "[]", std::move(help),
+  return {key, "list of " + module_names("`", " \\| ", "`"), "[]", std::move(help),
           [key, m](MapReader& r, S& s) { r.read_value(key, s.*m, modules_value); },
           [m](const S& s) { return nlohmann::json(s.*m); }, [m](const S& s) { return (s.*m).empty(); }};
 }
 
 }  // namespace
+
+const std::vector<std::pair<std::string, bool RecomputedModules::*>>& recompute_module_table() {
+  using R = RecomputedModules;
+  static const std::vector<std::pair<std::string, bool R::*>> table = {
+      {"layernorm", &R::layernorm}, {"mla_up_proj", &R::mla_up_proj}, {"mlp", &R::mlp}, {"core_attn", &R::core_attn}};
+  return table;
+}
+
+RecomputedModules recomputed_modules(const std::vector<std::string>& names) {
+  RecomputedModules r;
+  for (const auto& [name, flag] : recompute_module_table())
+    if (std::find(names.begin(), names.end(), name) != names.end()) r.*flag = true;
+  return r;
+}
 
 const Section<FrameworkConfig>& framework_keys() {
   using namespace fields;

@@ -81,6 +81,18 @@ struct SearchSpace {
 // (a profile, core/predict/profile.h), its loss, what its process holds beside its tensors, how much
 // the caching allocator reserves over what it hands out, and whether it overlaps the all-to-all.
 // "auto" and negative numbers: the framework's own (core/project/framework.cpp names the sources).
+// Megatron's --recompute-modules that no strategy is, as flags (core/predict/profile_megatron.cpp
+// prices what each lets go; the strategies are its moe_act, moe and full granularity).
+struct RecomputedModules {
+  bool layernorm = false, mla_up_proj = false, mlp = false, core_attn = false;
+  bool any() const { return layernorm || mla_up_proj || mlp || core_attn; }
+};
+// Each module's name as Megatron spells it and its flag: the one list the key, the setting and the
+// notes read.
+const std::vector<std::pair<std::string, bool RecomputedModules::*>>& recompute_module_table();
+// The flags of the modules `names` names (names the table has; the key refuses others).
+RecomputedModules recomputed_modules(const std::vector<std::string>& names);
+
 struct FrameworkConfig {
   std::string name = "megatron_te";  // megatron_te | fsdp_te | memfine_layer
   std::string loss = "auto";         // auto | vocab_fp32 | vocab_bf16 | chunked

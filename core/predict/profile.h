@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/config/config.h"
+#include "core/config/project.h"
 #include "core/moe/shape.h"
 
 namespace memfine {
@@ -42,13 +43,11 @@ struct LayerWidths {
   std::string row_text;
 };
 
-// Megatron-Core's modules recomputed beside a strategy's own recomputation (--recompute-modules
-// under selective granularity; the strategies are its moe_act and moe, and full granularity):
-// megatron_te's profile alone has them (profile_megatron.cpp says what each lets go).
-struct RecomputedModules {
-  bool layernorm = false, mla_up_proj = false, mlp = false, core_attn = false;
-  bool any() const { return layernorm || mla_up_proj || mlp || core_attn; }
-};
+// Megatron-Core's modules recomputed beside a strategy's own recomputation (RecomputedModules,
+// core/config/project.h): megatron_te's profile alone has them (profile_megatron.cpp says what each
+// lets go). Those that run under a shape: none where it recomputes the layer whole (Megatron
+// recomputes modules only under selective granularity).
+RecomputedModules recomputed_under(const RecomputedModules& again, const StrategyShape& s);
 
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
                          const RecomputedModules& again = {});

@@ -19,6 +19,10 @@ double megatron_unfused_norms(const ModelConfig& m, bool moe_layer) {
   return (moe_layer ? 1 : 0) + (m.attention == "mla" ? 1 : 0);
 }
 
+RecomputedModules recomputed_under(const RecomputedModules& again, const StrategyShape& s) {
+  return s.recompute_layer ? RecomputedModules{} : again;
+}
+
 LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, const RecomputedModules& again) {
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);
@@ -61,18 +65,16 @@ LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double
   //   tensor_parallel.checkpoint, q, k and v kept as its inputs and its output as linear_proj's:
   //   the softmax statistics let go; its backward runs the core again, another output beside.
   double moe_gone = 0, dense_gone = 0, moe_back = 0, dense_back = 0;
-  if (!s.recompute_layer) {
-    auto gone = [&](double moe_layer, double dense_layer, double extra_back) {
-      moe_gone += moe_layer, dense_gone += dense_layer, moe_back += moe_layer + extra_back;
-      dense_back += dense_layer + extra_back;
-    };
-    const double norm_out = kB * h + kFp32, H = double(m.heads);
-    if (again.layernorm)
-      gone(megatron_unfused_norms(m, true) * norm_out, megatron_unfused_norms(m, false) * norm_out, 0);
-    if (again.mla_up_proj && m.attention == "mla") gone(kB * te_mla_qkv(m), kB * te_mla_qkv(m), 0);
-    if (again.mlp) gone(0, kB * (h + 3 * Fd) + kFp32, 0);
-    if (again.core_attn && m.attention != "none") gone(kFp32 * H, kFp32 * H, kB * H * double(m.v_dim()));
-  }
+  auto gone = [&](double moe_layer, double dense_layer, double extra_back) {
+    moe_gone += moe_layer, dense_gone += dense_layer, moe_back += moe_layer + extra_back;
+    dense_back += dense_layer + extra_back;
+  };
+  const RecomputedModules run = recomputed_under(again, s);
+  const double norm_out = kB * h + kFp32, H = double(m.heads);
+  if (run.layernorm) gone(megatron_unfused_norms(m, true) * norm_out, megatron_unfused_norms(m, false) * norm_out, 0);
+  if (run.mla_up_proj && m.attention == "mla") gone(kB * te_mla_qkv(m), kB * te_mla_qkv(m), 0);
+  if (run.mlp) gone(0, kB * (h + 3 * Fd) + kFp32, 0);
+  if (run.core_attn && m.attention != "none") gone(kFp32 * H, kFp32 * H, kB * H * double(m.v_dim()));
   p.outside -= moe_gone, p.dense -= dense_gone;
   LayerWidths w = assemble(p, s);
   w.token_again += moe_back, w.dense_again += dense_back;

@@ -78,8 +78,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // writes h a token; MLA's up-projections' GEMMs (its fused RoPE, two kernels, not priced); the
   // dense MLPs' GEMMs with their fused norm and SwiGLU's product; the attention core's forward, a
   // third of its forward and backward.
-  const RecomputedModules& again = set.framework.recomputed;
-  if (s.recompute_layer) return c;  // Megatron recomputes modules only under selective granularity
+  const RecomputedModules again = recomputed_under(set.framework.recomputed, s);
   const double per_byte = hw.hbm_gb_s > 0 ? tokens / tp / hbm : 0, kB = set.element_bytes;
   if (again.layernorm) {
     const double norms = st.moe * megatron_unfused_norms(m, true) + st.dense * megatron_unfused_norms(m, false);

@@ -125,11 +125,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.ep_overlap = f.ep_overlap;
   s.ep_overlap_hidden = f.ep_overlap_hidden >= 0 ? f.ep_overlap_hidden : kEpOverlapHidden;
   s.tp_comm_overlap = f.tp_comm_overlap;
-  for (const std::string& module : f.recompute_modules) {
-    RecomputedModules& r = s.recomputed;
-    (module == "layernorm" ? r.layernorm : module == "mla_up_proj" ? r.mla_up_proj : module == "mlp" ? r.mlp : r.core_attn) =
-        true;
-  }
+  s.recomputed = recomputed_modules(f.recompute_modules);
   // Megatron overlaps the interleaved schedule's pipeline sends and receives with the forward and
   // backward chunks (--no-overlap-p2p-communication turns it off; arguments.py keeps it on only with
   // virtual stages, Megatron-LM d98e8a64). AutoModel's torch.distributed.pipelining: not counted.
@@ -155,9 +151,8 @@ namespace {
 
 std::string modules_text(const RecomputedModules& r) {
   std::string out;
-  for (const auto& [on, name] : {std::pair<bool, const char*>{r.layernorm, "layernorm"}, {r.mla_up_proj, "mla_up_proj"},
-                                 {r.mlp, "mlp"}, {r.core_attn, "core_attn"}})
-    if (on) out += (out.empty() ? "[" : ", ") + std::string(name);
+  for (const auto& [name, flag] : recompute_module_table())
+    if (r.*flag) out += (out.empty() ? "[" : ", ") + name;
   return out + "]";
 }
 

@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "core/model/flops.h"
-#include "core/predict/profile.h"
 #include "core/project/comm.h"
 #include "core/project/memory.h"
 #include "core/project/pipeline.h"
