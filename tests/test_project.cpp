@@ -554,6 +554,37 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
                  "gpu.grouped_gemm_curve: expected a list of [rows, TFLOP/s] pairs");
 }
 
+// The check on the curve: one expert's six GEMMs on the dense GEMM table at its shape (here a
+// table of one rate, so their time is their FLOPs over it), and Megatron's accumulation of the
+// weight gradients into main_grad, three weight matrices of h x g read and written at the gradient
+// buffer's width at the HBM rate whatever the rows; the estimate gives both as rates over the
+// experts' FLOPs, the second only for the framework that fuses it, neither where the preset has no table.
+TEST(Project, TheExpertsKernelsOnTheGemmTableBesideTheCurve) {
+  Hardware hw = plain_gpu();
+  hw.gemm_table.m = hw.gemm_table.n = hw.gemm_table.k = {256};
+  hw.gemm_table.tflops = {400};
+  hw.hbm_gb_s = 2000;
+  const double rows = 1024, h = 512, g = 256;
+  const ExpertKernels k = expert_kernels(hw, rows, h, g, 8);
+  EXPECT_NEAR(k.gemm_s, 3 * 6 * rows * h * g / 400e12, 1e-18);
+  EXPECT_NEAR(k.accumulate_s, 3 * h * g * 8 / 2000e9, 1e-18);
+  EXPECT_EQ(expert_kernels(hw, 0, h, g, 8).gemm_s, 0);
+
+  const ModelConfig m = plain();
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 2;
+  ProjectSetting set;  // megatron_te, fp32 gradients: 8 bytes a weight
+  const Estimate e = estimate(m, hw, l, *strategy("no_recompute"), set);
+  const ExpertKernels at = expert_kernels(hw, e.expert_rows, double(m.hidden), double(m.ffn_hidden), 8);
+  EXPECT_NEAR(e.expert_table_tflops, 400, 1e-9);
+  EXPECT_NEAR(e.expert_accumulated_tflops, 400 * at.gemm_s / (at.gemm_s + at.accumulate_s), 1e-9);
+  EXPECT_LT(e.expert_accumulated_tflops, e.expert_table_tflops);
+  set.framework.profile = Profile::FsdpTe;
+  EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).expert_accumulated_tflops, 0);
+  hw.gemm_table = {};
+  EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).expert_table_tflops, 0);
+}
+
 // A dense GEMM table: its points exactly, linear in the logarithms of the shape between them, flat
 // beyond; the GEMMs' shapes (GQA and MLA, dense and shared FFNs, router, head, MTP) hold the FLOPs
 // of the parts they stand for; a table that is not a full grid is refused at its line.

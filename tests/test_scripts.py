@@ -542,6 +542,18 @@ class Validation(unittest.TestCase):
                       rows["over"]["why"])
         self.assertNotIn("experts' GEMMs", rows["under"]["why"])  # too slow: communication is the reading
 
+    def test_an_overestimate_sets_the_curve_beside_its_kernels(self):
+        slower = self.row("slower", 1500.0, None)
+        slower["expert_gemm"] = {"rows": 1024.0, "tflops": 331.5, "table_tflops": 645.7, "accumulated_tflops": 500.6}
+        faster = self.row("faster", 1500.0, None)
+        faster["expert_gemm"] = {"rows": 4096.0, "tflops": 627.9, "table_tflops": 600.0}  # no fused accumulation
+        rows = {r["case"]: r for r in self.runs(slower, faster)}
+        self.assertIn("332 TFLOP/s on the grouped GEMM curve (646 on the GEMM table at one expert's shape, 501 with "
+                      "the weight gradients' accumulation into the gradient buffer: the curve prices them slower "
+                      "than their kernels)", rows["slower"]["why"])
+        self.assertIn("628 TFLOP/s on the grouped GEMM curve (600 on the GEMM table at one expert's shape: the curve "
+                      "prices them faster than their kernels)", rows["faster"]["why"])
+
     def test_every_layout_counts_for_fit_the_pairs_too(self):
         pair = self.row("pair_x_learned", 1000.0, None)
         pair["fits"], pair["need_gb"] = False, 82.5

@@ -6,6 +6,7 @@
 
 #include "core/model/flops.h"
 #include "core/project/memory.h"
+#include "core/project/rates.h"
 #include "core/project/step_time.h"
 
 #include "core/util/format.h"
@@ -82,6 +83,16 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.optimizer = t.optimizer, e.launch = t.launch;
   e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
   e.expert_tflops = grouped_rate(hw, e.expert_rows) / 1e12;
+  if (!hw.gemm_table.empty()) {
+    const double h = double(m.hidden), g = double(m.ffn_hidden);
+    // Megatron-Core's TEGroupedLinear accumulates into main_grad (fuse_wgrad_accumulation, on unless
+    // --no-gradient-accumulation-fusion); the other frameworks' accumulation is not counted.
+    const double acc = set.framework.profile == Profile::MegatronTe ? 2 * set.framework.grad_bytes : 0;
+    const ExpertKernels k = expert_kernels(hw, e.expert_rows, h, g, acc);
+    const double flops = 3 * expert_forward_flops(e.expert_rows, h, g);
+    if (k.gemm_s > 0) e.expert_table_tflops = flops / k.gemm_s / 1e12;
+    if (k.gemm_s > 0 && acc > 0) e.expert_accumulated_tflops = flops / (k.gemm_s + k.accumulate_s) / 1e12;
+  }
   e.tokens_per_s_gpu = double(l.global_batch) * double(m.seq) / e.step / double(l.gpus());
   e.model_tflops_gpu = e.tokens_per_s_gpu * token_flops(m).training() / 1e12;
   add_goodput(e, m, hw, set);

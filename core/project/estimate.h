@@ -34,6 +34,10 @@ struct Estimate {
   // The step time's grouped expert GEMMs: the rows a local expert's GEMMs run at and their rate there
   // (the grouped GEMM curve's least sure part is its few-row end).
   double expert_rows = 0, expert_tflops = 0;
+  // The same GEMMs' rate on the dense GEMM table at one expert's shape, and with the weight
+  // gradients' accumulation (where the framework fuses it) at the HBM rate beside (rates.h
+  // expert_kernels): a check on the curve, not priced; 0 where the preset has no table.
+  double expert_table_tflops = 0, expert_accumulated_tflops = 0;
   double tokens_per_s_gpu = 0, model_tflops_gpu = 0;
   double balanced_tokens_per_s_gpu = 0;  // the same with balanced routing
   Goodput goodput;

@@ -55,4 +55,15 @@ double gemm_rate(const Hardware& hw, double m, double n, double k) {
   return rate * 1e12;
 }
 
+ExpertKernels expert_kernels(const Hardware& hw, double rows, double h, double g, double accumulate_bytes) {
+  ExpertKernels k;
+  if (rows <= 0) return k;
+  for (const auto& [n, in] : {std::pair{2 * g, h}, std::pair{h, g}}) {
+    const double f = 2 * rows * n * in;
+    k.gemm_s += f / gemm_rate(hw, rows, n, in) + f / gemm_rate(hw, rows, in, n) + f / gemm_rate(hw, in, n, rows);
+  }
+  if (hw.hbm_gb_s > 0) k.accumulate_s = 3 * h * g * accumulate_bytes / (hw.hbm_gb_s * 1e9);
+  return k;
+}
+
 }  // namespace memfine

@@ -26,4 +26,16 @@ double attention_rate(const Hardware& hw, double head_dim, bool sinks = false);
 // logarithms of m, n and k between its points and flat beyond them; or its one rate.
 double gemm_rate(const Hardware& hw, double m, double n, double k);
 
+// One local expert's GEMMs of a micro-batch at `rows` (hidden h, expert width g; FC1 h to 2g for
+// SwiGLU's two halves, FC2 g to h), forward, data and weight gradients, on the dense GEMM table at
+// its shape: Transformer Engine's grouped GEMM on Hopper runs one cuBLAS GEMM per expert
+// (multi_stream_cublas_gemm, TransformerEngine d0067d0d common/gemm/cublaslt_gemm.cu). And the
+// weight gradients' accumulation into the framework's gradient buffer (Megatron's
+// gradient_accumulation_fusion: every weight read and written, `accumulate_bytes` of them, however
+// few the rows) at the HBM rate. A kernel-level check on the grouped GEMM curve, not priced.
+struct ExpertKernels {
+  double gemm_s = 0, accumulate_s = 0;
+};
+ExpertKernels expert_kernels(const Hardware& hw, double rows, double h, double g, double accumulate_bytes);
+
 }  // namespace memfine

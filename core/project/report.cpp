@@ -170,6 +170,8 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
           {"optimizer", e.optimizer}, {"launch", e.launch}};
       j["all_to_all_s"] = e.all_to_all;
       j["expert_gemm"] = {{"rows", e.expert_rows}, {"tflops", e.expert_tflops}};
+      if (e.expert_table_tflops > 0) j["expert_gemm"]["table_tflops"] = e.expert_table_tflops;
+      if (e.expert_accumulated_tflops > 0) j["expert_gemm"]["accumulated_tflops"] = e.expert_accumulated_tflops;
       j["tokens_per_s_gpu"] = e.tokens_per_s_gpu, j["balanced_tokens_per_s_gpu"] = e.balanced_tokens_per_s_gpu;
       j["model_tflops_gpu"] = e.model_tflops_gpu;
       j["goodput"] = {{"ettr", e.goodput.ettr},

@@ -70,12 +70,26 @@ def _why(r, err):
         g = r.get("expert_gemm")
         if g:  # the grouped GEMM curve is least sure at its few-row end (experiments/project/hardware.yaml)
             said.append(f"its experts' GEMMs run at {g['rows']:.0f} rows each, {g['tflops']:.0f} TFLOP/s on the "
-                        "grouped GEMM curve")
+                        "grouped GEMM curve" + _kernel_check(g))
     else:
         share = parts["comm"] / max(r["step_s"], 1e-12)
         said.append(f"exposed communication is {100 * share:.0f}% of its step (all-to-alls at the dispatcher's "
                     "benchmark rate, none overlapped unless the file says so)")
     return "; ".join(said)
+
+
+def _kernel_check(g):
+    """The same GEMMs on the dense GEMM table at one expert's shape, with the weight gradients'
+    accumulation beside where the framework fuses it (core/project/rates.h expert_kernels), and
+    which way the curve lies from them."""
+    if not g.get("table_tflops"):
+        return ""
+    kernels = g.get("accumulated_tflops") or g["table_tflops"]
+    side = "slower" if g["tflops"] < kernels else "faster"
+    acc = (f", {g['accumulated_tflops']:.0f} with the weight gradients' accumulation into the gradient buffer"
+           if g.get("accumulated_tflops") else "")
+    return (f" ({g['table_tflops']:.0f} on the GEMM table at one expert's shape{acc}: the curve prices them "
+            f"{side} than their kernels)")
 
 
 def runs(model_dir):
