@@ -85,11 +85,12 @@ def _kernel_check(g):
     if not g.get("table_tflops"):
         return ""
     kernels = g.get("accumulated_tflops") or g["table_tflops"]
-    side = "slower" if g["tflops"] < kernels else "faster"
+    ratio = g["tflops"] / kernels
+    side = "about as fast as" if abs(ratio - 1) <= 0.05 else "slower than" if ratio < 1 else "faster than"
     acc = (f", {g['accumulated_tflops']:.0f} with the weight gradients' accumulation into the gradient buffer"
            if g.get("accumulated_tflops") else "")
     return (f" ({g['table_tflops']:.0f} on the GEMM table at one expert's shape{acc}: the curve prices them "
-            f"{side} than their kernels)")
+            f"{side} their kernels)")
 
 
 def runs(model_dir):
