@@ -331,6 +331,17 @@ Hardware plain_gpu() {
   return hw;
 }
 
+// Qwen3's per-head norms of queries and keys are memory-bound kernels of their own (TENorm on q and
+// k in Megatron-Core's TE spec): each reads and writes its heads, (H + G) x d a token.
+TEST(Work, QueryAndKeyNormsMoveTheirHeads) {
+  ModelConfig m = plain();
+  m.heads = 8, m.kv_heads = 2, m.head_dim = 64;
+  const double without = memory_bound_bytes(m, 2).attention;
+  m.qk_norm = true;
+  EXPECT_DOUBLE_EQ(memory_bound_bytes(m, 2).attention - without, 2 * 2 * (8 + 2) * 64);
+  EXPECT_DOUBLE_EQ(memory_bound_bytes(m, 2).routed_row, memory_bound_bytes(plain(), 2).routed_row);
+}
+
 // The optimizer step moves what each framework's code reads and writes per parameter at the HBM
 // rate: the distributed optimizer's shard (38 bytes with fp32 gradients and moments: the fused
 // Adam's 16 read and 12 written, the bf16 copy's 6, the norm's 4) and its zeroed gradient buffer,

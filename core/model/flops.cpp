@@ -111,7 +111,8 @@ LayerBytes memory_bound_bytes(const ModelConfig& m, double element_bytes) {
   const double kBf16 = element_bytes, kFp32 = 4;
   const double h = double(m.hidden), H = double(m.heads), g = double(m.ffn_hidden);
   LayerBytes b;
-  const double norms = 2 * 2 * h + (m.attention == "mla" ? 2 * double(m.q_lora_rank + m.kv_lora_rank) : 0);
+  const double qk_norm = m.qk_norm ? 2 * (H + double(m.kv_heads)) * double(m.head_dim) : 0;
+  const double norms = 2 * 2 * h + (m.attention == "mla" ? 2 * double(m.q_lora_rank + m.kv_lora_rank) : 0) + qk_norm;
   const double rotary =
       m.attention == "mla" ? 2 * (H + 1) * double(m.rope_head_dim) : 2 * (H + double(m.kv_heads)) * double(m.head_dim);
   b.attention = kBf16 * (norms + 2 * 3 * h + rotary);

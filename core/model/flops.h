@@ -40,13 +40,14 @@ struct TokenFlops {
 
 // What memory-bound kernels move in one layer's forward, bytes per token or per routed row
 // (activations of `element_bytes`; the loss's softmax in fp32):
-// a read and a write of each operand of the norms (two per layer, and MLA's latent norms), the two
-// residual adds, the rotary embedding, the router's softmax, the permute into expert order and
-// back (a row read and written each way), SwiGLU's product (a and b read, the product written),
+// a read and a write of each operand of the norms (two per layer, MLA's latent norms, and the
+// per-head norms of queries and keys where the model has them: their launches are not counted),
+// the two residual adds, the rotary embedding, the router's softmax, the permute into expert order
+// and back (a row read and written each way), SwiGLU's product (a and b read, the product written),
 // and the loss's logits (written in bf16, softmax read and written in fp32). Backward moves about
 // twice the forward's (gradients read and written beside the saved inputs).
 struct LayerBytes {
-  double attention = 0;   // per token, every layer: norms, residuals, rotary, MLA's latent norms
+  double attention = 0;   // per token, every layer: norms, residuals, rotary, MLA's latent or q/k norms
   double dense_ffn = 0;   // per token, a dense layer's SwiGLU product
   double moe_token = 0;   // per token, a MoE layer: router softmax, shared experts' SwiGLU product
   double routed_row = 0;  // per routed row: permute, unpermute, SwiGLU product
