@@ -764,6 +764,58 @@ TEST(Project, InsideANodeADispatcherSendsATokenOncePerGpu) {
   EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 0);
 }
 
+// Consecutive experts (NeMo AutoModel's fake balanced gate: token t to experts tk .. tk+k-1 mod E)
+// put a token's experts on the fewest GPUs and nodes: DeepSeek-V3's 8 of 256 at EP 64 on two GPUs
+// (four experts each) of one node; counted by hand where the runs do not align; the random draw's
+// formula beside; a node-aware dispatcher's bytes follow, NCCL's all-to-all's do not; a file that
+// pairs them with an imbalance is refused at its line.
+TEST(Project, ConsecutiveExpertsReachTheFewestGpusAndNodes) {
+  EXPECT_DOUBLE_EQ(experts_reached(256, 8, 64, true), 2);
+  EXPECT_DOUBLE_EQ(experts_reached(256, 8, 8, true), 1);
+  EXPECT_DOUBLE_EQ(experts_reached(128, 8, 8, true), 1);
+  EXPECT_DOUBLE_EQ(experts_reached(128, 4, 64, true), 2);
+  // E 10, k 3 over 2 groups of 5: the starts 0, 3, 6, 9, 2, 5, 8, 1, 4, 7 reach 1, 2, 1, 2, 1, 1, 2, 1, 2, 1.
+  EXPECT_DOUBLE_EQ(experts_reached(10, 3, 2, true), 1.4);
+  EXPECT_DOUBLE_EQ(experts_reached(256, 8, 8, false), 8 * (1 - std::pow(7.0 / 8, 8)));
+  EXPECT_DOUBLE_EQ(experts_reached(256, 8, 1, true), 1);
+
+  ModelConfig m = plain();
+  m.topk = 8, m.experts = 64;
+  const Hardware hw = plain_gpu();
+  Layout l;
+  l.ep = 32, l.dp = 32, l.global_batch = 32;  // 4 nodes of 8, 16 experts a node
+  ProjectSetting set;
+  set.dispatcher = "deepep";
+  const double random = estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all;
+  set.consecutive_experts = true;
+  const double consecutive = estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all;
+  // The network part only: 3 messages' latency per all-to-all stay.
+  const double alpha = 4 * 16 * 3 * hw.network_latency_us * 1e-6;
+  EXPECT_NEAR((consecutive - alpha) / (random - alpha), 1 / (4 * (1 - std::pow(0.75, 8))), 1e-9);
+  set.dispatcher = "alltoall";
+  EXPECT_DOUBLE_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all,
+                   estimate(m, hw, l, *strategy("no_recompute"), ProjectSetting{}).all_to_all);
+
+  const std::string file = ::testing::TempDir() + "/consecutive_project.yaml";
+  for (const std::string imbalance : {"{overload: 1.2}", "{kind: zipf, alpha: 1.2}"}) {
+    std::ofstream(file) << "model: qwen3_30b_a3b\nhardware: h100_80gb\ngpus: 8\nglobal_batch: 8\n"
+                           "dispatcher: deepep\nexpert_choice: consecutive\nimbalance: " << imbalance << "\n";
+    try {
+      load_project(file, kExperiments + "/project");
+      ADD_FAILURE() << "accepted " << imbalance;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("consecutive_project.yaml:6: expert_choice: consecutive experts are "
+                                           "balanced routing"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::ofstream(file) << "model: qwen3_30b_a3b\nhardware: h100_80gb\ngpus: 8\nglobal_batch: 8\n"
+                         "dispatcher: deepep\nexpert_choice: consecutive\nimbalance: {overload: 1}\n";
+  EXPECT_TRUE(project_setting(load_project(file, kExperiments + "/project")).consecutive_experts);
+  std::remove(file.c_str());
+}
+
 // Experts are not split by TP (expert TP 1, as the memory side keeps them), so an EP group is `ep`
 // neighbouring ranks: EP 8 under TP 4 stays on one node's NVLink, where EP 16 crosses the network.
 TEST(Project, AnExpertGroupOfOneNodesRanksStaysOnNvlinkWhateverTp) {

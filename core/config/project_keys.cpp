@@ -320,6 +320,12 @@ const Section<ProjectConfig>& project_keys() {
        choice<P>("dispatcher", &P::dispatcher, {"alltoall", "deepep", "hybridep"},
                  "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
                  "(across nodes a token once per node), each at the hardware preset's measured rate"),
+       choice<P>("expert_choice", &P::expert_choice, {"random", "consecutive"},
+                 "which experts a token's top-k are, for the GPUs and nodes DeepEP and HybridEP send it to: random "
+                 "(each token's drawn independently and evenly: Megatron's --moe-router-force-load-balancing, and "
+                 "the stand-in for a learned router) or consecutive (token t to experts tk to tk+k-1 mod E, NeMo "
+                 "AutoModel's fake balanced gate: a token's experts on the fewest GPUs); consecutive is balanced "
+                 "routing, so `imbalance` must be too"),
        text<P>("pipeline_layout", &P::pipeline_layout, "string",
                "what each pipeline stage holds, in Megatron's --pipeline-model-parallel-layout syntax (E the "
                "embedding, t a decoder layer, m an MTP module, L the output layer and loss, a bar between virtual "

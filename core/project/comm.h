@@ -22,4 +22,11 @@ double all_gather_time(const Link& l, int64_t ranks, double bytes);
 // One pipeline send (or receive) of bytes.
 double send_time(const Link& l, double bytes);
 
+// Of a token's top-k among `experts` spread in order over `groups` (the GPUs of an expert-parallel
+// group, or its nodes), the groups it reaches on average: its experts drawn independently and
+// evenly (`consecutive` false), groups x (1 - (1 - 1/groups)^k); or consecutive, token t to experts
+// tk .. tk+k-1 mod E (NeMo AutoModel's FakeBalancedGate, components/moe/layers.py), counted over
+// the E tokens that run through every start.
+double experts_reached(double experts, double k, double groups, bool consecutive);
+
 }  // namespace memfine

@@ -40,6 +40,7 @@ struct ProjectSetting {
   double restart_h = 10.0 / 60;         // a restart's cost
   double checkpoint_gb_s_per_node = 5;  // what each node writes its share of the state at
   std::string dispatcher = "alltoall";  // alltoall | deepep | hybridep (core/project/step_time.h)
+  bool consecutive_experts = false;     // a token's top-k are consecutive experts (expert_choice)
   std::string pipeline_layout;          // Megatron's layout string; "": even (core/project/pipeline.h)
   FrameworkSetting framework;
   double element_bytes = 2;  // an activation's element: bf16 (the default) or float32's 4

@@ -39,8 +39,8 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
   const double k = double(m.topk);
   const double bytes = std::max(received, tokens_gpu * k) * double(m.hidden) * set.element_bytes;
   const bool node_aware = set.dispatcher != "alltoall";  // DeepEP, HybridEP
-  // Of a token's topk experts spread evenly over `groups` (GPUs or nodes), the groups it reaches.
-  auto reached = [&](double groups) { return groups * (1 - std::pow(1 - 1 / groups, k)); };
+  // Of a token's topk experts over `groups` (GPUs or nodes), the groups it reaches.
+  auto reached = [&](double groups) { return experts_reached(double(m.experts), k, groups, set.consecutive_experts); };
   double one = 0;
   if (in_node) {
     // NCCL's all-to-all sends a row per expert, the other ranks' share over the link. DeepEP and
@@ -245,6 +245,19 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   return p;
 }
 
+namespace {
+
+// Where a token's consecutive experts (expert_choice) put it: on so many of the GPUs (or nodes) of its group.
+std::string consecutive_note(const ModelConfig& m, const Hardware& hw, const Layout& l) {
+  const bool in_node = ep_in_node(l, hw);
+  const double groups = in_node ? double(l.ep) : std::ceil(double(l.ep) / double(hw.gpus_per_node));
+  return ", a token's consecutive experts (expert_choice) on " +
+         four_digits(experts_reached(double(m.experts), double(m.topk), groups, true)) + " of " +
+         four_digits(groups) + (in_node ? " GPUs" : " nodes");
+}
+
+}  // namespace
+
 std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set,
                                           const Layout& l) {
   // The grouped GEMM's rate as grouped_rate() takes it: the measured curve where the preset has one.
@@ -305,6 +318,7 @@ std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& 
               std::string(ep_in_node(l, hw)                 ? "NVLink"
                           : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"
                                                           : "network") +
+              (set.consecutive_experts && set.dispatcher != "alltoall" ? consecutive_note(m, hw, l) : "") +
               (set.framework.ep_overlap
                    ? ", each beside a compute of another micro-batch in Megatron's 1F1B pairs (the warmup's and "
                      "cooldown's passes alone), at most " + four_digits(100 * set.framework.ep_overlap_hidden) +
