@@ -131,7 +131,7 @@ struct ProjectConfig {
   std::string dtype = "bfloat16";                  // or "float32": an activation's element
   std::string dispatcher = "alltoall";             // or "deepep", "hybridep": a token once per node across nodes
   // Which experts a token's top-k are, for what a node-aware dispatcher sends: "random" or
-  // "consecutive" (core/project/step_time.h experts_reached).
+  // "consecutive" (core/project/comm.h experts_reached).
   std::string expert_choice = "random";
   // Megatron's --pipeline-model-parallel-layout ("Et*3|(tt|)*29m|L"); "": layers split evenly in order.
   std::string pipeline_layout;
