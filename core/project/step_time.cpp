@@ -27,6 +27,11 @@ double expert_dp_of(const Layout& l) { return double(l.dp * l.cp * l.tp) / doubl
 // TP > 1 in experiments/project/validation/ sets --expert-tensor-parallel-size 1), so an EP group is
 // `ep` neighbouring ranks (the expert grid's order tp-cp-ep-dp-pp, parallel_state.py), whatever TP is.
 bool ep_in_node(const Layout& l, const Hardware& hw) { return l.ep <= hw.gpus_per_node; }
+// What a node-aware dispatcher sends a token to once each: the EP group's GPUs inside a node, its
+// nodes across them.
+double dispatch_groups(const Layout& l, const Hardware& hw) {
+  return ep_in_node(l, hw) ? double(l.ep) : std::ceil(double(l.ep) / double(hw.gpus_per_node));
+}
 
 // The expert-parallel dispatch and combine of one micro-batch on one stage (4 all-to-alls per MoE
 // layer: forward and backward, each way).
@@ -51,7 +56,7 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
     one = node_aware && l.ep > 1 ? (e - 1) * ep_link.alpha + bytes * reached(e) / k / ep_link.beta
                                  : all_to_all_time(ep_link, l.ep, bytes);
   } else {
-    const double n = std::ceil(double(l.ep) / double(hw.gpus_per_node));
+    const double n = dispatch_groups(l, hw);
     // NCCL's all-to-all: the network carries the rows bound for the other nodes, at the NIC's rate.
     // A node-aware dispatcher sends a token once per node it needs and forwards it over NVLink
     // there. Their benchmarks' rates divide the bytes for every node reached, the token's own
@@ -249,11 +254,10 @@ namespace {
 
 // Where a token's consecutive experts (expert_choice) put it: on so many of the GPUs (or nodes) of its group.
 std::string consecutive_note(const ModelConfig& m, const Hardware& hw, const Layout& l) {
-  const bool in_node = ep_in_node(l, hw);
-  const double groups = in_node ? double(l.ep) : std::ceil(double(l.ep) / double(hw.gpus_per_node));
+  const double groups = dispatch_groups(l, hw);
   return ", a token's consecutive experts (expert_choice) on " +
          four_digits(experts_reached(double(m.experts), double(m.topk), groups, true)) + " of " +
-         four_digits(groups) + (in_node ? " GPUs" : " nodes");
+         four_digits(groups) + (ep_in_node(l, hw) ? " GPUs" : " nodes");
 }
 
 }  // namespace
