@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "core/util/host_sync.h"
+
 namespace memfine {
 
 // LibTorch 2.x split the process group into a front and per-device backends (Gloo, NCCL);
@@ -224,7 +226,10 @@ std::vector<int64_t> Dist::exchange_counts(const std::vector<int64_t>& send) con
 void Dist::allreduce_sum(at::Tensor& t) const {
   std::vector<at::Tensor> v = {t.device() == impl_->device ? t : t.to(impl_->device)};
   impl_->pg->allreduce(v)->wait();
-  if (!v[0].is_same(t)) t.copy_(v[0]);
+  if (!v[0].is_same(t)) {
+    if (!v[0].device().is_cpu() && t.device().is_cpu()) note_host_read();
+    t.copy_(v[0]);
+  }
 }
 
 void Dist::store_set(const std::string& key, const std::string& value) const {
@@ -241,6 +246,7 @@ at::Tensor Dist::allreduce_max(const at::Tensor& t) const {
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
   impl_->pg->allreduce(v, o)->wait();
+  if (!v[0].device().is_cpu() && t.device().is_cpu()) note_host_read();
   return v[0].to(t.device());
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/util/hash.h"
+#include "core/util/host_sync.h"
 #include "core/util/modules.h"
 #include "core/util/tensors.h"
 
@@ -197,10 +198,10 @@ Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& 
   } else {
     if (w.expert_bias.defined()) {  // the bias chooses, the probability still weighs
       at::Tensor ids = std::get<1>((probs.detach() + w.expert_bias).topk(topk, -1));
-      r = {probs.gather(1, ids), ids.cpu()};
+      r = {probs.gather(1, ids), to_host(ids)};
     } else {
       auto top = probs.topk(topk, -1);
-      r = {std::get<0>(top), std::get<1>(top).cpu()};
+      r = {std::get<0>(top), to_host(std::get<1>(top))};
     }
   }
   if (aux_coef > 0) {

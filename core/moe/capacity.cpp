@@ -4,11 +4,14 @@
 #include <numeric>
 #include <vector>
 
+#include "core/util/host_sync.h"
+
 namespace memfine {
 
 at::Tensor keep_within_capacity(const at::Tensor& group, const at::Tensor& priority, int64_t capacity) {
   const int64_t n = group.numel();
-  at::Tensor g = group.to(at::kCPU, at::kLong).contiguous(), p = priority.to(at::kCPU, at::kDouble).contiguous();
+  // The groups are the routing's (on the host); the priorities are the router's, read back.
+  at::Tensor g = group.to(at::kCPU, at::kLong).contiguous(), p = to_host(priority).to(at::kDouble).contiguous();
   const int64_t* gp = g.data_ptr<int64_t>();
   const double* pp = p.data_ptr<double>();
   std::vector<int64_t> order(static_cast<size_t>(n));

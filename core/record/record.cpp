@@ -56,6 +56,12 @@ void put_times(json& r, const ExperimentConfig& c, const PointRouting& rt, const
   put(r, "tflops", tflops);
   if (ceiling > 0) put(r, "ceiling_fraction", tflops * 1e12 / ceiling);
   put(r, "loss", k.loss);
+  // Host work: the timed steps' median (the lower of two middles: a count).
+  auto median = [](std::vector<int64_t> v) {
+    std::nth_element(v.begin(), v.begin() + (v.size() - 1) / 2, v.end());
+    return v[(v.size() - 1) / 2];
+  };
+  if (!k.ops.empty()) put(r, "ops_per_step", median(k.ops)), put(r, "host_syncs_per_step", median(k.host_syncs));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ struct Measured {
   std::string status = "ok", error;  // ok | oom | error
   int64_t static_bytes = 0;
   std::vector<double> ms, peaks;  // per timed step
+  std::vector<int64_t> ops, host_syncs;  // per timed step: operators dispatched, reads of device values
   double loss = 0;
   json counters = json::object();   // the strategy's own (Strategy::record_counters)
   json predicted_activation_bytes;  // the implementation model's, or null

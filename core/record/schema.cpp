@@ -68,6 +68,15 @@ const std::vector<FieldSpec>& record_schema() {
       {"tflops", "number|null", "TFLOP/s", "model FLOPs (recomputation not counted) over the median step", "measured"},
       {"ceiling_fraction", "number", "", "tflops over the machine's measured matmul ceiling", "measured"},
       {"loss", "number|null", "", "the step's loss (measured: the last timed step's)", "measured train"},
+      {"ops_per_step", "integer", "operators",
+       "operators the host dispatched in a step (forward, recomputation, backward and optimizer) at the top level, "
+       "autograd's derivatives included, the operators they call inside not; counted on the dispatcher, median over "
+       "the timed steps",
+       "measured"},
+      {"host_syncs_per_step", "integer", "reads",
+       "reads of device values the host waited for in a step: `item` and the copies to the host the code asks for "
+       "(on the CPU the same calls, counted alike); median over the timed steps",
+       "measured"},
       // Correctness.
       {"grad_max_rel_err", "number|null", "",
        "verify: the largest relative difference of loss and gradients against the reference (a lossy strategy's: "

@@ -245,6 +245,10 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
   if (cols.statics) g.header.push_back("static");
   for (const char* h : {"act peak", "step ms", "act/base", "time/base"}) g.header.push_back(h);
   if (offload_columns) g.header.push_back("host peak"), g.header.push_back("copy ms (modelled)");
+  bool host_any = false;  // the host's work a step, with --wide (records before it have none)
+  for (const auto& r : rs) host_any |= r.raw->contains("ops_per_step");
+  const bool host_columns = host_any && wide;
+  if (host_columns) g.header.push_back("ops/step"), g.header.push_back("syncs/step");
   if (verified_any) g.header.push_back("verified");
   g.left = 3;
   bool any_elsewhere = false;
@@ -260,6 +264,11 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
       row.push_back(host.is_number() ? fmt_bytes(host.get<double>()) : "-");
       row.push_back(copy.is_number() ? fmt_double("%.2f", copy.get<double>()) : "-");
     }
+    if (host_columns)
+      for (const char* key : {"ops_per_step", "host_syncs_per_step"}) {
+        const json v = r.get(key);
+        row.push_back(v.is_number_integer() ? std::to_string(v.get<int64_t>()) : "-");
+      }
     if (verified_any) row.push_back(verified_text(r));
     g.rows.push_back(row);
   }
@@ -268,6 +277,10 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
         "host peak = offloaded activations held in host memory at once; copy ms (modelled) = the time compute would "
         "wait for the host copies, modelled from the strategy's h2d_gbps / d2h_gbps, never measured; step ms is "
         "measured and on a CPU includes the emulation's own copying (offload_emulation_ms in the records)");
+  if (host_columns)
+    g.notes.push_back(
+        "ops/step = operators the host dispatched in a step at the top level (autograd's included); syncs/step = "
+        "reads of device values the host waited for (memfine schema: ops_per_step, host_syncs_per_step)");
   if (any_elsewhere)
     g.notes.push_back(
         "* the baseline ran out of memory at this point: against its peak and time measured at the nearest "

@@ -133,6 +133,7 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
         k.m.loss = o.loss;
         k.m.ms.push_back(o.ms);
         k.m.peaks.push_back(double(o.peak));
+        k.m.ops.push_back(o.host.ops), k.m.host_syncs.push_back(o.host.host_syncs);
         k.step_counters.push_back(k.strategy->step_counters());
       }
       tick();

@@ -25,7 +25,9 @@ StepOutcome GuardedStep::run(int64_t step, int64_t static_bytes, const std::func
       Timer timer(c_.device);
       {
         MemoryLimitGuard guard(meter, limit);
+        HostWorkCounter host;
         o.loss = step_fn();
+        o.host = host.counted();
       }
       o.ms = timer.elapsed_ms();
       o.peak = meter.peak_bytes() - start;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/config/config.h"
+#include "core/meter/host_work.h"
 #include "core/run/step_thread.h"
 
 namespace memfine {
@@ -22,6 +23,7 @@ struct StepOutcome {
   // Real ranks: the slowest rank's time and the fullest rank's peak; one process: its own.
   double slowest_ms = 0;
   int64_t fullest_peak = 0;
+  HostWork host;  // this rank's operators and reads of device values (core/meter/host_work.h)
   bool ok() const { return status == "ok"; }
 };
 
