@@ -141,6 +141,7 @@ TEST_P(FusedSteps, SameLossAndGradientsAsAten) {
                                      spec("capacity", {{"capacity_factor", "1.0"}, {"pad", "true"}})};
   for (const char* dtype : {"float64", "float32"}) {
     ExperimentConfig c = tiny_config(dtype, GetParam(), GetParam() == "router" ? 1 : 4);
+    c.expert_gemm = "loop";  // the stages' kernels: a ranged MoE has its own
     for (const auto& s : specs) {
       c.kernels = "aten";
       const auto ref = loss_and_grads(c, s);
@@ -158,6 +159,7 @@ TEST(FusedSteps, StoreLessThanAten) {
   MemoryMeter& meter = MemoryMeter::get("cpu");
   ExperimentConfig c = tiny_config("float32", "zipf", 4);
   c.model.hidden = 64, c.model.ffn_hidden = 96, c.model.seq = 64;
+  c.expert_gemm = "loop";  // the stages' kernels: a ranged MoE has its own
   auto peak = [&](const std::string& kernels) {
     c.kernels = kernels;
     auto st = make_train_state(c);
@@ -180,8 +182,9 @@ TEST(CudaKernels, MatchAtenOnTheGpu) {
   expect_same_ops(at::kFloat, at::kCUDA, 1e-5);
   expect_same_ops(at::kBFloat16, at::kCUDA, 2e-2);
   ExperimentConfig c = tiny_config("float64", "zipf", 4);
-  for (const auto& s : {spec("no_recompute"), spec("full_recompute"), spec("memfine", {{"chunks", "3"}})}) {
-    c.device = "cpu", c.kernels = "aten";
+  for (const auto& s : {spec("no_recompute"), spec("full_recompute"), spec("memfine", {{"chunks", "3"}}),
+                        spec("chunked_ep", {{"chunks", "3"}})}) {
+    c.device = "cpu", c.kernels = "aten", c.expert_gemm = "loop";
     const auto cpu = loss_and_grads(c, s);
     c.device = "cuda";
     const auto ref = loss_and_grads(c, s);
@@ -189,6 +192,9 @@ TEST(CudaKernels, MatchAtenOnTheGpu) {
     EXPECT_LT(max_rel_diff(ref, cpu), 1e-10) << s.label();
     c.kernels = "fused";
     EXPECT_LT(max_rel_diff(loss_and_grads(c, s), ref), 1e-12) << s.label();
+    // The ranged MoE's kernels (core/moe/ranged.h) on the GPU.
+    c.expert_gemm = "grouped";
+    EXPECT_LT(max_rel_diff(loss_and_grads(c, s), ref), 1e-10) << "ranged " << s.label();
   }
 }
 #endif

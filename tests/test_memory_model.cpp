@@ -89,6 +89,7 @@ TEST(MemoryModel, FusedKernelsKeepNoWeightedCopy) {
     for (const auto& sp : {spec("no_recompute"), spec("full_recompute"), spec("memfine", {{"chunks", "2"}})}) {
       ExperimentConfig aten = c, fused = c;
       aten.kernels = "aten", fused.kernels = "fused";
+      aten.expert_gemm = fused.expert_gemm = "loop";  // the stages' kernels: a ranged MoE has its own
       const int64_t predicted = make_strategy(sp)->predict(fused, rank).activation_bytes;
       const int64_t measured = test_util::step_peak(fused, sp);
       const double err = double(predicted - measured) / double(measured);
@@ -113,14 +114,16 @@ TEST(MemoryModel, ThePeersLossTermsTransientSetsAPeerHeavyRanksPeak) {
   c.model.heads = 4, c.model.kv_heads = 2, c.model.head_dim = 32, c.model.micro_batch = 2;
   c.model.shared_experts = 0, c.workload.alpha = 1.2;
   const EmulatedRank rank = make_emulated_rank(c, -1);
-  for (const char* kernels : {"aten", "fused"})
-    for (const auto& sp : {spec("full_recompute"), spec("memfine", {{"chunks", "2"}})}) {
-      c.kernels = kernels;
-      const int64_t predicted = make_strategy(sp)->predict(c, rank).activation_bytes;
-      const int64_t measured = test_util::step_peak(c, sp);
-      EXPECT_LT(std::abs(double(predicted - measured) / double(measured)), 0.03)
-          << kernels << " " << sp.label() << ": predicted " << predicted << ", measured " << measured;
-    }
+  // The stages' loop (each kernel path), and the ranged MoE, whose peers' loss term is one operator.
+  for (const char* gemm : {"loop", "grouped"})
+    for (const char* kernels : {"aten", "fused"})
+      for (const auto& sp : {spec("full_recompute"), spec("memfine", {{"chunks", "2"}})}) {
+        c.kernels = kernels, c.expert_gemm = gemm;
+        const int64_t predicted = make_strategy(sp)->predict(c, rank).activation_bytes;
+        const int64_t measured = test_util::step_peak(c, sp);
+        EXPECT_LT(std::abs(double(predicted - measured) / double(measured)), 0.03)
+            << gemm << " " << kernels << " " << sp.label() << ": predicted " << predicted << ", measured " << measured;
+      }
 }
 
 // On a GPU, ATen's softmax backward forms grad * output in a [b, heads, s, s] tensor of its own

@@ -142,13 +142,14 @@ struct ExperimentConfig {
   uint64_t seed = 1;
   std::string device = "cpu";
   std::string dtype = "float32";  // float32 | float64 | bfloat16
-  // How dispatch and combine move rows: "aten" (index_select, cat, index_add) or "fused" (the row
-  // kernels of core/moe/kernels.h). The YAML may say "auto" (fused on CUDA builds' GPUs, else aten);
-  // the loaded config holds what was chosen.
+  // How the stages' dispatch and combine move rows: "aten" (index_select, cat, index_add) or "fused"
+  // (the row kernels of core/moe/kernels.h). The YAML may say "auto" (fused on CUDA builds' GPUs,
+  // else aten); the loaded config holds what was chosen. A ranged MoE has operators of its own.
   std::string kernels = "auto";
   // How the local experts' GEMMs run: "loop" (one per expert, as Megatron-Core's SequentialMLP) or
-  // "grouped" (one per projection for all of them, as TEGroupedMLP: core/moe/grouped.h).
-  std::string expert_gemm = "loop";
+  // "grouped" (one per projection for all of them, as TEGroupedMLP: core/moe/grouped.h); grouped, a
+  // MoE runs as ranges of few operators (core/moe/ranged.h) where it can.
+  std::string expert_gemm = "grouped";
   int64_t threads = 0;  // 0 = all cores
   int64_t warmup = 1;
   int64_t repeats = 3;

@@ -110,15 +110,16 @@ const Section<ExperimentConfig>& top_keys() {
                  "parameter and activation type; `verify`'s tolerance is 1e-4, 1e-10 and 3e-2"),
        choice<E>(
            "kernels", &E::kernels, {"auto", "aten", "fused"},
-           "how dispatch and combine move rows: ATen ops, or the fused row kernels (the GPU's on a CUDA build, "
-           "their host reference on a CPU); auto = fused on a CUDA build's GPU, else aten. Records hold the choice"),
+           "how the MoE stages' dispatch and combine move rows, where the MoE does not run as ranges (expert_gemm): "
+           "ATen ops, or the fused row kernels (the GPU's on a CUDA build, their host reference on a CPU); auto = "
+           "fused on a CUDA build's GPU, else aten. Records hold the choice"),
        choice<E>("expert_gemm", &E::expert_gemm, {"loop", "grouped"},
-                 "how the local experts' GEMMs run: one per expert (loop, the default), or one per projection for all "
-                 "of them (grouped: LibTorch's `_grouped_mm`, natively in bf16 on a GPU with LibTorch 2.8+; elsewhere "
-                 "the same plumbing with a GEMM per expert). Grouped is opt-in: on the H100 it sped up only many "
-                 "chunks, and its activation peak, which the memory model does not price, sent MACT out of its "
-                 "budget (results/h100/gpu_grouped, gpu_budget). Buffer-free experts, Megatron's weighted "
-                 "arrangement and real ranks run the loop"),
+                 "how the local experts' GEMMs run: one per projection for all of them (grouped, the default: "
+                 "LibTorch's `_grouped_mm`, natively in bf16 on a GPU with LibTorch 2.8+, elsewhere a GEMM per "
+                 "expert inside one operator), with the layer's MoE run as ranges of a few operators each, whatever "
+                 "the experts' count, and its row work in fused kernels of its own (core/moe/ranged.h); or one per "
+                 "expert through the stages one by one (loop). Buffer-free experts, Megatron's weighted "
+                 "arrangement, a stash, offloaded or encoded expert modules and real ranks run the loop"),
        integer<E>("threads", &E::threads, 0, 1024,
                   "LibTorch intra-op threads and OpenBLAS's own pool, 0 = all cores (also `--threads`); recorded in "
                   "`env.threads`"),

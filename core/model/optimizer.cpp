@@ -4,13 +4,29 @@
 
 #include <cmath>
 
+#include "core/util/tensors.h"
+
 namespace memfine {
 
 Adam::Adam(std::vector<at::Tensor> params, double lr, double beta1, double beta2, double eps)
     : params_(std::move(params)), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps) {
   at::NoGradGuard no_grad;
+  // Parameters that lie back to back in one storage (a layer's experts: core/model/model.h) get
+  // gradients that do too, so that one grouped GEMM can add into all of them (core/moe/ranged.h).
+  for (size_t i = 0; i < params_.size();) {
+    size_t j = i + 1;
+    while (j < params_.size() && back_to_back({params_[j - 1], params_[j]})) ++j;
+    if (j - i == 1) {
+      params_[i].mutable_grad() = at::zeros_like(params_[i]);
+    } else {
+      std::vector<int64_t> sizes = {int64_t(j - i)};
+      sizes.insert(sizes.end(), params_[i].sizes().begin(), params_[i].sizes().end());
+      at::Tensor all = at::zeros(sizes, params_[i].options().requires_grad(false));
+      for (size_t e = i; e < j; ++e) params_[e].mutable_grad() = all[int64_t(e - i)];
+    }
+    i = j;
+  }
   for (auto& p : params_) {
-    p.mutable_grad() = at::zeros_like(p);
     m_.push_back(at::zeros_like(p));
     v_.push_back(at::zeros_like(p));
   }

@@ -4,7 +4,6 @@
 
 #include <stdexcept>
 
-#include "core/moe/grouped.h"
 #include "core/util/modules.h"
 
 namespace memfine {
@@ -15,19 +14,15 @@ using torch::autograd::variable_list;
 
 // out = (SiLU(a) * b) @ w_out, keeping z and w_out only: the product is discarded after the
 // forward and recomputed in backward ("output-discarding checkpoint"); the GEMMs are not.
-// With `groups` (core/moe/grouped.h): z holds every local expert's rows and w_out is [experts, g, h].
 struct ActThenDown : torch::autograd::Function<ActThenDown> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& w_out,
-                            const ExpertGroups* groups) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& z, const at::Tensor& w_out) {
     at::Tensor out;
     {
       auto ab = z.chunk(2, -1);
       at::Tensor y = at::silu(ab[0]) * ab[1];
-      out = groups ? grouped_mm(y, w_out, *groups) : at::matmul(y, w_out);  // the product is freed here
+      out = at::matmul(y, w_out);  // the product is freed here
     }
     ctx->save_for_backward({z, w_out});
-    if (groups) ctx->saved_data["sizes"] = groups->sizes;  // grouped: the rows of each expert
-    if (groups && groups->offs.defined()) ctx->saved_data["offs"] = groups->offs;
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
@@ -37,25 +32,21 @@ struct ActThenDown : torch::autograd::Function<ActThenDown> {
     const at::Tensor& g = grad[0];
     auto ab = z.chunk(2, -1);
     const at::Tensor a = ab[0], b = ab[1];
-    const bool grouped = ctx->saved_data.count("sizes") > 0;
-    ExpertGroups groups;
-    if (grouped) groups.sizes = ctx->saved_data["sizes"].toIntVector();
-    if (ctx->saved_data.count("offs")) groups.offs = ctx->saved_data["offs"].toTensor();
     // The product is recomputed in one buffer and lives only until the weight's gradient exists;
     // SiLU(a) is recomputed straight into the half of z's gradient that needs it.
     at::Tensor g_w;
     {
       at::Tensor y = at::silu(a).mul_(b);
-      g_w = grouped ? grouped_mm_weight_grad(y.t(), g, groups) : at::matmul(y.t(), g);
+      g_w = at::matmul(y.t(), g);
     }
-    at::Tensor g_y = grouped ? grouped_mm(g, w_out.transpose(-2, -1), groups) : at::matmul(g, w_out.t());
+    at::Tensor g_y = at::matmul(g, w_out.t());
     at::Tensor g_z = at::empty_like(z);
     auto gz = g_z.chunk(2, -1);
     at::silu_out(gz[1], a);
     gz[1].mul_(g_y);  // d/db = g_y * SiLU(a)
     g_y.mul_(b);      // d/d(SiLU(a)), in place: no further buffer
     at::silu_backward_out(gz[0], g_y, a);
-    return {g_z, g_w, at::Tensor()};
+    return {g_z, g_w};
   }
 };
 
@@ -78,18 +69,10 @@ ExpertPath expert_path(ExpertStorage s, bool keep_act, int64_t block_rows) {
         z = at::matmul(rows, w_in);
       }
       ModuleScope act(Module::MoeAct);  // it keeps z: the activation's input
-      return ActThenDown::apply(z, w_out, nullptr);
-    };
-    p.grouped_fn = [](const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out, const ExpertGroups& g) {
-      at::Tensor z;
-      {
-        ModuleScope fc1(Module::ExpertFc1);
-        z = grouped_mm(rows, w_in, g);
-      }
-      ModuleScope act(Module::MoeAct);
-      return ActThenDown::apply(z, w_out, &g);
+      return ActThenDown::apply(z, w_out);
     };
   }
+  p.act_recomputed = s == ExpertStorage::ActRecomputed;
   p.buffer_free = s == ExpertStorage::BufferFree;
   p.keep_act = p.buffer_free && keep_act;
   p.block_rows = block_rows;

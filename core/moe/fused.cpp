@@ -23,8 +23,6 @@ bool fused_kernels_available(const std::string& device) {
 #endif
 }
 
-namespace {
-
 rows::DType row_type(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat:
@@ -39,16 +37,6 @@ rows::DType row_type(const at::Tensor& t) {
   }
 }
 
-const void* data(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-const int64_t* index(const at::Tensor& t) { return t.defined() ? t.data_ptr<int64_t>() : nullptr; }
-
-void check(int code, const char* what) {
-  if (code != 0)
-    throw std::runtime_error(std::string("fused MoE kernel ") + what + " failed with CUDA error " +
-                             std::to_string(code));
-}
-
-// The implementation for `out`'s device, and the stream to run it on.
 const RowKernels& kernels_for(const at::Tensor& out, void*& stream) {
   stream = nullptr;
   if (!out.is_cuda()) return host::kernels();
@@ -58,6 +46,17 @@ const RowKernels& kernels_for(const at::Tensor& out, void*& stream) {
 #else
   throw std::runtime_error("this build has no CUDA kernels");
 #endif
+}
+
+namespace {
+
+const void* data(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+const int64_t* index(const at::Tensor& t) { return t.defined() ? t.data_ptr<int64_t>() : nullptr; }
+
+void check(int code, const char* what) {
+  if (code != 0)
+    throw std::runtime_error(std::string("fused MoE kernel ") + what + " failed with CUDA error " +
+                             std::to_string(code));
 }
 
 void run_gather(const at::Tensor& in, const at::Tensor& table, const at::Tensor& src, const at::Tensor& weight,

@@ -9,7 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "core/moe/rows.h"
+
 namespace memfine {
+
+struct RowKernels;  // core/moe/kernels.h
+
+// The row kernels' element type for `t` (float, double, bfloat16; else std::invalid_argument).
+rows::DType row_type(const at::Tensor& t);
+// The row kernels for tensors on `out`'s device, and the stream to run them on (null on the host).
+const RowKernels& kernels_for(const at::Tensor& out, void*& stream);
 
 // Whether this build runs the fused ops on `device` ("cpu" always; "cuda" with the kernels linked).
 bool fused_kernels_available(const std::string& device);

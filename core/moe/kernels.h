@@ -23,6 +23,25 @@ struct RowKernels {
   // out[r] = dot(a[a_index ? a_index[r] : r], b[b_index ? b_index[r] : r]).
   int (*row_dot)(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index, void* out,
                  int64_t rows, int64_t hidden, void* stream);
+  // A MoE range's rows (rows.h): out[dst[r]] += probs[slot[r]] * in[in_index ? in_index[r] : r].
+  int (*weighted_add_rows)(rows::DType t, const void* in, const int64_t* in_index, const int64_t* dst,
+                           const int64_t* slot, const void* probs, void* out, int64_t rows, int64_t hidden,
+                           void* stream);
+  // out[r] = the experts' output gradient of row r (rows::output_grad_row).
+  int (*output_grad_rows)(rows::DType t, const void* gy, const void* peer_grads, const int64_t* src,
+                          const int64_t* slot, const void* probs, const void* peer_scale, double scale, void* out,
+                          int64_t rows, int64_t hidden, void* stream);
+  // out[slot[r]] = dot(a[a_index ? a_index[r] : r], b[b_index[r]]) for rows with slot >= 0.
+  int (*row_dot_to_slot)(rows::DType t, const void* a, const int64_t* a_index, const void* b, const int64_t* b_index,
+                         const int64_t* slot, void* out, int64_t rows, int64_t hidden, void* stream);
+  // dots[r] = rows::peer_dot_partial over the whole row, in the accumulation type (float, or double
+  // for double rows).
+  int (*peer_dots)(rows::DType t, const void* out, const void* peer_grads, const int64_t* src, void* dots,
+                   int64_t rows, int64_t hidden, void* stream);
+  // act = SiLU(a) * b of z = [a | b], and its backward into gz; `width` is act's.
+  int (*swiglu)(rows::DType t, const void* z, void* act, int64_t rows, int64_t width, void* stream);
+  int (*swiglu_backward)(rows::DType t, const void* g, const void* z, void* gz, int64_t rows, int64_t width,
+                         void* stream);
 };
 
 namespace host {

@@ -41,7 +41,6 @@ Combined moe_from_rows(const PrefetchedRange& p, const std::vector<at::Tensor>& 
   if (p.a2a) return a2a_from_rows(*p.a2a, rows.at(0), probs, w, mr);
   Dispatched d = p.d;
   d.inputs = rows;
-  d.rows = at::Tensor();  // the held rows are leaves of their own: grouped experts join them
   return combine(experts(d, w, mr), d, probs, mr);
 }
 

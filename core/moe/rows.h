@@ -3,6 +3,7 @@
 // block's threads (j0 = thread, dj = block size), the host walks them in order (j0 = 0, dj = 1).
 // No torch and no CUDA headers here, so the host build and nvcc see the same index arithmetic.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -138,6 +139,91 @@ MEMFINE_HD inline typename Acc<T>::type row_dot_partial(const T* a, const int64_
   A sum = A(0);
   for (int64_t j = j0; j < hidden; j += dj) sum += A(to_acc(x[j])) * A(to_acc(y[j]));
   return sum;
+}
+
+// A MoE range's buffer rows (core/moe/ranged.h): row r comes from src[r] (a token row, a peer
+// table row or zero, as gather_row reads it), and a token's row is weighed by the probability at
+// slot[r] of the flat [tokens * topk] probabilities (-1: none, a peer's or padding row).
+
+// combine: out[dst[r]] += probs[slot[r]] * in[in_index ? in_index[r] : r], rows with slot < 0
+// skipped (a range's own rows: in = the experts' outputs, dst = src; remote rows: in = the
+// outputs that came back, in_index = their table rows).
+template <class T, class Add>
+MEMFINE_HD inline void weighted_add_row(const T* in, const int64_t* in_index, const int64_t* dst, const int64_t* slot,
+                                        const T* probs, T* out, int64_t r, int64_t hidden, int64_t j0, int64_t dj,
+                                        Add add) {
+  using A = typename Acc<T>::type;
+  const int64_t s = slot[r];
+  if (s < 0) return;
+  const A w = A(to_acc(probs[s]));
+  const T* row = in + (in_index ? in_index[r] : r) * hidden;
+  T* target = out + dst[r] * hidden;
+  for (int64_t j = j0; j < hidden; j += dj) add(target + j, w * A(to_acc(row[j])));
+}
+
+// combine backward, the experts' output gradient: a token's row probs[slot[r]] * gy[src[r]], a
+// peer's row (*peer_scale) * scale * peer_grads[table row of src[r]] (the gradient its loss term
+// sends back), padding zero.
+template <class T>
+MEMFINE_HD inline void output_grad_row(const T* gy, const T* peer_grads, const int64_t* src, const int64_t* slot,
+                                       const T* probs, const T* peer_scale, typename Acc<T>::type scale, T* out,
+                                       int64_t r, int64_t hidden, int64_t j0, int64_t dj) {
+  using A = typename Acc<T>::type;
+  const int64_t s = src[r];
+  T* dst = out + r * hidden;
+  const T* row = nullptr;
+  A w = A(0);
+  if (s >= 0 && slot[r] >= 0) {
+    row = gy + s * hidden, w = A(to_acc(probs[slot[r]]));
+  } else if (s <= -2) {
+    row = peer_grads + table_row(s) * hidden, w = A(to_acc(*peer_scale)) * scale;
+  }
+  for (int64_t j = j0; j < hidden; j += dj) dst[j] = Store<T>::from(row ? w * A(to_acc(row[j])) : A(0));
+}
+
+// The rows a peer's loss term reads: dot(out[r], peer_grads[table row of src[r]]) for a peer's
+// row; 0 for the others.
+template <class T>
+MEMFINE_HD inline typename Acc<T>::type peer_dot_partial(const T* out, const T* peer_grads, const int64_t* src,
+                                                         int64_t r, int64_t hidden, int64_t j0, int64_t dj) {
+  using A = typename Acc<T>::type;
+  if (src[r] > -2) return A(0);
+  const T* x = out + r * hidden;
+  const T* y = peer_grads + table_row(src[r]) * hidden;
+  A sum = A(0);
+  for (int64_t j = j0; j < hidden; j += dj) sum += A(to_acc(x[j])) * A(to_acc(y[j]));
+  return sum;
+}
+
+MEMFINE_HD inline float exp_of(float x) { return expf(x); }
+MEMFINE_HD inline double exp_of(double x) { return exp(x); }
+
+// SwiGLU's activation of one row: z = [a | b] (2 x width), act = SiLU(a) * b.
+template <class T>
+MEMFINE_HD inline void swiglu_row(const T* z, T* act, int64_t r, int64_t width, int64_t j0, int64_t dj) {
+  using A = typename Acc<T>::type;
+  const T* zr = z + r * 2 * width;
+  T* out = act + r * width;
+  for (int64_t j = j0; j < width; j += dj) {
+    const A a = A(to_acc(zr[j])), b = A(to_acc(zr[width + j]));
+    out[j] = Store<T>::from(a / (A(1) + exp_of(-a)) * b);
+  }
+}
+
+// Its backward: dz = [g * b * SiLU'(a) | g * SiLU(a)], SiLU'(a) = s (1 + a (1 - s)), s = sigmoid(a).
+template <class T>
+MEMFINE_HD inline void swiglu_backward_row(const T* g, const T* z, T* gz, int64_t r, int64_t width, int64_t j0,
+                                           int64_t dj) {
+  using A = typename Acc<T>::type;
+  const T* zr = z + r * 2 * width;
+  const T* gr = g + r * width;
+  T* out = gz + r * 2 * width;
+  for (int64_t j = j0; j < width; j += dj) {
+    const A a = A(to_acc(zr[j])), b = A(to_acc(zr[width + j])), gj = A(to_acc(gr[j]));
+    const A sig = A(1) / (A(1) + exp_of(-a));
+    out[j] = Store<T>::from(gj * b * sig * (A(1) + a * (A(1) - sig)));
+    out[width + j] = Store<T>::from(gj * a * sig);
+  }
 }
 
 }  // namespace memfine::rows

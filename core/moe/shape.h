@@ -137,6 +137,9 @@ struct StrategyShape {
   // Recomputed (the layer or the MoE block): the probabilities weigh the experts' activation
   // (Megatron's arrangement) and the replay skips fc2 and the combine (MoeRouting::weighted_act).
   bool skip_dead = false;
+  // The strategy runs an expert function of its own (Strategy::expert): the stages call it one
+  // expert at a time, as they run SwiGLU stored. Set by Strategy::predict, not declared.
+  bool own_expert = false;
 };
 
 }  // namespace memfine

@@ -6,7 +6,6 @@
 
 #include "core/moe/buffer_free.h"
 #include "core/moe/fused.h"
-#include "core/moe/grouped.h"
 #include "core/moe/rows.h"
 #include "core/util/modules.h"
 
@@ -137,11 +136,8 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, in
 
 Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, Dispatched d) {
   const at::Device dev = x.device();
-  // Grouped experts read every input from one buffer; the loop gets a buffer per expert, so that
-  // backward frees each as soon as its expert is done.
-  const bool one_buffer = grouped_experts(mr);
+  // A buffer per expert, so that backward frees each as soon as its expert is done.
   std::vector<at::Tensor> sources;  // fused: where each expert input row comes from (core/moe/rows.h)
-  std::vector<at::Tensor> parts;    // aten, one buffer: every expert's parts
   std::vector<int64_t> buffer_rows;
   for (size_t e = 0; e < d.own_rows.size(); ++e) {
     const int64_t rows = d.own_rows[e] + d.peer_rows[e], pad = std::max<int64_t>(mr.pad_rows - rows, 0);
@@ -152,32 +148,21 @@ Dispatched dispatch(const at::Tensor& x, const MoeRouting& mr, Dispatched d) {
       sources.push_back(at::full({pad}, memfine::rows::kZeroRow, at::TensorOptions(at::kLong).device(dev)));
       continue;
     }
-    if (!one_buffer) parts.clear();
+    std::vector<at::Tensor> parts;
     parts.push_back(x.index_select(0, d.own_token[e]));
     if (d.peer_rows[e] > 0) parts.push_back(mr.tables->peer_inputs.index_select(0, d.peer_key[e]));
     if (pad > 0) parts.push_back(at::zeros({pad, x.size(1)}, x.options()));
-    if (!one_buffer) d.inputs.push_back(parts.size() == 1 ? parts[0] : at::cat(parts));
+    d.inputs.push_back(parts.size() == 1 ? parts[0] : at::cat(parts));
   }
   if (mr.fused) {
     // Each expert's input written once from the tokens, the peers' rows and padding. One op per
     // expert, as in ATen, so backward scatters each expert's input gradient as soon as it exists.
     at::Tensor all = at::cat(sources);
-    if (one_buffer) {
-      d.rows = gather_rows(x, mr.tables->peer_inputs, all);
-    } else {
-      int64_t off = 0;
-      for (int64_t rows : buffer_rows)
-        d.inputs.push_back(gather_rows(x, mr.tables->peer_inputs, all.narrow(0, off, rows))), off += rows;
-    }
-  } else if (one_buffer) {
-    d.rows = parts.size() == 1 ? parts[0] : at::cat(parts);
+    int64_t off = 0;
+    for (int64_t rows : buffer_rows)
+      d.inputs.push_back(gather_rows(x, mr.tables->peer_inputs, all.narrow(0, off, rows))), off += rows;
   }
-  if (one_buffer) d.inputs = d.rows.split_with_sizes(buffer_rows);
   return d;
-}
-
-bool grouped_experts(const MoeRouting& mr) {
-  return mr.grouped && !mr.expert.buffer_free && !mr.weighted_act && (!mr.expert.fn || mr.expert.grouped_fn);
 }
 
 at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out) {
@@ -186,16 +171,6 @@ at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Te
 }
 
 std::vector<at::Tensor> experts(const Dispatched& d, const LayerWeights& w, const MoeRouting& mr) {
-  if (grouped_experts(mr) && !d.inputs.empty()) {
-    std::vector<int64_t> sizes;
-    for (const auto& in : d.inputs) sizes.push_back(in.size(0));
-    const at::Tensor rows = d.rows.defined() ? d.rows : grouped_rows(d.inputs);
-    const ExpertGroups g = expert_groups(sizes, rows);
-    ModuleScope experts(Module::Experts);
-    const at::Tensor w_in = stacked_experts(w.w_in), w_out = stacked_experts(w.w_out);
-    at::Tensor out = mr.expert.grouped_fn ? mr.expert.grouped_fn(rows, w_in, w_out, g) : swiglu_grouped(rows, w_in, w_out, g);
-    return out.split_with_sizes(sizes);
-  }
   std::vector<at::Tensor> out;
   for (size_t e = 0; e < d.inputs.size(); ++e) {
     const at::Tensor& in = d.inputs[e];

@@ -15,16 +15,11 @@
 namespace memfine {
 
 class Dist;
-struct ExpertGroups;  // core/moe/grouped.h
 
 // One expert's computation on its rows (SwiGLU by default). A strategy that changes what an
 // expert stores or recomputes supplies its own (Strategy::expert); every path that runs experts
 // (one process, real ranks through all-to-all, ATen or fused rows) calls it through run_expert.
 using ExpertFn = std::function<at::Tensor(const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out)>;
-// The same for all local experts at once (core/moe/grouped.h): rows in one buffer, expert after
-// expert, `groups` saying how many each; the weights [experts, in, out] over their one storage.
-using GroupedExpertFn = std::function<at::Tensor(const at::Tensor& rows, const at::Tensor& w_in,
-                                                 const at::Tensor& w_out, const ExpertGroups& groups)>;
 
 // How the experts keep what their backward needs: a strategy's choice (Strategy::expert), the
 // same on one process and on real ranks.
@@ -32,14 +27,12 @@ struct ExpertPath {
   ExpertPath() = default;
   explicit ExpertPath(ExpertFn f) : fn(std::move(f)) {}
   ExpertFn fn;  // the expert on its gathered rows; empty: SwiGLU with what autograd saves
-  // `fn` as grouped GEMMs (MoeRouting::grouped); empty with `fn` set: that storage has none, and its
-  // experts run one by one.
-  GroupedExpertFn grouped_fn;
   // MoEBlaze-style (core/moe/buffer_free.h): dispatch builds indices only, each expert reads its
   // rows through their index, block by block, and adds its weighted output straight into the
   // tokens' rows, keeping only its first GEMM's output z; `fn` is not used.
   bool buffer_free = false;
   bool keep_act = false;     // buffer_free: keep SiLU(a) * b as well instead of recomputing it
+  bool act_recomputed = false;  // `fn` is Megatron's selective recompute of SiLU(a) * b (moe_act)
   int64_t block_rows = 256;  // buffer_free: rows per block (the tile) of an expert's work
 };
 
@@ -53,9 +46,12 @@ struct MoeRouting {
   at::Tensor peer_keep;   // [P] bool; undefined = keep all
   int64_t pad_rows = 0;   // pad each expert's input to this many rows; 0 = no padding
   bool fused = false;     // dispatch and combine through the fused row ops (core/moe/fused.h)
-  // The local experts as one grouped GEMM per projection (`expert_gemm: grouped`, core/moe/grouped.h)
-  // where their path has one (grouped_experts); else one GEMM per expert.
+  // The local experts as one grouped GEMM per projection (`expert_gemm: grouped`): the MoE runs as
+  // ranges (core/moe/ranged.h) where ranged_moe says it can; else one GEMM per expert.
   bool grouped = false;
+  // Grouped and fused, it may run as ranges of few operators (core/moe/ranged.h); false where the
+  // strategy reads the experts' modules' saved tensors (offloading them).
+  bool ranged = true;
   double loss_norm = 1;   // the peers' loss terms are divided by this (same scale as the main loss)
   ExpertPath expert;      // default: SwiGLU, everything stored
   // Megatron-Core's arrangement (TE's weighted SwiGLU, core/moe/weighted.h): each own row's
@@ -66,15 +62,11 @@ struct MoeRouting {
   bool outputs_dead = false;  // weighted_act in a replay for backward: fc2 and combine skipped
 };
 
-// Whether this routing's experts run as grouped GEMMs.
-bool grouped_experts(const MoeRouting& mr);
-
 at::Tensor run_expert(const MoeRouting& mr, const at::Tensor& rows, const at::Tensor& w_in, const at::Tensor& w_out);
 
 struct Dispatched {
   int64_t begin = 0, end = 0;
   std::vector<at::Tensor> inputs;  // per local expert: own rows, then peer rows, then padding
-  at::Tensor rows;                 // grouped experts: every input in one buffer (`inputs` are its views)
   std::vector<int64_t> own_rows, peer_rows;
   std::vector<at::Tensor> own_token;                 // per expert: token index within [begin, end)
   std::vector<at::Tensor> own_slot;                  // per expert: flat (token * topk + j) index into the probs

@@ -34,6 +34,11 @@ class Step {
     return sl.moe == MoeMode::Stored && sl.chunks > 1 && !sl.recompute_layer;
   }
   double stored_chunks_bytes(int64_t l) const;
+  // What a stored MoE keeps until its backward (whole or in stored chunks).
+  double moe_kept(int64_t l) const;
+  // The ranged MoE's backward (core/moe/ranged.h) on top of `base`, everything alive when it starts
+  // but what the MoE kept (`kept`: included in base, as a stored layer's resident bytes are).
+  void ranged_backward(int64_t l, double base, bool kept_in_base, const std::string& at);
   double back_below(int64_t l) const;
   double back_own(int64_t l) const { return group_[size_t(l)].own + group_[size_t(l) + 1].prev; }
 
@@ -70,6 +75,13 @@ Sizes sizes_of(const ExperimentConfig& c, const EmulatedRank& rank, const Strate
   z.dead_replay = s.skip_dead && !z.a2a;
   z.stashed = s.stash.any();
   z.fused = c.kernels == "fused";
+  const OffloadSpec& off = s.offload;
+  z.ranged = c.expert_gemm == "grouped" && !rank.real && !z.buffer_free && !s.skip_dead && !s.stash.any() &&
+             !s.own_expert &&
+             !off.has(Module::ExpertFc1) && !off.has(Module::MoeAct) && !off.has(Module::ExpertFc2);
+  // LibTorch's native grouped GEMM: bf16 on a GPU from 2.8 (this build's version stands for the GPU's).
+  z.native_grouped = c.device == "cuda" && c.dtype == "bfloat16" &&
+                     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8));
   return z;
 }
 
@@ -128,10 +140,8 @@ void Step::keep_forwards() {
       resident_[size_t(l)] = act_;       // its output, saved as the next layer's input
     else if (sl.moe != MoeMode::Stored)  // recomputed as a block or chunk by chunk: the probabilities
       resident_[size_t(l)] = out_[size_t(l)].total() + z_.E * z_.T * z_.k;
-    else if (stored_chunks(l))  // every chunk stored, each with its own routing
-      resident_[size_t(l)] = out_[size_t(l)].total() + stored_chunks_bytes(l);
     else
-      resident_[size_t(l)] = out_[size_t(l)].total() + moe_stored(z_, whole_[size_t(l)]);
+      resident_[size_t(l)] = out_[size_t(l)].total() + moe_kept(l);
   }
 }
 
@@ -182,14 +192,17 @@ void Step::layer_backward(int64_t l, double below) {
   if (o.shared > 0) {
     // The shared expert's backward comes first, with the whole layer still kept: two gradients
     // of its width, or one and its weight's.
-    const double moe_kept = sl.recompute_layer && sl.moe == MoeMode::Stored ? moe_stored(z_, whole_[size_t(l)])
+    const double moe_kept = sl.recompute_layer && sl.moe == MoeMode::Stored ? this->moe_kept(l)
                             : sl.moe == MoeMode::Stored                     ? 0
                                                                             : z_.E * z_.T * z_.k;
     const double rg = z_.E * z_.T * z_.gs;
     consider(below + kept + o.shared + moe_kept + grad + std::max(2 * rg, rg + z_.E * z_.gs * z_.h),
              at + ", shared expert");
   }
-  if (sl.moe == MoeMode::Chunked) {
+  if (z_.ranged) {
+    const bool stored = sl.moe == MoeMode::Stored;
+    ranged_backward(l, below + kept + shared_grads + grad, stored && !sl.recompute_layer, at);
+  } else if (sl.moe == MoeMode::Chunked) {
     moe_chunks_backward(l, below + kept + shared_grads + grad, at);
   } else if (stored_chunks(l)) {
     // Stored chunks: autograd runs the last chunk's backward first, the earlier chunks still kept;
@@ -233,6 +246,61 @@ double Step::stored_chunks_bytes(int64_t l) const {
   double b = 0;
   for (const auto& [ci, r] : chunk_rows(l, shape_[size_t(l)].chunks)) b += moe_stored(z_, r, false);
   return b;
+}
+
+double Step::moe_kept(int64_t l) const {
+  if (!z_.ranged) return stored_chunks(l) ? stored_chunks_bytes(l) : moe_stored(z_, whole_[size_t(l)]);
+  // Every range's tensors and layout, and the probabilities (the node's input) once.
+  double b = z_.E * z_.T * z_.k;
+  const int64_t chunks = stored_chunks(l) ? shape_[size_t(l)].chunks : 1;
+  for (const auto& [ci, r] : chunks > 1 ? chunk_rows(l, chunks) : std::vector<std::pair<int64_t, MoeRows>>{{0, whole_[size_t(l)]}})
+    b += ranged_kept(z_, r) + ranged_index_bytes(r);
+  return b;
+}
+
+// The ranged MoE's backward: the input's and the probabilities' gradients for the whole layer
+// first; stored ranges last to first, each letting its tensors go after its backward; ranges made
+// again (the MoE recomputed as a block or in chunks) first to last, over their layout made again.
+void Step::ranged_backward(int64_t l, double base, bool kept_in_base, const std::string& at) {
+  const StrategyShape& sl = shape_[size_t(l)];
+  const RankRouting& rr = rank_.layers[size_t(l)];
+  const int64_t chunks = sl.moe == MoeMode::Chunked || stored_chunks(l) ? sl.chunks : 1;
+  auto where = [&](int64_t ci) { return at + ", MoE" + (chunks > 1 ? " chunk " + std::to_string(ci) : ""); };
+  double alive = base + act_ + z_.E * z_.T * z_.k;  // the input's and the probabilities' gradients
+  if (sl.moe != MoeMode::Stored) {
+    // ChunkedEP's replay holds the next earlier range's rows while a range runs.
+    const bool prefetched = sl.replay == ChunkReplay::LastToFirstPrefetched;
+    auto ahead = [&](const MoeRows& r) { return prefetched ? z_.E * z_.h * ranged_rows(r) : 0.0; };
+    alive += ranged_index_bytes(whole_[size_t(l)]);  // every range's, laid out again
+    if (chunks == 1) {
+      consider(alive + ranged_backward_extra(z_, whole_[size_t(l)]), where(0));
+    } else if (rr.own_experts.defined()) {
+      const auto rows = chunk_rows(l, chunks);
+      for (size_t i = 0; i < rows.size(); ++i)
+        consider(alive + ranged_backward_extra(z_, rows[i].second) + (i > 0 ? ahead(rows[i - 1].second) : 0.0),
+                 where(rows[i].first));
+    } else {
+      // Counts: a range takes its share of every expert's rows, so only its size matters: the
+      // first range's (T / chunks tokens) and, where they differ, one more token.
+      for (const int64_t n : {T_ / chunks, T_ % chunks ? T_ / chunks + 1 : int64_t(0)}) {
+        if (n == 0) continue;
+        const MoeRows r = moe_rows(rr, c_.model.topk, T_, 0, n, -1, 0, nullptr);
+        consider(alive + ranged_backward_extra(z_, r) + ahead(r), where(0));
+      }
+    }
+    return;
+  }
+  // Stored ranges: the last first, each letting its tensors go after its backward.
+  std::vector<std::pair<int64_t, MoeRows>> rows;
+  if (chunks == 1)
+    rows.emplace_back(0, whole_[size_t(l)]);
+  else
+    rows = chunk_rows(l, chunks);
+  if (!kept_in_base) alive += moe_kept(l);
+  for (size_t i = rows.size(); i-- > 0;) {
+    alive -= ranged_kept(z_, rows[i].second);
+    consider(alive + ranged_backward_extra(z_, rows[i].second), where(rows[i].first));
+  }
 }
 
 // MoE in chunks: one chunk's stored bytes and transients at a time; weight gradients go into the

@@ -143,6 +143,28 @@ double moe_backward_peak_dead(const Sizes& z, const MoeRows& m, double stored) {
 
 }  // namespace
 
+double ranged_rows(const MoeRows& m) {
+  double rows = 0;
+  for (size_t e = 0; e < m.own.size(); ++e) rows += double(m.own[e] + m.peer[e] + m.pad[e]);
+  return rows;
+}
+
+double ranged_index_bytes(const MoeRows& m) { return 8 * (2 * ranged_rows(m) + 3 * double(m.remote)); }
+
+double ranged_kept(const Sizes& z, const MoeRows& m) {
+  return z.E * ranged_rows(m) * (2 * z.h + (z.act_recomputed ? 2 : 3) * z.g);
+}
+
+double ranged_backward_extra(const Sizes& z, const MoeRows& m) {
+  const double rh = z.E * ranged_rows(m) * z.h, rg = z.E * ranged_rows(m) * z.g;
+  const double w = z.native_grouped ? z.E * z.h * z.g * double(m.own.size()) : 0;  // one projection's weights
+  // rows, z, act, out and the outputs' gradient; then (out gone) the down projection's weight
+  // gradient and the activation's gradient (act gone); then z's beside it; then the rows' beside
+  // z's (z and the activation's gone).
+  return std::max({3 * rh + 3 * rg, 2 * rh + 3 * rg + w, 2 * rh + 3 * rg, rh + 5 * rg, rh + 2 * rg + 2 * w,
+                   2 * rh + 2 * rg});
+}
+
 // MoE (dispatch -> experts -> combine) with activations stored: what stays until backward.
 // Per expert: its input rows, gate|up (2g), silu(gate) (g), silu*up (g); where it has own rows,
 // its output (kept by the probability weighting), the weighted rows (kept by index_add) and the

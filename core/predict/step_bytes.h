@@ -60,6 +60,11 @@ struct Sizes {
   // expert's output rows and their weights, with no weighted copy of them for an index_add to keep
   // (the remote rows it reads in place are priced as ATen's: moe_stored says why).
   bool fused = false;
+  // The MoE runs as ranges of few operators (core/moe/ranged.h): see moe_stored_ranged.
+  bool ranged = false;
+  // There, the experts' weight gradients come out of LibTorch's native grouped GEMM in a buffer of
+  // their own before they are added (a GPU in bf16 with LibTorch 2.8+); elsewhere in place.
+  bool native_grouped = false;
   double expert_g() const {
     return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4;
   }  // stored widths of g per row
@@ -70,6 +75,18 @@ struct Sizes {
 // starts): the shape's storage and path (plain, real ranks' all-to-all, buffer-free).
 double moe_stored(const Sizes& z, const MoeRows& m, bool whole = true);
 double moe_backward_peak(const Sizes& z, const MoeRows& m, double stored);
+
+// The ranged MoE (core/moe/ranged.h). A range's buffer rows, every expert's (own, peers', padding).
+double ranged_rows(const MoeRows& m);
+// Its layout on the device: a source and a slot per buffer row, key, token and slot per remote
+// assignment.
+double ranged_index_bytes(const MoeRows& m);
+// What a stored range keeps (its rows, z, the activation unless recomputed, the outputs; not its
+// layout, which the layer keeps: ranged_index_bytes).
+double ranged_kept(const Sizes& z, const MoeRows& m);
+// A range's backward above what is alive without its tensors: its rows, z, activation and outputs
+// (kept or made again), then the outputs' gradient, the activation's and z's, the rows'.
+double ranged_backward_extra(const Sizes& z, const MoeRows& m);
 
 // RMSNorm's mean of squares: LibTorch 1.13's mean over a dimension keeps its input (the squares,
 // one [tokens, hidden] tensor) for backward; 2.x keeps only the sizes (MeanBackward1 in the

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "core/moe/expert_storage.h"
+#include "core/moe/ranged.h"
 #include "core/strategy/memfine/chunked_moe.h"
 #include "core/strategy/recompute.h"
 #include "core/util/modules.h"
@@ -40,6 +41,10 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   routing.fused = in.config->kernels == "fused";
   routing.grouped = in.config->expert_gemm == "grouped";
   routing.expert = s.expert();
+  // Offloading (or encoding) the experts' modules reads what autograd saves inside them, module by
+  // module: those keep the stages' own graph.
+  const OffloadSpec& off = s.shape().offload;
+  routing.ranged = !off.has(Module::ExpertFc1) && !off.has(Module::MoeAct) && !off.has(Module::ExpertFc2);
   routing.weighted_act = s.shape().skip_dead;
   routing.outputs_dead = routing.weighted_act && recomputing_for_backward();
   s.cap_routing(routing, r.probs.detach());
@@ -52,13 +57,21 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   return {h + y, c.peer_loss + r.aux_loss};
 }
 
+namespace {
+RangeKeep stored_keep(const MoeRouting& r) {
+  return r.expert.act_recomputed ? RangeKeep::ActRecomputed : RangeKeep::Stored;
+}
+}  // namespace
+
 Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                     const LayerWeights& w) {
+  if (ranged_moe(routing)) return ranged_moe_layer(x_norm, probs, routing, w, 1, stored_keep(routing));
   return moe_range(x_norm, probs, w, routing, 0, x_norm.size(0));
 }
 
 Combined moe_stored_in_chunks(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                               const LayerWeights& w, int64_t chunks) {
+  if (ranged_moe(routing)) return ranged_moe_layer(x_norm, probs, routing, w, chunks, stored_keep(routing));
   const int64_t n = x_norm.size(0);
   std::vector<at::Tensor> ys;
   at::Tensor peer_loss;
@@ -74,6 +87,8 @@ Combined moe_stored_in_chunks(const at::Tensor& x_norm, const at::Tensor& probs,
 
 Combined moe_as_one_block(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                           const LayerWeights& w) {
+  if (ranged_moe(routing))  // kept: its inputs; run again in its backward
+    return ranged_moe_layer(x_norm, probs, routing, w, 1, RangeKeep::Recomputed, recomputing_for_backward());
   const LayerWeights* wp = &w;
   RecomputeFn fn = [routing, wp](const TensorList& a) {
     MoeRouting r = routing;
@@ -137,7 +152,10 @@ json Strategy::merge_rank_counters(const std::vector<json>& ranks) const {
 
 Prediction Strategy::predict(const ExperimentConfig& c, const EmulatedRank& rank) const {
   if (!why_.empty()) throw NotModelled(why_);
-  return predict_step(c, rank, shape_);
+  StrategyShape s = shape_;
+  const ExpertPath path = expert();
+  s.own_expert = path.fn && !path.act_recomputed;
+  return predict_step(c, rank, s);
 }
 
 }  // namespace memfine

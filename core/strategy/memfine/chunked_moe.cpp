@@ -4,6 +4,8 @@
 
 #include <optional>
 
+#include "core/moe/ranged.h"
+
 #include "core/strategy/recompute.h"
 
 namespace memfine {
@@ -155,6 +157,9 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
 
 Combined chunked_moe(const at::Tensor& xn, const at::Tensor& probs, const MoeRouting& routing, const LayerWeights& w,
                      int64_t chunks, ChunkReplay replay) {
+  if (ranged_moe(routing))
+    return ranged_moe_layer(xn, probs, routing, w, chunks, RangeKeep::Recomputed, recomputing_for_backward(),
+                            replay == ChunkReplay::LastToFirstPrefetched);
   ChunkedCall call{routing, &w, chunks, replay};
   variable_list out = ChunkedMoe::apply(xn, probs, at::TensorList(expert_params(w)), &call);
   return Combined{out[0], out[1]};

@@ -260,11 +260,6 @@ std::string check_point(const StrategySpec& s, const ExperimentConfig& c) {
              (s.value("store_when_fits").get<bool>() ? "every layer stored"
                                                      : std::to_string(bins.front()) + " chunk(s)") +
              " everywhere; set memory.budget for it to plan";
-    // The model prices the experts' backward one expert at a time, as the loop runs it; grouped
-    // GEMMs hold every local expert's transients at once, which it does not price.
-    if (c.expert_gemm == "grouped" && s.value("objective") == "memory")
-      return "chunks: auto with expert_gemm: grouped: the memory model prices one expert's backward at a time (the "
-             "loop's); grouped GEMMs hold every local expert's at once, so MACT may plan over the budget";
     return std::string();
   }
   const int64_t chunks = s.value("chunks").get<int64_t>();
