@@ -1,6 +1,7 @@
 #include "core/strategy/memfine/mact.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/dist/dist.h"
 #include "core/predict/paper_model.h"
@@ -45,18 +46,33 @@ std::pair<int64_t, int64_t> Mact::plan_layer(const LayerInput& in, const MoeRout
   const size_t l = size_t(in.layer);
   const RankRouting& rr = in.rank->layers[l];
   const int64_t ep = rr.ep, El = rr.local_experts;
-  // sent[r][e]: rank r's assignments to expert e; every rank fills its row (notify).
+  // sent[r][e]: rank r's assignments to expert e; every rank fills its row (notify). The routing is
+  // on the host already: the counts are read there, with no operator (real ranks: one exchange).
   at::Tensor sent = at::zeros({ep, ep * El}, at::kLong);
-  sent[in.dist ? in.dist->rank() : 0].copy_(at::bincount(routing.expert_ids.reshape(-1).cpu(), {}, ep * El));
+  {
+    const at::Tensor ids = routing.expert_ids.contiguous();
+    const int64_t* id = ids.data_ptr<int64_t>();
+    int64_t* mine = sent.data_ptr<int64_t>() + (in.dist ? in.dist->rank() : 0) * ep * El;
+    for (int64_t i = 0; i < ids.numel(); ++i) ++mine[id[i]];
+  }
   if (in.dist) in.dist->allreduce_sum(sent);
-  const at::Tensor received = sent.sum(0).view({ep, El});
-  const int64_t hot = received.sum(1).argmax().item<int64_t>();
-  const at::Tensor rows = received[hot].contiguous();
+  const int64_t* s = sent.data_ptr<int64_t>();
+  // The rank receiving the most rows, and its rows per expert.
+  std::vector<int64_t> received(size_t(ep * El), 0);
+  for (int64_t r = 0; r < ep; ++r)
+    for (int64_t e = 0; e < ep * El; ++e) received[size_t(e)] += s[r * ep * El + e];
+  int64_t hot = 0, most = -1;
+  for (int64_t r = 0; r < ep; ++r) {
+    const int64_t n = std::accumulate(received.begin() + r * El, received.begin() + (r + 1) * El, int64_t(0));
+    if (n > most) most = n, hot = r;
+  }
   EmulatedRank seen = *in.rank;
   RankRouting& r = seen.layers[l];
-  r.tokens_received = rows.sum().item<int64_t>();
-  r.expert_rows.assign(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel());
-  r.remote_rows = sent[hot].sum().item<int64_t>() - sent[hot].narrow(0, hot * El, El).sum().item<int64_t>();
+  r.tokens_received = most;
+  r.expert_rows.assign(received.begin() + hot * El, received.begin() + (hot + 1) * El);
+  const int64_t* from_hot = s + hot * ep * El;
+  r.remote_rows = std::accumulate(from_hot, from_hot + ep * El, int64_t(0)) -
+                  std::accumulate(from_hot + hot * El, from_hot + (hot + 1) * El, int64_t(0));
   const ExperimentConfig& c = *in.config;
   const int64_t chunks = plan(c, seen).chunks[l];
   // What the model expects of this layer's backward with that count, beside the meter's peak.
