@@ -164,9 +164,14 @@ def _chunk_cost_lines(gpu_dir, folder):
     for r in recs:
         if r["status"] != "ok":
             continue
-        speed = _speed(recs, r["strategy"])
-        cell = f"- {r['strategy']}: {R.median_ms(r):.1f} ms a step" + (f", {speed:.2f}x" if speed else "")
-        t = next((t for n, t in traces.items() if n.endswith("." + _file_label(r["strategy"]) + ".json")), None)
+        same = [x for x in recs if x["point"] == r["point"]]  # a sweep's point: ratios within it
+        speed = _speed(same, r["strategy"])
+        at = f" at {r['point']}" if r["point"] != "base" else ""
+        cell = f"- {r['strategy']}{at}: {R.median_ms(r):.1f} ms a step" + (f", {speed:.2f}x" if speed else "")
+        if "ops_per_step" in r:
+            cell += f", {r['ops_per_step']} operators and {r['host_syncs_per_step']} reads of the device a step"
+        t = next((t for n, t in traces.items()
+                  if n.endswith("." + _file_label(r["point"]) + "." + _file_label(r["strategy"]) + ".json")), None)
         if t:
             cell += (f"; traced, {t['kernels']} kernels (mean {t['mean_kernel_us']:.1f} us), the GPU busy "
                      f"{t['gpu_busy_ms']:.1f} of {t['span_ms']:.1f} ms ({100 * t['gpu_busy_ms'] / t['span_ms']:.0f}%), "
