@@ -71,12 +71,12 @@ const std::vector<FieldSpec>& record_schema() {
       {"ops_per_step", "integer", "operators",
        "operators the host dispatched in a step (forward, recomputation, backward and optimizer) at the top level, "
        "autograd's derivatives included, the operators they call inside not; counted on the dispatcher, median over "
-       "the timed steps",
-       "measured"},
+       "the timed steps (train: the step's, this rank's)",
+       "measured train"},
       {"host_syncs_per_step", "integer", "reads",
        "reads of device values the host waited for in a step: `item` and the copies to the host the code asks for "
-       "(on the CPU the same calls, counted alike); median over the timed steps",
-       "measured"},
+       "(on the CPU the same calls, counted alike); median over the timed steps (train: the step's, this rank's)",
+       "measured train"},
       // Correctness.
       {"grad_max_rel_err", "number|null", "",
        "verify: the largest relative difference of loss and gradients against the reference (a lossy strategy's: "

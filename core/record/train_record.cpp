@@ -32,6 +32,7 @@ json trained_step_record(const ExperimentConfig& c, const PointContext& ctx, con
   put(r, "lr", st.lr);
   put(r, "step_ms", st.ms);
   put(r, "peak_activation_bytes", st.peak);
+  if (st.ops >= 0) put(r, "ops_per_step", st.ops), put(r, "host_syncs_per_step", st.host_syncs);
   put(r, "expert_tokens", st.expert_tokens);
   put(r, "tokens_received_per_layer", st.tokens_received_per_layer);
   for (const auto& [key, value] : st.counters.items()) r[key] = value;

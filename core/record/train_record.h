@@ -25,6 +25,7 @@ struct TrainedStep {
   std::string status = "ok", error;  // ok | oom | error
   double loss = 0, lr = 0, ms = 0;
   int64_t peak = -1;  // -1: not measured
+  int64_t ops = -1, host_syncs = -1;  // the host's work in the step (core/meter/host_work.h); -1: not counted
   json expert_tokens = json::array(), tokens_received_per_layer = json::array();
   json counters = json::object();  // the strategy's own, as `run` writes them
   std::optional<double> eval_loss;

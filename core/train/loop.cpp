@@ -157,6 +157,7 @@ bool train_one(const RunContext& rc, const StrategySpec& spec) {
     rec.lr = lr;
     rec.ms = o.slowest_ms;
     rec.peak = o.fullest_peak;
+    rec.ops = o.host.ops, rec.host_syncs = o.host.host_syncs;
     for (const auto& layer : counts) {
       const at::Tensor cnt = layer.cpu();
       rec.expert_tokens.push_back(std::vector<int64_t>(cnt.data_ptr<int64_t>(), cnt.data_ptr<int64_t>() + cnt.numel()));
