@@ -75,7 +75,8 @@ def lines(ctxs, results_dir, model_dir):
         calls, small = _predicted(fixed, cm)
         rest = gap - calls - small
         runs = f" (median of {len(diffs)} runs, {min(diffs):.0f} to {max(diffs):.0f} ms)" if len(diffs) > 1 else ""
-        out.append(f"- `{ctx['name']}` (s' up to {ctx['overload']:.1f}x): 8 chunks took {gap:.0f} ms a step more than "
+        more = f"{gap:.0f} ms a step more" if gap >= 0 else f"{-gap:.0f} ms a step less"
+        out.append(f"- `{ctx['name']}` (s' up to {ctx['overload']:.1f}x): 8 chunks took {more} than "
                    f"full recomputation's {base:.0f} ms{runs}, {100 * gap / base:+.1f}%. The cost model puts "
                    f"{calls:.0f} ms ({100 * calls / base:.1f}% of full recomputation's step) on the chunks' calls and "
                    f"{small:.0f} ms ({100 * small / base:+.1f}%) on products at an eighth of the rows; the rest, "
