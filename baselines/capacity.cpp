@@ -58,6 +58,10 @@ class Capacity : public Strategy {
             {"dropped_fraction", assignments > 0 ? double(dropped) / double(assignments) : 0.0},
             {"kept_row_fraction", kept}};
   }
+  std::string graph_blocker() const override {
+    if (policy_ == "probs") return "capping by probability reads the router's probabilities on the host";
+    return Strategy::graph_blocker();
+  }
   void cap_routing(MoeRouting& r, const at::Tensor& probs) override {
     const RankRouting& rr = *r.rank;
     const int64_t T = r.expert_ids.size(0), k = r.expert_ids.size(1);

@@ -47,13 +47,13 @@ if(MEMFINE_TORCH_HAS_CUDA)
 else()
   # A LibTorch without CUDA (Debian's) still ships the CUDA and NCCL headers of its API: compile the
   # files with CUDA-LibTorch branches (NCCL process group, CUDA meter and environment, kernel calls,
-  # the timer's device wait)
+  # the timer's device wait, CUDA graphs)
   # against them, so that code cannot rot where no GPU build runs. Never linked. The shim stands in
   # for one generated header the package leaves out.
   find_path(MEMFINE_TORCH_NCCL_HEADER torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp HINTS ${TORCH_INCLUDE_DIRS})
   if(MEMFINE_TORCH_NCCL_HEADER)
     add_library(memfine_torch_cuda_compile_check OBJECT core/dist/dist.cpp core/meter/memory_meter.cpp core/record/environment.cpp
-                core/moe/fused.cpp core/meter/timer.cpp)
+                core/moe/fused.cpp core/meter/timer.cpp core/run/graph_step.cpp)
     target_include_directories(memfine_torch_cuda_compile_check BEFORE PRIVATE ${CMAKE_SOURCE_DIR}
                                ${CMAKE_SOURCE_DIR}/cmake/torch_cuda_shim)
     target_compile_definitions(memfine_torch_cuda_compile_check PRIVATE MEMFINE_TORCH_CUDA=1 MEMFINE_KERNELS=1

@@ -368,6 +368,50 @@ TEST(Cli, CudaOnACpuOnlyBuildIsABadInputNotACrash) {
 #endif
 }
 
+// `graphs: step` needs a GPU and routing that does not change between steps; said before anything runs.
+TEST(Cli, GraphsAreRefusedWhereAStepCannotBeReplayed) {
+  std::string text = kTiny;
+  text.replace(text.find("seed: 2"), 7, "seed: 2\ngraphs: step");
+  Result r = run("validate " + write("graphs_cpu.yaml", text));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(":3: graphs: CUDA graphs need device: cuda"), std::string::npos) << r.err;
+  text.replace(text.find("alpha: 2.0}"), 11, "alpha: 2.0, schedule: figure5}");
+  r = run("validate " + write("graphs_schedule.yaml", text));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("graphs: a captured step replays one routing"), std::string::npos) << r.err;
+}
+
+#ifdef MEMFINE_TORCH_CUDA
+// On a GPU every strategy that can be captured replays a graph whose loss and gradients are the
+// eager step's (graph_err within the dtype's tolerance, and verified against the reference as
+// well); offloading runs eagerly and says why.
+TEST(Cli, GraphedStepsMatchTheEagerOnesOnTheGpu) {
+  std::string text = kTiny;
+  text.replace(text.find("seed: 2"), 7, "seed: 2\ndevice: cuda\ngraphs: step");
+  text.replace(text.find("warmup: 0"), 9, "warmup: 1");
+  text.replace(text.find("repeats: 1"), 10, "repeats: 2");
+  text.replace(text.find("  - {name: memfine, chunks: 2}"), 30,
+               "  - {name: memfine, chunks: 2}\n  - {name: memfine, chunks: 8}\n  - offload");
+  const std::string dir = fresh_dir("graphed");
+  Result r = run("run " + write("graphed.yaml", text) + " --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  int graphed = 0;
+  for (const auto& rec : memfine::read_results(dir + "/results.jsonl")) {
+    EXPECT_EQ(rec.at("status"), "ok") << rec.dump();
+    if (rec.at("strategy").get<std::string>().rfind("offload", 0) == 0) {
+      EXPECT_EQ(rec.at("graphs"), "none") << rec.dump();
+      EXPECT_FALSE(rec.at("graphs_why").get<std::string>().empty());
+      continue;
+    }
+    EXPECT_EQ(rec.at("graphs"), "step") << rec.dump();
+    EXPECT_LE(rec.at("graph_err").get<double>(), 1e-4) << rec.dump();
+    EXPECT_GT(rec.at("graph_pool_bytes").get<int64_t>(), 0);
+    ++graphed;
+  }
+  EXPECT_EQ(graphed, 8);
+}
+#endif
+
 // --profile traces one more step per strategy where the build has the profiler (a CUDA LibTorch);
 // elsewhere it is refused before anything runs or is written. On a GPU build: a trace per
 // strategy, and the records are the ones a run without it writes.
@@ -458,9 +502,9 @@ TEST(Cli, PredictNeedsNoDevice) {
   EXPECT_NE(b.err.find("malformed"), std::string::npos) << b.err;
 }
 
-// Every shipped experiment is valid. The GPU ones are checked with device: cpu on a CPU-only build
-// (everything else about them must still hold: keys, shapes, strategies, sweeps). From the
-// repository root, as the README runs them (paths inside are relative to it).
+// Every shipped experiment is valid. The GPU ones are checked with device: cpu on a CPU-only build,
+// without CUDA graphs (everything else about them must still hold: keys, shapes, strategies,
+// sweeps). From the repository root, as the README runs them (paths inside are relative to it).
 TEST(Cli, EveryShippedExperimentValidates) {
   const fs::path root = fs::canonical(fs::path(MEMFINE_TESTS_DIR) / "..");
   int checked = 0;
@@ -474,6 +518,10 @@ TEST(Cli, EveryShippedExperimentValidates) {
     const size_t at = text.find("\ndevice: cuda");
     if (at != std::string::npos) {
       text.replace(at, 13, "\ndevice: cpu");
+      const std::pair<std::string, std::string> eager[] = {{"graphs: [none, step]", "graphs: [none]"},
+                                                           {"graphs: step", "graphs: none"}};  // graphs need CUDA
+      for (const auto& [from, to] : eager)
+        if (const size_t g = text.find(from); g != std::string::npos) text.replace(g, from.size(), to);
       file = write(entry.path().filename().string(), text);
     }
 #endif

@@ -154,6 +154,9 @@ struct ExperimentConfig {
   int64_t warmup = 1;
   int64_t repeats = 3;
   bool verify = false;
+  // "step": each strategy's forward and backward captured once as a CUDA graph and replayed every
+  // timed step (core/run/graph_step.h); "none": run eagerly.
+  std::string graphs = "none";
   ModelConfig model;
   int64_t ep = 1;     // expert-parallel size emulated on this device
   int64_t rank = -1;  // emulated rank; -1 = the most loaded one

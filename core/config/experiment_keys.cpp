@@ -130,6 +130,12 @@ const Section<ExperimentConfig>& top_keys() {
                   "also hold each dropless strategy's loss and gradients to the reference strategy's (`no_recompute`) "
                   "against the dtype's tolerance: a `verified` verdict per record and exit 1 on a failure; on real "
                   "ranks against one process computing the whole global batch; in `memfine train` on one process"),
+       choice<E>("graphs", &E::graphs, {"none", "step"},
+                 "CUDA graphs: `step` captures each strategy's forward and backward (the loss and every layer, "
+                 "its MoE's ranges included) as one graph after the warmup steps and replays it every timed step, "
+                 "the optimizer's update eager, the same for every strategy; a strategy that cannot be captured "
+                 "(offloading's copies, a stash's rerun, capping's host reads, real ranks) runs eagerly and its "
+                 "record says why. Needs `device: cuda` and routing that is the same every step"),
        text<E>("cost_model", &E::cost_model, "path",
                "the fitted step-time cost model (`scripts/fit-cost-model`; relative to this file): needed by "
                "`objective: time`; refused when fitted on another CPU",

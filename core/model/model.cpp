@@ -194,7 +194,7 @@ Routed route(const at::Tensor& x_norm, const LayerWeights& w, const at::Tensor& 
   at::Tensor probs = at::softmax(at::matmul(x_norm, w.router), -1);
   Routed r;
   if (expert_ids.defined()) {
-    r = {probs.gather(1, expert_ids.to(probs.device())), expert_ids};
+    r = {probs.gather(1, to_device(expert_ids, probs.device())), expert_ids};
   } else {
     if (w.expert_bias.defined()) {  // the bias chooses, the probability still weighs
       at::Tensor ids = std::get<1>((probs.detach() + w.expert_bias).topk(topk, -1));

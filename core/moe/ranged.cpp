@@ -11,6 +11,7 @@
 #include "core/moe/grouped.h"
 #include "core/moe/range_ops.h"
 #include "core/moe/rows.h"
+#include "core/util/host_sync.h"
 #include "core/util/modules.h"
 #include "core/util/tensors.h"
 
@@ -36,7 +37,8 @@ std::vector<at::Tensor> upload(const std::vector<std::vector<int64_t>>& parts, c
   int64_t total = 0;
   for (const auto& p : parts) total += int64_t(p.size());
   const bool device = !like.device().is_cpu();
-  at::Tensor buffer = at::empty({std::max<int64_t>(total, 1)}, at::TensorOptions(at::kLong).pinned_memory(device));
+  const int64_t n = std::max<int64_t>(total, 1);
+  at::Tensor buffer = device ? pinned_buffer(n, at::kLong) : at::empty({n}, at::kLong);
   int64_t* out = buffer.data_ptr<int64_t>();
   for (const auto& p : parts) out = std::copy(p.begin(), p.end(), out);
   if (device) buffer = buffer.to(like.device(), /*non_blocking=*/true);
@@ -114,9 +116,7 @@ RangeLayout range_layout(const MoeRouting& mr, const std::vector<int64_t>& bound
   L.src = v[0], L.slot = v[1], L.remote_key = v[2], L.remote_token = v[3], L.remote_slot = v[4];
   if (grouped_mm_native(like)) {
     // The native grouped GEMM reads each range's group ends on the device: one int32 copy for all.
-    at::Tensor ends = at::tensor(std::vector<int32_t>(offs.begin(), offs.end()), at::kInt)
-                          .pin_memory()
-                          .to(like.device(), /*non_blocking=*/true);
+    at::Tensor ends = to_device(at::tensor(std::vector<int32_t>(offs.begin(), offs.end()), at::kInt), like.device());
     for (size_t c = 0; c < C; ++c)
       L.offs.push_back(at::from_blob(
           ends.data_ptr<int32_t>() + c * size_t(El), {El}, [keep = ends](void*) mutable { keep.reset(); },

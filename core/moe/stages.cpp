@@ -7,6 +7,7 @@
 #include "core/moe/buffer_free.h"
 #include "core/moe/fused.h"
 #include "core/moe/rows.h"
+#include "core/util/host_sync.h"
 #include "core/util/modules.h"
 
 namespace memfine {
@@ -94,15 +95,12 @@ std::vector<Dispatched> dispatch_indices(const MoeRouting& mr, const std::vector
     remote_rows.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + C);
   }
   // Routing is decided on the host; what the data needs moves to its device in one upload (no-op
-  // on CPU), so that a loop over ranges never waits for the device in between. From pinned memory
-  // and without blocking: from pageable memory the host would wait for the device to drain its
-  // queue first (the GPU's trace: results/<gpu>/gpu_chunk_cost/trace_summary.txt); the pinned
-  // block is not reused before the copy has read it (the caching host allocator's events).
+  // on CPU), so that a loop over ranges never waits for the device in between (to_device).
   std::vector<at::Tensor> parts = {own_slot, own_slot.div(k, "floor"), peers.first, remote, remote_token, remote_key};
   if (dev != at::Device(at::kCPU)) {
     std::vector<int64_t> sizes;
     for (const auto& t : parts) sizes.push_back(t.numel());
-    parts = at::cat(parts).pin_memory().to(dev, /*non_blocking=*/true).split_with_sizes(sizes);
+    parts = to_device(at::cat(parts), dev).split_with_sizes(sizes);
   }
   const at::Tensor &d_slot = parts[0], &d_token = parts[1], &d_peer = parts[2];
   const at::Tensor &d_rslot = parts[3], &d_rtoken = parts[4], &d_rkey = parts[5];

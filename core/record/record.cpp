@@ -62,6 +62,12 @@ void put_times(json& r, const ExperimentConfig& c, const PointRouting& rt, const
     return v[(v.size() - 1) / 2];
   };
   if (!k.ops.empty()) put(r, "ops_per_step", median(k.ops)), put(r, "host_syncs_per_step", median(k.host_syncs));
+  if (c.graphs != "none") {
+    put(r, "graphs", k.graphs);
+    if (!k.graphs_why.empty()) put(r, "graphs_why", k.graphs_why);
+    if (k.graph_pool_bytes >= 0) put(r, "graph_pool_bytes", k.graph_pool_bytes);
+    if (k.graph_err >= 0) put(r, "graph_err", k.graph_err);
+  }
 }
 
 }  // namespace

@@ -21,6 +21,10 @@ struct Measured {
   int64_t static_bytes = 0;
   std::vector<double> ms, peaks;  // per timed step
   std::vector<int64_t> ops, host_syncs;  // per timed step: operators dispatched, reads of device values
+  std::string graphs = "none";           // what its timed steps ran: "step" (a CUDA graph replayed) or "none"
+  std::string graphs_why;                // graphs were asked for and it ran eagerly: why
+  int64_t graph_pool_bytes = -1;         // the graph's memory pool, kept between replays
+  double graph_err = -1;                 // the replay's largest relative error against the eager step
   double loss = 0;
   json counters = json::object();   // the strategy's own (Strategy::record_counters)
   json predicted_activation_bytes;  // the implementation model's, or null

@@ -73,6 +73,18 @@ const std::vector<FieldSpec>& record_schema() {
        "autograd's derivatives included, the operators they call inside not; counted on the dispatcher, median over "
        "the timed steps (train: the step's, this rank's)",
        "measured train"},
+      {"graphs", "string", "",
+       "with `graphs` asked for: what the timed steps ran, `step` (a CUDA graph of forward and backward replayed, "
+       "the optimizer eager) or `none`",
+       "measured"},
+      {"graph_err", "number", "",
+       "the replayed graph's largest relative error of loss and gradients against the same step run eagerly "
+       "(max |a - b| / max |b| per tensor); above the dtype's verify tolerance the strategy is an error",
+       "measured"},
+      {"graphs_why", "string", "", "graphs were asked for and the strategy ran eagerly: why", "measured"},
+      {"graph_pool_bytes", "integer", "bytes",
+       "the captured graph's private memory pool, held between replays (the step's activations live in it)",
+       "measured"},
       {"host_syncs_per_step", "integer", "reads",
        "reads of device values the host waited for in a step: `item` and the copies to the host the code asks for "
        "(on the CPU the same calls, counted alike); median over the timed steps (train: the step's, this rank's)",

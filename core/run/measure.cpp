@@ -23,6 +23,8 @@ struct Contender {
   std::unique_ptr<Strategy> strategy;
   std::unique_ptr<TrainState> state;
   std::vector<json> step_counters;  // per timed step
+  std::unique_ptr<StepGraph> graph;  // `graphs: step`: its timed steps replay this
+  int64_t capture_peak = 0;          // the capture's activation peak: what the graph's pool holds
   bool runs() const { return m.status == "ok"; }
 };
 
@@ -112,6 +114,45 @@ void verify(const ExperimentConfig& c, const TrainState& point, std::vector<Cont
   }
 }
 
+// `graphs: step`, before the first timed step: the strategy's pass captured (under the budget, as
+// a step; out of memory is a result) and its replay held to the same step run eagerly (a replay
+// that differs is an error), or why it runs eagerly.
+void capture(const ExperimentConfig& c, GuardedStep& guarded, Contender& k, int64_t it, const Dist* dist) {
+  std::string why = dist ? "real ranks: their collectives run eagerly" : k.strategy->graph_blocker();
+  if (why.empty()) {
+    auto graph = std::make_unique<StepGraph>();
+    StepOutcome o = guarded.run(it, k.m.static_bytes, [&] {
+      capture_train_step(*k.state, *k.strategy, it, *graph);
+      return 0.0;
+    });
+    const int64_t peak = o.peak;
+    if (o.ok())
+      o = guarded.run(it, k.m.static_bytes, [&] {
+        k.m.graph_err = replay_error(*k.state, *k.strategy, *graph, it);
+        return 0.0;
+      });
+    if (o.ok() && k.m.graph_err > verify_tolerance(c.dtype)) {
+      k.m.status = "error";
+      k.m.error = "graphs: the replayed step differs from the eager one by " + std::to_string(k.m.graph_err) +
+                  " (tolerance " + std::to_string(verify_tolerance(c.dtype)) + ")";
+      k.state.reset();
+      return;
+    }
+    if (o.ok()) {
+      k.capture_peak = peak, k.m.graph_pool_bytes = graph->pool_bytes(), k.m.graphs = "step";
+      k.graph = std::move(graph);
+      return;
+    }
+    if (o.status == "oom") {
+      k.m.status = o.status, k.m.error = o.error;
+      k.state.reset();
+      return;
+    }
+    why = "its capture failed: " + o.error;
+  }
+  k.m.graphs_why = why;
+}
+
 // Warmup and timed steps, each strategy in turn within a step; out of memory is a result.
 void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std::function<void()>& tick,
                const Dist* dist) {
@@ -125,14 +166,23 @@ void run_steps(const ExperimentConfig& c, std::vector<Contender>& cs, const std:
       }
       route_step(k.state->rank, c, it);  // a scheduled workload routes differently each step
       k.m.static_bytes = k.state->static_bytes();
-      const StepOutcome o = guarded.run(it, k.m.static_bytes, [&] { return train_step(*k.state, *k.strategy, it); });
+      if (c.graphs == "step" && it == c.warmup) {
+        capture(c, guarded, k, it, dist);
+        if (!k.state) {
+          tick();
+          continue;
+        }
+      }
+      const StepOutcome o = guarded.run(it, k.m.static_bytes, [&] {
+        return k.graph ? replay_train_step(*k.state, *k.graph) : train_step(*k.state, *k.strategy, it);
+      });
       if (!o.ok()) {
         k.m.status = o.status, k.m.error = o.error;
         k.state.reset();
       } else if (it >= c.warmup) {
         k.m.loss = o.loss;
         k.m.ms.push_back(o.ms);
-        k.m.peaks.push_back(double(o.peak));
+        k.m.peaks.push_back(double(std::max(o.peak, k.capture_peak)));
         k.m.ops.push_back(o.host.ops), k.m.host_syncs.push_back(o.host.host_syncs);
         k.step_counters.push_back(k.strategy->step_counters());
       }
@@ -162,7 +212,7 @@ void watched_steps(const SweepPoint& pt, std::vector<Contender>& cs, const std::
     route_step(k.state->rank, c, step);
     guarded.run(step, k.state->static_bytes(), [&] {
       double loss = 0;
-      watch(path, [&] { loss = train_step(*k.state, *k.strategy, step); });
+      watch(path, [&] { loss = k.graph ? replay_train_step(*k.state, *k.graph) : train_step(*k.state, *k.strategy, step); });
       return loss;
     });
   }

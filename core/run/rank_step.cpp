@@ -103,16 +103,18 @@ at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step) {
   return (diff.pow(2).mean() + aux) * share;
 }
 
+at::Tensor forward_backward(TrainState& st, Strategy& s, int64_t step) {
+  st.adam->zero_grad();
+  if (st.input.requires_grad() && st.input.grad().defined()) st.input.mutable_grad().zero_();
+  at::Tensor loss = forward_loss(st, s, step);
+  at::Tensor value = loss.detach();  // read after backward: no wait for the device in between
+  loss.backward();
+  return value;
+}
+
 double train_step(TrainState& st, Strategy& s, int64_t step, bool update) {
   // One pass: gradients from zero, forward, backward; the loss's value.
-  auto pass = [&] {
-    st.adam->zero_grad();
-    if (st.input.requires_grad() && st.input.grad().defined()) st.input.mutable_grad().zero_();
-    at::Tensor loss = forward_loss(st, s, step);
-    const double value = loss.item<double>();
-    loss.backward();
-    return value;
-  };
+  auto pass = [&] { return forward_backward(st, s, step).item<double>(); };
   MemoryMeter& meter = MemoryMeter::get(st.cfg.device);
   const int64_t origin = meter.current_bytes();
   s.begin_step(step);
@@ -144,6 +146,19 @@ double train_step(TrainState& st, Strategy& s, int64_t step, bool update) {
   }
   if (update) st.adam->step();
   return loss_value;
+}
+
+void capture_train_step(TrainState& st, Strategy& s, int64_t step, StepGraph& graph) {
+  graph.capture([&] {
+    s.begin_step(step);
+    return forward_backward(st, s, step);
+  });
+}
+
+double replay_train_step(TrainState& st, StepGraph& graph, bool update) {
+  const at::Tensor loss = graph.replay();
+  if (update) st.adam->step();
+  return loss.item<double>();
 }
 
 }  // namespace memfine

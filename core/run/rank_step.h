@@ -11,6 +11,7 @@
 #include "core/dist/dist.h"
 #include "core/model/model.h"
 #include "core/model/optimizer.h"
+#include "core/run/graph_step.h"
 #include "core/strategy/strategy.h"
 #include "core/workload/ep_rank.h"
 
@@ -53,7 +54,15 @@ std::unique_ptr<TrainState> make_rank_state(const ExperimentConfig& c, const Dis
 // Forward and loss only (the graph is kept for a later backward).
 at::Tensor forward_loss(TrainState& st, Strategy& s, int64_t step);
 
+// A pass: gradients zeroed, forward, backward; the loss as a device scalar (read it after).
+at::Tensor forward_backward(TrainState& st, Strategy& s, int64_t step);
+
 // A full step; returns the loss. Gradients are zeroed first; `update` false skips Adam (tests).
 double train_step(TrainState& st, Strategy& s, int64_t step, bool update = true);
+
+// `graphs: step` (core/run/graph_step.h): step `step`'s pass captured into `graph` (nothing
+// computed: the timed steps replay it), and one step replayed with Adam's update after it.
+void capture_train_step(TrainState& st, Strategy& s, int64_t step, StepGraph& graph);
+double replay_train_step(TrainState& st, StepGraph& graph, bool update = true);
 
 }  // namespace memfine

@@ -115,6 +115,13 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
       add(p, c, "kernels", "this build has no CUDA kernels (build on the GPU machine with scripts/gpu-build)");
     // Not to run here (predict): auto is what a GPU build would choose, so that its predictions are
     // the ones that build's records carry.
+    if (c.graphs != "none") {
+      if (c.device != "cuda") add(p, c, "graphs", "CUDA graphs need device: cuda");
+      if (c.workload.schedule != "none" || c.workload.kind == "router")
+        add(p, c, "graphs", "a captured step replays one routing: the workload must route every step alike (no "
+                            "schedule, not the router's own)");
+      if (c.train.enabled) add(p, c, "graphs", "memfine train runs its steps eagerly");
+    }
     if (c.kernels == "auto")
       c.kernels = c.device == "cuda" && (fused_kernels_available(c.device) || !runnable_here) ? "fused" : "aten";
     if (std::find(kinds.begin(), kinds.end(), c.workload.kind) == kinds.end()) {

@@ -90,6 +90,19 @@ std::optional<double> Verifier::error_of(const StrategySpec& spec) const {
   return dist_ ? rank_err(*st, loss, *ref_, ref_loss_, dist_->rank()) : state_err(*st, loss, *ref_, ref_loss_);
 }
 
+double replay_error(TrainState& st, Strategy& s, StepGraph& graph, int64_t step) {
+  s.begin_step(step);
+  const double want_loss = forward_backward(st, s, step).item<double>();
+  auto params = st.model.parameters();
+  if (st.input.requires_grad()) params.push_back(st.input);
+  std::vector<at::Tensor> want;
+  for (const auto& p : params) want.push_back(p.grad().clone());
+  const double loss = graph.replay().item<double>();
+  double worst = std::abs(loss - want_loss) / std::max(std::abs(want_loss), 1e-300);
+  for (size_t i = 0; i < params.size(); ++i) worst = std::max(worst, rel_err(params[i].grad(), want[i]));
+  return worst;
+}
+
 std::optional<double> verify_on_state(const TrainState& fresh, const StrategySpec& spec) {
   if (!dropless(spec)) return std::nullopt;
   auto ref = copy_train_state(fresh);

@@ -13,6 +13,8 @@
 namespace memfine {
 
 class Dist;
+class StepGraph;
+class Strategy;
 struct TrainState;
 
 // The largest relative difference `verify` accepts: float64 1e-10, float32 1e-4 (sums in another
@@ -37,6 +39,11 @@ class Verifier {
   std::unique_ptr<TrainState> ref_;
   double ref_loss_ = 0;
 };
+
+// `graphs: step`: the captured pass replayed against the same step run eagerly on the same state,
+// neither updating: the largest relative error of loss and gradients (same kernels, same order:
+// expected zero). The gradients left are the replay's.
+double replay_error(TrainState& st, Strategy& s, StepGraph& graph, int64_t step);
 
 // One strategy on a state that has its step's data (a language model's tokens), one process.
 std::optional<double> verify_on_state(const TrainState& fresh, const StrategySpec& spec);

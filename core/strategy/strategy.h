@@ -79,6 +79,13 @@ class Strategy {
   virtual LayerOutput run_layer(const at::Tensor& x, const LayerInput& in);
   // How the experts keep what backward needs (emulated and real ranks alike): the shape's.
   virtual ExpertPath expert() const;
+  // Why its step cannot be captured as a CUDA graph (`graphs: step`), or empty: what it runs must
+  // not wait for the device nor change between steps. Offloading's copies and a stash's rerun do.
+  virtual std::string graph_blocker() const {
+    if (offloader_) return "offloading copies on streams of its own, from the host's memory";
+    if (shape_.stash.any()) return "a stash may run the step again";
+    return std::string();
+  }
   // Capacity capping edits the routing here; the default keeps every assignment.
   virtual void cap_routing(MoeRouting& routing, const at::Tensor& probs) {}
 

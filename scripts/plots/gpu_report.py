@@ -170,6 +170,10 @@ def _chunk_cost_lines(gpu_dir, folder):
         cell = f"- {r['strategy']}{at}: {R.median_ms(r):.1f} ms a step" + (f", {speed:.2f}x" if speed else "")
         if "ops_per_step" in r:
             cell += f", {r['ops_per_step']} operators and {r['host_syncs_per_step']} reads of the device a step"
+        if r.get("graphs") == "step":
+            cell += f", replayed as a CUDA graph (its error against the eager step {r.get('graph_err', 0):.1e})"
+        elif r.get("graphs_why"):
+            cell += f", eager: {r['graphs_why']}"
         t = next((t for n, t in traces.items()
                   if n.endswith("." + _file_label(r["point"]) + "." + _file_label(r["strategy"]) + ".json")), None)
         if t:
