@@ -2,8 +2,11 @@
 // loss and gradients as one process computing the whole global batch.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "scratch.h"
@@ -182,6 +185,33 @@ TEST_P(RealRanks, FusedKernels) {
 }
 
 INSTANTIATE_TEST_SUITE_P(World, RealRanks, ::testing::Values(2, 4));
+
+// Rank 0's store listens where the job's ranks reach it (MASTER_ADDR), not on every interface; an
+// address it cannot listen at is said with the OS's reason.
+TEST(Rendezvous, ListensAtTheJobsAddressOnly) {
+  const int port = free_loopback_port();
+  for (const char* host : {"127.0.0.1", "localhost"}) {
+    const int fd = listen_socket(host, port);
+    sockaddr_storage a{};
+    socklen_t n = sizeof a;
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n), 0);
+    if (a.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+      EXPECT_EQ(ntohl(in->sin_addr.s_addr), INADDR_LOOPBACK) << host;
+      EXPECT_EQ(ntohs(in->sin_port), port);
+    } else {
+      ASSERT_EQ(a.ss_family, AF_INET6) << host;
+      EXPECT_TRUE(IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr)) << host;
+    }
+    close(fd);
+  }
+  try {
+    close(listen_socket("no-such-host.invalid", port));
+    ADD_FAILURE() << "listened at a host that does not exist";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR no-such-host.invalid"), std::string::npos) << e.what();
+  }
+}
 
 TEST(RealRanksFailure, ARankThatFailsEndsTheJobInBoundedTime) {
   const std::string dir = memfine::test_util::scratch_root() + "/dist_fail";

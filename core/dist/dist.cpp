@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(MEMFINE_TORCH_CUDA) && defined(USE_C10D_NCCL)
@@ -11,11 +12,16 @@
 #endif
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <iostream>
 #include <stdexcept>
 
 #include "core/util/host_sync.h"
@@ -51,7 +57,46 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
+int listen_socket(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC, hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string where = "MASTER_ADDR " + host + ", port " + std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
+    throw std::runtime_error(where + ": " + ::gai_strerror(rc));
+  std::string why = "no address";
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  throw std::runtime_error(where + ": rank 0 cannot listen there: " + why);
+}
+
 namespace {
+
+// Rank 0's store listens on the socket it is given (LibTorch 2.x's masterListenFd): one bound to
+// the job's address. Without the option (1.13) the store binds every interface itself.
+template <class Options>
+auto take_listen_fd(Options& o, int fd, int) -> decltype(o.masterListenFd = fd, bool()) {
+  o.masterListenFd = fd;
+  return true;
+}
+template <class Options>
+bool take_listen_fd(Options&, int, long) {
+  return false;
+}
 
 // LibTorch 2.4+ serves the store through libuv by default, but distributions may build LibTorch
 // without it (Debian's 2.6 does) and then the store refuses to start: fall back to the plain TCP
@@ -67,12 +112,36 @@ bool disable_libuv(Options&, long) {
   return false;
 }
 
-c10::intrusive_ptr<c10d::Store> make_store(const std::string& host, c10d::TCPStoreOptions so) {
+c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, c10d::TCPStoreOptions so) {
+  int fd = -1;
+  if (so.isServer) {
+    fd = listen_socket(host, so.port);
+    if (!take_listen_fd(so, fd, 0)) {
+      ::close(fd), fd = -1;
+      std::cerr << "memfine: this LibTorch's rendezvous store listens on every interface (port " << so.port
+                << ") while the job runs; LibTorch 2.x binds it to MASTER_ADDR (" << host << ") only\n";
+    }
+  }
   try {
     return c10::make_intrusive<c10d::TCPStore>(host, so);
+  } catch (...) {
+    if (fd >= 0 && ::fcntl(fd, F_GETFD) != -1) ::close(fd);  // the store did not take it over
+    throw;
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> make_store(const std::string& host, c10d::TCPStoreOptions so) {
+  // `memfine launch` on one machine: a file in a folder only this user reads, no socket at all.
+  if (const char* file = std::getenv("MEMFINE_STORE_FILE"); file && *file) {
+    auto store = c10::make_intrusive<c10d::FileStore>(file, int(so.numWorkers.value_or(1)));
+    store->setTimeout(so.timeout);
+    return store;
+  }
+  try {
+    return tcp_store(host, so);
   } catch (const c10::Error& e) {
     if (std::string(e.what()).find("libuv") == std::string::npos || !disable_libuv(so, 0)) throw;
-    return c10::make_intrusive<c10d::TCPStore>(host, so);
+    return tcp_store(host, so);
   }
 }
 

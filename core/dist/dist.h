@@ -13,6 +13,10 @@ namespace memfine {
 
 // A loopback TCP port free right now, for a rendezvous on this machine.
 int free_loopback_port();
+// A socket listening at `host` (a name or an address; the first of its addresses that binds) and
+// `port`: rank 0's rendezvous store serves on it, and so is reached at the job's address only, not
+// on every interface. Throws with the OS's reason.
+int listen_socket(const std::string& host, int port);
 
 // This process's place in a job, from the launcher's variables: torchrun's and `memfine launch`'s
 // (RANK, WORLD_SIZE, LOCAL_RANK), else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). world 1
@@ -26,7 +30,9 @@ JobPlace job_place();
 class Dist {
  public:
   // From job_place() and MASTER_ADDR, MASTER_PORT (rank 0's host and a free port on it; 127.0.0.1
-  // and 29500 by default); null for one process. Gloo talks through the interface that reaches
+  // and 29500 by default; rank 0's store listens at that address alone, where LibTorch lets it:
+  // 2.x), or MEMFINE_STORE_FILE (`memfine launch` on one machine: a file store, no socket); null
+  // for one process. Gloo talks through the interface that reaches
   // MASTER_ADDR, or GLOO_SOCKET_IFNAME's. Collectives time out after `timeout` instead of hanging
   // when a rank died. `device` "cuda" uses NCCL on GPU LOCAL_RANK (else RANK modulo the GPUs
   // visible); it needs a build against a CUDA LibTorch.

@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
@@ -35,13 +37,35 @@ int launch_experiment(const std::string& self, const LaunchPlace& place, const s
                       const std::vector<std::string>& run_args) {
   const int nproc = place.nproc;
   const int port = place.master_port > 0 ? place.master_port : free_loopback_port();
+  // One machine: the ranks meet through a file in a folder only this user can read (mkdtemp's
+  // 0700), so that no rendezvous port is open at all; across machines rank 0's store listens at
+  // the master address (core/dist/dist.h).
+  std::string store_dir;
+  if (place.nnodes == 1) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/memfine-launch-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) {
+      std::cerr << "memfine launch: cannot make a folder for the ranks' rendezvous in " << tmpl << ": "
+                << std::strerror(errno) << "\n";
+      return 1;
+    }
+    store_dir = tmpl;
+  }
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{store_dir};
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
       bool ours = false;
-      for (const char* k : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "MEMFINE_LAUNCHER="})
+      for (const char* k : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "MEMFINE_LAUNCHER=",
+                            "MEMFINE_STORE_FILE="})
         ours |= kv.rfind(k, 0) == 0;
       if (!ours) env.push_back(kv);
     }
@@ -51,6 +75,7 @@ int launch_experiment(const std::string& self, const LaunchPlace& place, const s
              "MASTER_ADDR=" + place.master_addr, "MASTER_PORT=" + std::to_string(port),
              "MEMFINE_LAUNCHER=" + std::to_string(::getpid())})
       env.push_back(kv);
+    if (!store_dir.empty()) env.push_back("MEMFINE_STORE_FILE=" + store_dir + "/store");
     std::vector<std::string> args = {self, command};
     args.insert(args.end(), run_args.begin(), run_args.end());
     if (r > 0 || place.node_rank > 0) args.push_back("--no-progress");

@@ -1,4 +1,5 @@
-// `memfine launch --nproc N`: N local ranks of `memfine run` (or `memfine train`) on loopback.
+// `memfine launch --nproc N`: N local ranks of `memfine run` (or `memfine train`), meeting through
+// a file only this user reads (one machine) or rank 0's store at the master address (several).
 #pragma once
 #include <memory>
 #include <string>
