@@ -296,6 +296,38 @@ TEST(ResultsFolder, DamagedOrOddResultsFilesAreRefusedUntouched) {
   EXPECT_NE(nf.err.find("Not a directory"), std::string::npos) << nf.err;
 }
 
+// The readers (`table`, `--csv`, `compare`) refuse, with the file and why, what is not a record: a
+// folder or a FIFO named results.jsonl (without blocking), a field of the wrong type, a number that
+// is not a result; `--resume` says which record has no status.
+TEST(ResultsFolder, ReadersRefuseWhatIsNotARecord) {
+  const std::string dir = fresh_dir("readers");
+  fs::create_directories(dir + "/as_folder/results.jsonl");
+  fs::create_directories(dir + "/fifo");
+  ASSERT_EQ(::mkfifo((dir + "/fifo/results.jsonl").c_str(), 0644), 0);
+  for (const char* folder : {"as_folder", "fifo"})
+    for (const std::string& cmd : std::vector<std::string>{"table ", "table --csv ", "compare " + dir + "/as_folder "}) {
+      Result r = run(cmd + dir + "/" + folder);
+      EXPECT_EQ(r.code, 2) << cmd << folder;
+      EXPECT_NE(r.err.find("results.jsonl"), std::string::npos) << cmd << folder << ": " << r.err;
+    }
+  const std::string good = R"({"experiment":"x","point":"base","strategy":"s","status":"ok",)";
+  for (const std::string& bad : std::vector<std::string>{good + R"("step_ms":"fast"})", good + R"("step_ms":{"median":-3.0}})",
+                                 good + R"("peak_activation_bytes":-5})", good + R"("step_ms":1e999})"}) {
+    fs::create_directories(dir + "/bad");
+    std::ofstream(dir + "/bad/results.jsonl", std::ios::trunc) << bad << "\n";
+    for (const char* cmd : {"table ", "table --csv "}) {
+      Result r = run(cmd + dir + "/bad");
+      EXPECT_EQ(r.code, 2) << cmd << bad;
+      EXPECT_NE(r.err.find("results.jsonl:1:"), std::string::npos) << cmd << bad << ": " << r.err;
+    }
+  }
+  std::ofstream(dir + "/bad/results.jsonl", std::ios::trunc) << R"({"experiment":"x","point":"base","strategy":"s"})"
+                                                             << "\n";
+  Result r = run("run " + write("tiny.yaml", kTiny) + " --out " + dir + "/bad --resume");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("results.jsonl:1: not a results record"), std::string::npos) << r.err;
+}
+
 // A full disk, injected with a file-size limit (RLIMIT_FSIZE: writes past it fail with EFBIG, as
 // writes to a full disk fail with ENOSPC): nothing already written is lost, nothing is torn.
 TEST(ResultsFolder, AFullDiskLosesNothing) {

@@ -281,6 +281,37 @@ class Plot(unittest.TestCase):
             generic.S.save = orig
         return paths, "\n".join(texts)
 
+    def test_a_hostile_results_file_is_refused_not_a_traceback(self):
+        good = json.dumps(record("base", "full_recompute"))
+        cases = {"bad_utf8": good.encode() + b"\n" + b'{"experiment": "\xff\xfe"}\n',
+                 "huge_int": json.dumps(record("base", "full_recompute", static_bytes=10 ** 400)).encode() + b"\n",
+                 "deep": b"[" * 100000 + b"]" * 100000 + b"\n",
+                 "negative_ms": json.dumps(record("base", "full_recompute", ms=-3.0)).encode() + b"\n",
+                 "nan_ms": json.dumps(record("base", "full_recompute", ms=float("nan"))).encode() + b"\n"}
+        for name, data in cases.items():
+            folder = os.path.join(self.tmp, name)
+            os.makedirs(folder)
+            with open(os.path.join(folder, "results.jsonl"), "wb") as f:
+                f.write(data)
+            with self.assertRaises(records.ResultsError, msg=name) as ctx:
+                generic.plot_folder(folder, os.path.join(self.tmp, "figs"))
+            self.assertIn("results.jsonl:", str(ctx.exception), name)
+        folder = os.path.join(self.tmp, "folder_as_file")
+        os.makedirs(os.path.join(folder, "results.jsonl"))
+        with self.assertRaises(records.ResultsError) as ctx:
+            generic.plot_folder(folder, os.path.join(self.tmp, "figs"))
+        self.assertIn("a folder, not a results file", str(ctx.exception))
+
+    def test_names_from_data_stay_inside_the_output_folder(self):
+        out = os.path.join(self.tmp, "figs")
+        for name in ("/abs/escape", "../../escape", ".hidden"):
+            folder = os.path.dirname(write(self.tmp, "f" + str(abs(hash(name))),
+                                           [record("base", "full_recompute", experiment=name)]))
+            for p in generic.plot_folder(folder, out):
+                self.assertEqual(os.path.dirname(os.path.abspath(p)), os.path.abspath(out), p)
+                self.assertFalse(os.path.basename(p).startswith("."), p)
+        self.assertFalse(os.path.exists(os.path.join(os.path.dirname(self.tmp), "escape_points.png")))
+
     def test_a_sweep_of_ones_own(self):
         cfg = lambda alpha: dict(CONFIG, workload={"kind": "zipf", "alpha": alpha})
         recs = [record(f"workload.alpha={a}", s, act=act * a, ms=ms, config=cfg(a))

@@ -191,17 +191,20 @@ std::string compare_strategies(const std::vector<RecordView>& records, const std
 int compare(const std::vector<std::string>& dirs, const std::vector<std::string>& strategies) {
   std::vector<std::string> canonical;
   for (const auto& s : strategies) canonical.push_back(canonical_label(json{{"strategy", s}}));
-  if (strategies.size() == 2 && dirs.size() == 1) {
-    const Run run = read_dir(dirs[0]);
-    std::cout << compare_strategies(run.views, canonical[0], canonical[1]);
-    return 0;
+  if (!((strategies.size() == 2 && dirs.size() == 1) || (strategies.empty() && dirs.size() == 2)))
+    throw std::invalid_argument("compare needs two results folders, or one and --strategies X Y");
+  std::vector<Run> runs;
+  try {
+    for (const auto& d : dirs) runs.push_back(read_dir(d));  // each Run's views point into its own records
+  } catch (const std::runtime_error& e) {
+    std::cerr << "memfine compare: " << e.what() << "\n";
+    return 2;
   }
-  if (strategies.empty() && dirs.size() == 2) {
-    const Run a = read_dir(dirs[0]), b = read_dir(dirs[1]);
-    std::cout << compare_runs(a.views, b.views, dirs[0], dirs[1]);
-    return 0;
-  }
-  throw std::invalid_argument("compare needs two results folders, or one and --strategies X Y");
+  if (dirs.size() == 1)
+    std::cout << compare_strategies(runs[0].views, canonical[0], canonical[1]);
+  else
+    std::cout << compare_runs(runs[0].views, runs[1].views, dirs[0], dirs[1]);
+  return 0;
 }
 
 }  // namespace

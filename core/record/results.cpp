@@ -17,13 +17,26 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/record/schema.h"
+
 namespace memfine {
 
 namespace fs = std::filesystem;
 
+void check_results_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st))
+    throw std::runtime_error(path + ": cannot read results file: " + (ec ? ec.message() : "no such file"));
+  if (fs::is_directory(st)) throw std::runtime_error(path + ": a folder, not a results file");
+  if (!fs::is_regular_file(st))
+    throw std::runtime_error(path + ": not a regular file (a FIFO, socket or device): not read");
+}
+
 std::vector<json> read_results(const std::string& path) {
+  check_results_file(path);
   std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot read results file");
+  if (!in) throw std::runtime_error(path + ": cannot read results file: " + std::strerror(errno));
   std::vector<json> out;
   std::string line;
   int n = 0;
@@ -38,6 +51,7 @@ std::vector<json> read_results(const std::string& path) {
     for (const char* key : {"experiment", "point", "strategy", "status"})
       if (!out.back().is_object() || !out.back().contains(key) || !out.back()[key].is_string())
         throw std::runtime_error(path + ":" + std::to_string(n) + ": record has no string '" + key + "'");
+    view_of(out.back(), path + ":" + std::to_string(n));  // each field of its type, numbers results
   }
   return out;
 }
@@ -130,8 +144,8 @@ ResultsFile::ResultsFile(const std::string& dir, bool resume, bool writer, const
     } catch (const json::exception&) {
       ok = false;
     }
-    ok = ok && rec.is_object() && rec.contains("point") && rec["point"].is_string() && rec.contains("strategy") &&
-         rec["strategy"].is_string();
+    ok = ok && rec.is_object();
+    for (const char* key : {"point", "strategy", "status"}) ok = ok && rec.contains(key) && rec[key].is_string();
     if (!ok) {
       if (!complete && !records_.empty()) {
         repaired_ = path_ + ":" + std::to_string(lineno) + ": dropped a torn last record (" +

@@ -158,6 +158,22 @@ bool of_type(const json& v, const FieldSpec& spec) {
   return false;
 }
 
+namespace {
+// A number that is a result: finite, and not negative where it has a unit (a time, a size, a
+// count); within objects and lists alike (a spread, a per-layer list).
+bool a_result(const json& v, bool measured) {
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    return std::isfinite(x) && (!measured || x >= 0);
+  }
+  if (v.is_object() || v.is_array()) {
+    for (const auto& e : v)
+      if (!a_result(e, measured)) return false;
+  }
+  return true;
+}
+}  // namespace
+
 json RecordView::get(const std::string& key) const { return raw && raw->contains(key) ? (*raw)[key] : json(); }
 
 RecordView view_of(const json& r, const std::string& where) {
@@ -166,6 +182,10 @@ RecordView view_of(const json& r, const std::string& where) {
     const FieldSpec* f = record_field(k);
     if (f && !of_type(v, *f))
       throw std::runtime_error(where + (where.empty() ? "" : ": ") + k + ": expected " + f->type + ", got " +
+                               v.dump().substr(0, 60));
+    if (f && k != "config" && k != "env" && !a_result(v, !f->unit.empty()))
+      throw std::runtime_error(where + (where.empty() ? "" : ": ") + k + ": not a result (" +
+                               (f->unit.empty() ? "not finite" : "negative or not finite") + "): " +
                                v.dump().substr(0, 60));
   }
   RecordView o;

@@ -4,6 +4,7 @@ declaration), and strategies picked by their registered name, role and parameter
 label's spelling."""
 import csv
 import json
+import math
 import os
 import re
 
@@ -45,8 +46,29 @@ def unit(key):
     return f["unit"] if f else ""
 
 
+def _finite(value):
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond any double
+        return False
+
+
+def _a_result(value, measured):
+    """A number that is a result: finite, and not negative where it has a unit; within objects and
+    lists alike (the C++ readers' rule, core/record/schema.cpp)."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, (int, float)):
+        return _finite(value) and (not measured or value >= 0)
+    if isinstance(value, dict):
+        return all(_a_result(v, measured) for v in value.values())
+    if isinstance(value, list):
+        return all(_a_result(v, measured) for v in value)
+    return True
+
+
 def _of_type(value, types):
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
     for t in types.split("|"):
         if ((t == "string" and isinstance(value, str)) or (t == "boolean" and isinstance(value, bool))
                 or (t == "integer" and number and float(value).is_integer())
@@ -71,24 +93,43 @@ def check(rec, where):
             raise ResultsError(f"{where}: '{key}' is not a field of the record schema, nor a counter '{name}' declares "
                                "(memfine schema lists them)")
         if not _of_type(value, f["type"]):
-            raise ResultsError(f"{where}: {key}: expected {f['type']}, got {json.dumps(value)[:60]}")
+            raise ResultsError(f"{where}: {key}: expected {f['type']}, got {_shown(value)}")
+        if key not in ("config", "env") and not _a_result(value, bool(f["unit"])):
+            raise ResultsError(f"{where}: {key}: not a result ({'negative or ' if f['unit'] else ''}not finite): "
+                               f"{_shown(value)}")
+
+
+def _shown(value):
+    try:
+        return json.dumps(value)[:60]
+    except (ValueError, RecursionError):
+        return "(unprintable)"
 
 
 def load(path, required=("experiment", "point", "strategy", "status")):
     """Reads a records file; a bad line is an error naming file and line."""
     records = []
+    if os.path.isdir(path):
+        raise ResultsError(f"{path}: a folder, not a results file")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ResultsError(f"{path}: not a regular file (a FIFO, socket or device): not read")
     try:
-        f = open(path)
+        f = open(path, "rb")
     except OSError as e:
         raise ResultsError(f"{path}: {e.strerror}")
     with f:
-        for n, line in enumerate(f, 1):
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ResultsError(f"{path}:{n}: not UTF-8 text ({e.reason} at byte {e.start})")
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-            except ValueError as e:
-                raise ResultsError(f"{path}:{n}: not a JSON record ({e})")
+            except (ValueError, RecursionError) as e:
+                why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
+                raise ResultsError(f"{path}:{n}: not a JSON record ({why})")
             if not isinstance(rec, dict):
                 raise ResultsError(f"{path}:{n}: not a JSON object")
             for key in required:

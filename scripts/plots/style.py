@@ -4,6 +4,7 @@ LaTeX and CSV."""
 import csv
 import hashlib
 import os
+import re
 import textwrap
 
 import matplotlib
@@ -195,9 +196,17 @@ def legend(lax, handles, labels, ncol=3, **kw):
     lax.legend(handles, labels, loc="center", ncol=max(1, min(ncol, fits // longest)), frameon=False, **kw)
 
 
+def file_stem(stem):
+    """A file name made from data (an experiment's name) that stays inside the output folder: no
+    separators, no leading dots."""
+    safe = re.sub(r"[^A-Za-z0-9._=+-]", "_", str(stem)).lstrip(".")
+    return safe[:200] or "unnamed"
+
+
 def save(fig, out_dir, stem, caption, tight=True):
     """Writes PNG and PDF with the caption (source and config) along the bottom, wrapped to the width.
     The layout is the figure's own (constrained); `tight` is kept for callers that pass it."""
+    stem = file_stem(stem)
     width = fig.get_size_inches()[0]
     per_line = int(width * 72 / (SMALL * 0.58))
     text = "\n".join(textwrap.fill(part, per_line) for part in caption.split("\n"))
@@ -215,6 +224,7 @@ def save(fig, out_dir, stem, caption, tight=True):
 
 def write_table(out_dir, stem, title, header, rows, notes, formats=("md", "tex")):
     """The table as Markdown and LaTeX (and CSV when asked), its notes under it."""
+    stem = file_stem(stem)
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     if "md" in formats:
