@@ -211,6 +211,42 @@ TEST(Hostile, AliasBombsAreRefusedAtOnce) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
+// `memfine project` neither crashes nor grows without bound on values each within its key's range,
+// and prints no number that is not a result: a product of layout values beyond 64 bits, a pipeline
+// layout that unrolls past any model, a search of millions of layouts, a rate of 0.
+TEST(Hostile, ProjectionsAreBoundedAndTheirNumbersResults) {
+  const std::string presets = std::string(MEMFINE_TESTS_DIR) + "/../experiments/project";
+  const std::string base = "model: mixtral_8x7b\ngpus: 64\nglobal_batch: 512\nstrategies: [full_recompute]\n";
+  auto project = [&](const std::string& name, const std::string& text) {
+    return run("project " + write(name, text) + " --presets " + presets);
+  };
+  Result wide = project("wide.yaml", "hardware: h100_80gb\n" + std::string(base).replace(base.find("64"), 2, "16777216") +
+                                         "search: {tp: [1], pp: [1], ep: [1], micro_batch: [1048576], "
+                                         "grad_accumulation: [1048576]}\n");
+  EXPECT_NE(wide.code, 128 + SIGFPE) << wide.err;
+  EXPECT_EQ(wide.code, 0) << wide.err;  // every layout rejected, said as such
+  const auto t0 = std::chrono::steady_clock::now();
+  Result layout = project("unroll.yaml", "hardware: h100_80gb\n" + base + "pipeline_layout: \"(t*999999)*999999\"\n");
+  EXPECT_EQ(layout.code, 2);
+  EXPECT_NE(layout.err.find("unroll.yaml:6: pipeline_layout: unrolls to more than"), std::string::npos) << layout.err;
+  std::string axes;
+  for (const char* k : {"tp", "pp", "ep", "cp", "micro_batch", "vpp", "grad_accumulation"})
+    axes += std::string(axes.empty() ? "" : ", ") + k + ": [1,2,3,4,5,6,7]";
+  Result search = project("search.yaml", "hardware: h100_80gb\n" + base + "search: {" + axes + "}\n");
+  EXPECT_EQ(search.code, 2);
+  EXPECT_NE(search.err.find("search.yaml:6: search: its axes' combinations"), std::string::npos) << search.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  Result rate = project("rate.yaml", "hardware: {memory_gb: 80, gpus_per_node: 8, gemm_tflops: 600, "
+                                     "attention_tflops: 400, grouped_gemm_tflops: 500, grouped_gemm_small_tflops: 100, "
+                                     "nvlink_gb_s: 0, network_gb_s: 40, hbm_gb_s: 3000}\n" + base);
+  EXPECT_EQ(rate.code, 2);
+  EXPECT_NE(rate.err.find("rate.yaml:1: hardware.nvlink_gb_s: must be a finite number in [0.001"), std::string::npos)
+      << rate.err;
+  Result gpus = project("gpus.yaml", "hardware: h100_80gb\n" + std::string(base).replace(base.find("64"), 2, "0"));
+  EXPECT_EQ(gpus.code, 2);
+  EXPECT_EQ(gpus.err.find("gpus: missing"), std::string::npos) << gpus.err;
+}
+
 TEST(Hostile, FilesThatAreNotExperiments) {
   // A missing file gives the OS's reason and no invented line; a folder, a FIFO and a second
   // document are refused; none hangs.

@@ -10,8 +10,15 @@ namespace memfine {
 
 namespace {
 
-// A list of at most 65536 rows of `width` numbers each, every one finite and above 0; empty if the
-// node is not one.
+// The least rate a key takes (GB/s, TFLOP/s): a rate of 0 would divide by zero, a rate near it
+// would print times with hundreds of digits; not a machine either way.
+constexpr double kLeastRate = 1e-3;
+// A grid's or curve's values (rows, head dims, shapes) and rates at most these.
+constexpr double kMostShape = 1e12, kMostRate = 1e6;
+
+// A list of at most 65536 rows of `width` numbers each, every one finite and above 0, the last (a
+// rate) at least kLeastRate and at most kMostRate, the others at most kMostShape; empty if the node
+// is not one.
 std::vector<std::vector<double>> positive_rows(const YAML::Node& c, size_t width) {
   std::vector<std::vector<double>> rows;
   if (!c.IsSequence() || c.size() == 0 || c.size() > 65536) return {};
@@ -23,7 +30,9 @@ std::vector<std::vector<double>> positive_rows(const YAML::Node& c, size_t width
     } catch (const YAML::Exception&) {
       return {};
     }
-    if (std::any_of(x.begin(), x.end(), [](double v) { return !std::isfinite(v) || v <= 0; })) return {};
+    if (std::any_of(x.begin(), x.end(), [](double v) { return !std::isfinite(v) || v <= 0 || v > kMostShape; }))
+      return {};
+    if (x.back() < kLeastRate || x.back() > kMostRate) return {};
     rows.push_back(std::move(x));
   }
   return rows;
@@ -90,7 +99,7 @@ Field<Hardware> table_key() {
       "gemm_table", "list of `[m, n, k, TFLOP/s]`",
       "a dense bf16 GEMM's rate by shape (rows m, outputs n, inputs k) over a full grid of them, interpolated "
       "linearly in the logarithms of m, n and k (flat beyond the grid); replaces gemm_tflops",
-      4, "expected a list of [m, n, k, TFLOP/s], every combination of its m, n and k once, all above 0",
+      4, "expected a list of [m, n, k, TFLOP/s], every combination of its m, n and k once, all above 0 (rates 0.001 to 1e6)",
       [](const std::vector<std::vector<double>>& rows, Hardware& h) {
         h.gemm_table = {};
         GemmTable t;
@@ -146,23 +155,23 @@ const Section<Hardware>& hardware_keys() {
       "hardware",
       {number<H>("memory_gb", &H::memory_gb, 1e-3, 1e6, "a GPU's memory, GB (required)"),
        integer<H>("gpus_per_node", &H::gpus_per_node, 1, 1 << 16, "GPUs a node's fast link (NVLink) joins"),
-       number<H>("bf16_dense_tflops", &H::bf16_dense_tflops, 0, 1e6,
+       number<H>("bf16_dense_tflops", &H::bf16_dense_tflops, kLeastRate, 1e6,
                  "the datasheet's dense bf16 peak: MFU's denominator, no rate divides by it"),
-       number<H>("gemm_tflops", &H::gemm_tflops, 0, 1e6, "a large dense bf16 GEMM's measured rate"),
-       number<H>("attention_tflops", &H::attention_tflops, 0, 1e6,
+       number<H>("gemm_tflops", &H::gemm_tflops, kLeastRate, 1e6, "a large dense bf16 GEMM's measured rate"),
+       number<H>("attention_tflops", &H::attention_tflops, kLeastRate, 1e6,
                  "the attention kernel's measured rate (forward and backward, head dim 128)"),
-       number<H>("grouped_gemm_tflops", &H::grouped_gemm_tflops, 0, 1e6,
+       number<H>("grouped_gemm_tflops", &H::grouped_gemm_tflops, kLeastRate, 1e6,
                  "grouped expert GEMMs at large rows per expert"),
-       number<H>("grouped_gemm_small_tflops", &H::grouped_gemm_small_tflops, 0, 1e6, "and at small ones"),
+       number<H>("grouped_gemm_small_tflops", &H::grouped_gemm_small_tflops, kLeastRate, 1e6, "and at small ones"),
        number<H>("grouped_gemm_knee_rows", &H::grouped_gemm_knee_rows, 1, 1e9,
                  "rows per expert where the large rate is reached (linear below)"),
-       head_dim_curve_key(), sink_curve_key(), grouped_curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, 0, 1e6, "inside a node, per GPU and direction"),
-       number<H>("network_gb_s", &H::network_gb_s, 0, 1e6, "across nodes, per GPU and direction"),
+       head_dim_curve_key(), sink_curve_key(), grouped_curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, kLeastRate, 1e6, "inside a node, per GPU and direction"),
+       number<H>("network_gb_s", &H::network_gb_s, kLeastRate, 1e6, "across nodes, per GPU and direction"),
        number<H>("nvlink_latency_us", &H::nvlink_latency_us, 0, 1e6, "a message's latency inside a node"),
        number<H>("network_latency_us", &H::network_latency_us, 0, 1e6, "and across nodes"),
-       number<H>("host_to_device_gb_s", &H::host_to_device_gb_s, 0, 1e6, "offloading's copies back"),
-       number<H>("device_to_host_gb_s", &H::device_to_host_gb_s, 0, 1e6, "offloading's copies out"),
-       number<H>("hbm_gb_s", &H::hbm_gb_s, 0, 1e7,
+       number<H>("host_to_device_gb_s", &H::host_to_device_gb_s, kLeastRate, 1e6, "offloading's copies back"),
+       number<H>("device_to_host_gb_s", &H::device_to_host_gb_s, kLeastRate, 1e6, "offloading's copies out"),
+       number<H>("hbm_gb_s", &H::hbm_gb_s, kLeastRate, 1e7,
                  "what memory-bound kernels (norms, SwiGLU's product, permutes, the loss) move"),
        number<H>("host_forward_launch_us", &H::host_forward_launch_us, 0, 1e6,
                  "the host's time to launch a kernel from a framework's Python forward (0: launches not priced)"),

@@ -72,6 +72,9 @@ struct ModelPreset {
 
 // The layouts a projection tries: every combination that divides the GPUs, heads, experts,
 // layers and batch.
+// At most this many estimates in a projection's search (layouts times strategies).
+constexpr int64_t kMostProjectEstimates = 100000;
+
 struct SearchSpace {
   std::vector<int64_t> tp = {1, 2, 4, 8}, pp = {1, 2, 4, 8, 16}, ep = {1, 8, 16, 32, 64}, cp = {1}, micro_batch = {1},
                        vpp = {1}, grad_accumulation = {1};

@@ -383,8 +383,18 @@ ProjectConfig parse_project(const std::string& file, const std::string& presets_
   MapReader r(root, "", p);
   read_section(project_keys(), r, c);
   r.check_unknown();
-  if (c.gpus == 0) p.add(root, "gpus", "missing");
-  if (c.global_batch == 0) p.add(root, "global_batch", "missing");
+  // Missing, not merely refused (a refused value has said why already).
+  if (c.gpus == 0 && !root["gpus"].IsDefined()) p.add(root, "gpus", "missing");
+  if (c.global_batch == 0 && !root["global_batch"].IsDefined()) p.add(root, "global_batch", "missing");
+  // The search holds every layout's estimate per strategy: bounded before it runs, as a sweep is.
+  double estimates = double(std::max<size_t>(c.strategies.size(), 1));
+  for (const auto* axis : {&c.search.tp, &c.search.pp, &c.search.ep, &c.search.cp, &c.search.micro_batch,
+                           &c.search.vpp, &c.search.grad_accumulation})
+    estimates *= double(axis->size());
+  if (estimates > double(kMostProjectEstimates))
+    p.add(root["search"].IsDefined() ? root["search"] : root, "search",
+          "its axes' combinations times the strategies make " + std::to_string(int64_t(std::min(estimates, 9e18))) +
+              " estimates; at most " + std::to_string(kMostProjectEstimates) + " (narrow an axis)");
   if (c.name.empty()) c.name = c.model_name;
   if (r.child("model").IsMap()) c.model_name = c.name + "'s model";
   return c;

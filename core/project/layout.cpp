@@ -24,7 +24,9 @@ std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layou
   // Megatron may count the embedding and the loss as a layer each when it splits the pipeline
   // (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split).
   if (l.pp * l.vpp > m.layers + 2) return "PP x VPP exceeds the layers (and the embedding and loss)";
-  if (l.global_batch % (l.dp * l.micro_batch * l.grad_accumulation))
+  // In 128 bits: each factor is within its key's range, their product need not be within 64.
+  const __int128 per_step = __int128(l.dp) * l.micro_batch * l.grad_accumulation;
+  if (per_step > l.global_batch || l.global_batch % int64_t(per_step))
     return "DP x micro-batch x gradient accumulation does not divide the global batch";
   if (m.seq % (l.cp * l.tp)) return "CP x TP does not divide the sequence";
   if (l.vpp > 1 && l.pp == 1) return "VPP needs PP";

@@ -11,7 +11,12 @@ namespace memfine {
 
 namespace {
 
-// Megatron's two unrolling passes, in its order: "(...)*n" first (no nesting), then "x*n".
+// Megatron's two unrolling passes, in its order: "(...)*n" first (no nesting), then "x*n". A layout
+// that unrolls beyond kMostUnrolled characters is refused before it is made (a model has far fewer
+// layers; repeats multiply across the two passes).
+constexpr size_t kMostUnrolled = size_t(1) << 20;
+const char* kTooLong = "unrolls to more than 1048576 stages and layers";
+
 std::string unroll(std::string s, std::string& why) {
   auto count_at = [&](size_t& i) {
     size_t j = i;
@@ -35,7 +40,12 @@ std::string unroll(std::string s, std::string& why) {
         why = "')*' needs a count after it";
         return "";
       }
-      for (int64_t r = 0; r < n && out.size() < (1u << 20); ++r) out += s.substr(i + 1, close - i - 1);
+      const std::string group = s.substr(i + 1, close - i - 1);
+      if (double(group.size()) * double(n) + double(out.size()) > double(kMostUnrolled)) {
+        why = kTooLong;
+        return "";
+      }
+      for (int64_t r = 0; r < n; ++r) out += group;
       i = k;
     } else {
       out += s[i++];
@@ -50,7 +60,11 @@ std::string unroll(std::string s, std::string& why) {
         why = "'*' needs a count after it";
         return "";
       }
-      out.append(size_t(std::min<int64_t>(n, 1 << 20)), s[i]);
+      if (out.size() + size_t(n) > kMostUnrolled) {
+        why = kTooLong;
+        return "";
+      }
+      out.append(size_t(n), s[i]);
       i = k;
     } else {
       out += s[i++];

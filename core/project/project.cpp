@@ -1,7 +1,9 @@
 #include "core/project/project.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <stdexcept>
 
 #include "core/strategy/registry.h"
 #include "core/workload/workload.h"
@@ -52,6 +54,22 @@ double Overload::held(int64_t layers) const {
   return most;
 }
 
+namespace {
+// An estimate's numbers are results: finite and not negative. Rates within their keys' ranges give
+// them; this stops what slips past a range (a rate near its least, a framework value) from being
+// printed as a step time.
+void check_result(const ProjectConfig& c, const Estimate& e) {
+  const std::pair<const char*, double> parts[] = {
+      {"step time", e.step},       {"peak memory", e.peak_gb},          {"tokens/s", e.tokens_per_s_gpu},
+      {"TFLOP/s", e.model_tflops_gpu}, {"goodput", e.goodput.tokens_per_s}, {"need", e.need_gb}};
+  for (const auto& [what, x] : parts)
+    if (!std::isfinite(x) || x < 0)
+      throw std::invalid_argument(c.where("hardware") + ": hardware: its rates give " + e.strategy + " at " +
+                                  e.layout.text() + " a " + what + " that is not a result (" + std::to_string(x) +
+                                  "); check the rates it names");
+}
+}  // namespace
+
 ProjectResult run_project(const ProjectConfig& c) {
   ProjectResult out;
   std::vector<std::unique_ptr<Strategy>> strategies;
@@ -74,6 +92,7 @@ ProjectResult run_project(const ProjectConfig& c) {
       Estimate e = estimate(c.model, c.hardware, l, *s, set);
       set.overload = set.time_overload = set.held_overload = 1;
       e.balanced_tokens_per_s_gpu = estimate(c.model, c.hardware, l, *s, set).tokens_per_s_gpu;
+      check_result(c, e);
       (e.fits ? out.ranked : out.rejected).push_back(e);
     }
   }
