@@ -247,6 +247,46 @@ TEST(Hostile, ProjectionsAreBoundedAndTheirNumbersResults) {
   EXPECT_EQ(gpus.err.find("gpus: missing"), std::string::npos) << gpus.err;
 }
 
+// What an experiment refuses, `project` refuses alike, with the file's line.
+TEST(Hostile, ProjectRefusesWhatAnExperimentRefuses) {
+  const std::string presets = std::string(MEMFINE_TESTS_DIR) + "/../experiments/project";
+  const std::string base = "hardware: h100_80gb\nmodel: mixtral_8x7b\ngpus: 64\nglobal_batch: 512\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"imbalance: {kind: pareto}\n", "imbalance.kind: 'pareto' is not one of"},
+      {"imbalance: {kind: router}\n", "imbalance.kind: 'router' decides at run time"},
+      {"imbalance: {kind: hot, hot_experts: 99}\n", "imbalance: hot_experts (99) exceeds experts (8)"},
+      {"strategies: [{name: chunked_ep, chunks: 1073741824}]\n", "chunks: 1073741824 exceeds the tokens per rank"},
+      {"strategies: [{name: memfine, chunks: [2, 4]}]\n", "the per-layer list has 2 counts for 32 layers"},
+      {"framework: {workspace_gb: -0.5}\n", "framework.workspace_gb: -1 (the framework's) or at least 0"},
+      {"framework: {ep_overlap_hidden: 0.5}\n", "framework.ep_overlap_hidden: says how much"}};
+  for (const auto& [text, says] : cases) {
+    Result r = run("project " + write("refused.yaml", base + text) + " --presets " + presets);
+    EXPECT_EQ(r.code, 2) << text;
+    EXPECT_NE(r.err.find("refused.yaml:5: "), std::string::npos) << text << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << text << r.err;
+  }
+  // An overload given outright is no overload at EP 1: one rank holds every expert.
+  Result ep1 = run("project " + write("ep1.yaml", base + "imbalance: {overload: 9}\nsearch: {ep: [1]}\n") +
+                   " --presets " + presets + " --json");
+  ASSERT_EQ(ep1.code, 0) << ep1.err;
+  EXPECT_EQ(ep1.out.find("\"worst\":9"), std::string::npos) << ep1.out.substr(0, 600);
+  EXPECT_NE(ep1.out.find("\"worst\":1.0"), std::string::npos) << ep1.out.substr(0, 600);
+  // predict's Figure 2 is a CSV of its rows, not a folder or any text.
+  const std::string paper = std::string(MEMFINE_TESTS_DIR) + "/../experiments/paper_table4.yaml";
+  std::ifstream in(paper);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  const size_t at = text.find("figure2: ");
+  ASSERT_NE(at, std::string::npos);
+  const size_t end = text.find('\n', at);
+  for (const std::string& csv : {memfine::test_util::scratch_root(), write("fig2.txt", "hello\nworld\n")}) {
+    Result r = run("predict " + write("fig2.yaml", text.substr(0, at) + "figure2: " + csv + text.substr(end)));
+    EXPECT_EQ(r.code, 2) << csv;
+    EXPECT_NE(r.err.find("paper.figure2: "), std::string::npos) << r.err;
+  }
+}
+
 TEST(Hostile, FilesThatAreNotExperiments) {
   // A missing file gives the OS's reason and no invented line; a folder, a FIFO and a second
   // document are refused; none hangs.

@@ -113,6 +113,7 @@ struct PaperScaleConfig {
   double bytes_param = 2, bytes_grad = 4, bytes_optimizer = 12;  // bf16 weights; fp32 grads, master and 2 moments
   std::string received = "figure2";  // s': "figure2" (hottest layer's p99 x local experts) or a number
   std::string figure2;               // CSV of the paper's Figure 2 statistics (layer,p99,...)
+  std::vector<std::pair<int64_t, double>> figure2_rows;  // its (layer, p99 tokens per expert), read and checked
   double m_g = 1;                    // stored layers' worth of activations (1 under full recomputation)
 };
 

@@ -1,4 +1,8 @@
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "core/config/sections.h"
 
@@ -25,6 +29,33 @@ const Section<PaperScaleConfig>& paper_keys() {
   return s;
 }
 
+// Figure 2's CSV: a header, then `layer,p99,...` rows of a whole layer and a positive p99; why not
+// (FILE:LINE and the row's start) or "".
+std::string read_figure2(const std::string& path, std::vector<std::pair<int64_t, double>>& rows) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "'" + path + "' is not a regular file";
+  std::ifstream in(path);
+  if (!in) return "cannot read '" + path + "'";
+  std::string line;
+  std::getline(in, line);  // the header
+  for (int n = 2; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    std::stringstream ss(line);
+    std::string layer, p99;
+    std::getline(ss, layer, ',');
+    std::getline(ss, p99, ',');
+    char* end = nullptr;
+    const long long l = std::strtoll(layer.c_str(), &end, 10);
+    const bool layer_ok = !layer.empty() && *end == '\0' && l >= 0;
+    const double v = std::strtod(p99.c_str(), &end);
+    if (!layer_ok || p99.empty() || *end != '\0' || !std::isfinite(v) || v <= 0)
+      return path + ":" + std::to_string(n) + ": expected `layer,p99_tokens_per_expert,...` (a layer number and "
+             "tokens above 0), got '" + line.substr(0, 60) + (line.size() > 60 ? "...'" : "'");
+    rows.push_back({int64_t(l), v});
+  }
+  return rows.empty() ? "'" + path + "' has no rows of Figure 2 (layer,p99_tokens_per_expert,...)" : "";
+}
+
 void parse_paper(const YAML::Node& node, const std::string& dir, PaperScaleConfig& ps, Problems& p) {
   ps.enabled = true;
   MapReader r(node, "paper", p);
@@ -32,8 +63,8 @@ void parse_paper(const YAML::Node& node, const std::string& dir, PaperScaleConfi
   r.check_unknown();
   if (!ps.figure2.empty()) {
     ps.figure2 = resolve_path(ps.figure2, dir);
-    if (!std::filesystem::exists(ps.figure2))
-      p.add(r.child("figure2"), "paper.figure2", "cannot read '" + ps.figure2 + "'");
+    if (const std::string why = read_figure2(ps.figure2, ps.figure2_rows); !why.empty())
+      p.add(r.child("figure2"), "paper.figure2", why);
   } else if (ps.received == "figure2") {
     p.add(node, "paper.figure2", "received: figure2 needs the Figure 2 CSV");
   }

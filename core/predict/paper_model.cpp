@@ -11,18 +11,10 @@ namespace memfine {
 
 namespace {
 double figure2_received(const PaperScaleConfig& ps, int64_t local_experts, std::string& note) {
-  std::ifstream in(ps.figure2);
-  std::string line;
-  std::getline(in, line);  // header
   double best = 0;
   int64_t best_layer = -1;
-  while (std::getline(in, line)) {
-    std::stringstream ss(line);
-    std::string layer, p99;
-    std::getline(ss, layer, ',');
-    std::getline(ss, p99, ',');
-    if (std::stod(p99) > best) best = std::stod(p99), best_layer = std::stoll(layer);
-  }
+  for (const auto& [layer, p99] : ps.figure2_rows)  // read and checked with the file (core/config)
+    if (p99 > best) best = p99, best_layer = layer;
   note = "s' = " + std::to_string(local_experts) + " local experts x Figure 2's largest p99 (layer " +
          std::to_string(best_layer) + ", " + std::to_string(int64_t(best)) +
          " tokens): the hottest device's experts all near p99";

@@ -1,13 +1,60 @@
 #include "core/project/check.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/project/pipeline.h"
 #include "core/strategy/registry.h"
+#include "core/workload/workload.h"
 
 namespace memfine {
 
 namespace {
+
+// The experiment a strategy's point check sees: the model at the search's smallest micro-batch,
+// under a budget (the projection sizes against the GPU's memory).
+ExperimentConfig as_experiment(const ProjectConfig& c) {
+  ExperimentConfig e;
+  e.model = c.model;
+  if (!c.search.micro_batch.empty())
+    e.model.micro_batch = *std::min_element(c.search.micro_batch.begin(), c.search.micro_batch.end());
+  e.budget = 1;
+  return e;
+}
+
+// The routing as an experiment's workload refuses it.
+void check_routing(const ProjectConfig& c, Problems& p) {
+  if (c.overload > 0) return;  // given outright: its range was checked
+  const std::vector<std::string> kinds = workload_kinds();
+  if (std::find(kinds.begin(), kinds.end(), c.imbalance.kind) == kinds.end() || c.imbalance.kind == "router") {
+    p.add_at(c.where("imbalance"), "imbalance.kind",
+             c.imbalance.kind == "router"
+                 ? "'router' decides at run time from a trained router: project a law (zipf, lognormal, hot), a "
+                   "trace of one (`memfine train --trace-out`) or {overload: X}"
+                 : "'" + c.imbalance.kind + "' is not one of balanced, zipf, lognormal, hot, trace");
+    return;
+  }
+  try {
+    validate_workload(c.imbalance, c.model, 1, false);
+  } catch (const std::exception& e) {
+    p.add_at(c.where("imbalance"), "imbalance", e.what());
+  }
+}
+
+// A framework value whose default is written -1: -1 or within its range, nothing between; and a
+// value that only applies beside another.
+void check_framework(const ProjectConfig& c, Problems& p) {
+  const FrameworkConfig& f = c.framework;
+  const std::pair<const char*, double> defaults[] = {
+      {"workspace_gb", f.workspace_gb}, {"fragmentation", f.fragmentation}, {"ep_overlap_hidden", f.ep_overlap_hidden}};
+  for (const auto& [key, v] : defaults)
+    if (v < 0 && v != -1)
+      p.add_at(c.where(std::string("framework.") + key), std::string("framework.") + key,
+               "-1 (the framework's) or at least 0, got " + std::to_string(v));
+  if (f.ep_overlap_hidden >= 0 && !f.ep_overlap)
+    p.add_at(c.where("framework.ep_overlap_hidden"), "framework.ep_overlap_hidden",
+             "says how much of the all-to-all hides with `ep_overlap: true`, which is not set: it would do nothing");
+}
 
 void check_strategies(ProjectConfig& c, Problems& p) {
   if (c.strategies.empty())
@@ -26,6 +73,10 @@ void check_strategies(ProjectConfig& c, Problems& p) {
       p.add_at(c.where(path), path, "'" + resolved.label() + "' is listed twice");
     try {
       make_strategy(resolved);
+      // What an experiment refuses of it at this model, refused here alike (a chunk count above the
+      // tokens, a per-layer plan of another length). Warnings are an experiment's.
+      const StrategyInfo& info = strategy_registry().at(resolved.name);
+      if (info.check_point) info.check_point(resolved, as_experiment(c));
     } catch (const std::exception& e) {
       p.add_at(c.where(path), path, resolved.label() + ": " + e.what());
     }
@@ -56,6 +107,8 @@ ProjectConfig load_project(const std::string& file, const std::string& presets_d
   const bool parsed = problems.empty();
   Problems p{file, problems};
   check_strategies(c, p);
+  check_routing(c, p);
+  check_framework(c, p);
   if (!c.reliability.empty()) {
     try {
       reliability_preset(c.reliability);

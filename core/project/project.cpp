@@ -11,8 +11,10 @@
 namespace memfine {
 
 Overload project_overload(const ProjectConfig& c, int64_t ep) {
+  // One expert-parallel rank holds every expert: it receives its balanced share, however routed.
+  if (ep == 1) return {};
   if (c.overload > 0) return {c.overload, c.mean_overload > 0 ? c.mean_overload : c.overload, {}};
-  if (c.imbalance.kind == "balanced" || ep == 1) return {};
+  if (c.imbalance.kind == "balanced") return {};
   // The law's routing of one micro-batch-sized draw per MoE layer over `ep` ranks.
   ModelConfig m;
   m.experts = c.model.experts, m.topk = c.model.topk, m.seq = c.model.seq, m.micro_batch = 1,
