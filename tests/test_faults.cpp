@@ -406,6 +406,25 @@ TEST(ResultsFolder, ReadersRefuseWhatIsNotARecord) {
 
 // A full disk, injected with a file-size limit (RLIMIT_FSIZE: writes past it fail with EFBIG, as
 // writes to a full disk fail with ENOSPC): nothing already written is lost, nothing is torn.
+// `verify: true` checks a strategy under the budget its steps run under: what needs more than the
+// budget is out of memory there too (a result), not an allocator's failure recorded as an error.
+TEST(Hostile, VerifyKeepsTheBudgetsOutcome) {
+  std::string text = kTiny;
+  text.replace(text.find("seed: 2"), 7, "seed: 2\nmemory: {budget: 64MiB}");
+  text.replace(text.find("  - {name: memfine, chunks: 2}"), 30, "  - {name: paged_stash, device_factor: 1000000}");
+  const std::string dir = fresh_dir("verify_budget");
+  Result r = run("run " + write("verify_budget.yaml", text) + " --out " + dir);
+  EXPECT_EQ(r.code, 0) << r.err;
+  int stash = 0;
+  for (const auto& rec : memfine::read_results(dir + "/results.jsonl")) {
+    if (rec.at("name") != "paged_stash") continue;
+    ++stash;
+    EXPECT_EQ(rec.at("status"), "oom") << rec.dump();
+    EXPECT_NE(rec.at("error").get<std::string>().find("activations exceed the budget"), std::string::npos);
+  }
+  EXPECT_EQ(stash, 2);
+}
+
 TEST(ResultsFolder, AFullDiskLosesNothing) {
   const std::string yaml = write("tiny.yaml", kTiny);
   const std::string dir = fresh_dir("full");

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #ifdef MEMFINE_TORCH_CUDA
 #include <ATen/ops/empty.h>
@@ -42,8 +43,11 @@ std::string over_budget_after_step(int64_t step, int64_t budget, int64_t static_
 }
 
 bool is_out_of_memory(const std::exception& e) {
-  return dynamic_cast<const OutOfMemory*>(&e) != nullptr || std::strstr(e.what(), kOutOfMemoryMarker) != nullptr ||
-         std::strstr(e.what(), "CUDA out of memory") != nullptr;
+  // Ours (the budget), the CUDA allocator's, and the host's: LibTorch's CPU allocator or `new`
+  // refusing what the machine cannot hold (a step without a budget, verify's unbudgeted check).
+  return dynamic_cast<const OutOfMemory*>(&e) != nullptr || dynamic_cast<const std::bad_alloc*>(&e) != nullptr ||
+         std::strstr(e.what(), kOutOfMemoryMarker) != nullptr || std::strstr(e.what(), "CUDA out of memory") != nullptr ||
+         std::strstr(e.what(), "can't allocate memory") != nullptr;
 }
 
 namespace {

@@ -17,7 +17,7 @@ class OutOfMemory : public std::runtime_error {
   int64_t requested, in_use, limit;
 };
 
-// Ours (planned or met, wrapped by ATen or not) or the CUDA allocator's.
+// Ours (planned or met, wrapped by ATen or not), the CUDA allocator's, or the host's.
 bool is_out_of_memory(const std::exception& e);
 
 // A budget in a record's terms: "the budget B (static S, leaving R for activations)".
