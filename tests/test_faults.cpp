@@ -397,6 +397,16 @@ TEST(ResultsFolder, ReadersRefuseWhatIsNotARecord) {
       EXPECT_NE(r.err.find("results.jsonl:1:"), std::string::npos) << cmd << bad << ": " << r.err;
     }
   }
+  // A folder holding two runs' records is no one run to compare.
+  fs::create_directories(dir + "/one"), fs::create_directories(dir + "/two");
+  const std::string rec = R"({"experiment":"x","point":"base","strategy":"s","status":"ok","config":{"seed":1}})";
+  std::ofstream(dir + "/one/results.jsonl") << rec << "\n";
+  std::ofstream(dir + "/two/results.jsonl") << rec << "\n"
+                                            << R"({"experiment":"y","point":"base","strategy":"s","status":"ok",)"
+                                            << R"("config":{"seed":2}})" << "\n";
+  Result mixed = run("compare " + dir + "/one " + dir + "/two");
+  EXPECT_EQ(mixed.code, 2);
+  EXPECT_NE(mixed.err.find("holds the records of 2 runs"), std::string::npos) << mixed.err;
   std::ofstream(dir + "/bad/results.jsonl", std::ios::trunc) << R"({"experiment":"x","point":"base","strategy":"s"})"
                                                              << "\n";
   Result r = run("run " + write("tiny.yaml", kTiny) + " --out " + dir + "/bad --resume");

@@ -82,23 +82,29 @@ std::string notes(double alpha, int differ, int too_few) {
   return n;
 }
 
-// What differs between the runs: machine, build and configuration (strategies aside).
+// What differs between the runs: machine, build and configuration (strategies aside), over every
+// pair of records the two have in common, each difference said once.
 std::vector<std::string> differences(const std::vector<RecordView>& a, const std::vector<RecordView>& b) {
-  auto head = [](const std::vector<RecordView>& rs) {
-    for (const auto& r : rs)
-      if (r.env.is_object()) return r;
-    return RecordView{};
-  };
-  const RecordView ha = head(a), hb = head(b);
+  std::map<std::string, const RecordView*> in_b;
+  for (const auto& r : b) in_b[key_of(r)] = &r;
   std::vector<std::string> out;
-  for (const char* k : {"device_name", "hostname", "git_commit", "libtorch", "threads", "blas", "omp_wait_policy"}) {
-    const json x = ha.env.is_object() ? ha.env.value(k, json()) : json(),
-               y = hb.env.is_object() ? hb.env.value(k, json()) : json();
-    if (x != y) out.push_back(std::string("env.") + k + ": " + x.dump() + " in A, " + y.dump() + " in B");
+  std::set<std::string> said;
+  auto say = [&](const std::string& d) {
+    if (said.insert(d).second) out.push_back(d);
+  };
+  for (const auto& ra : a) {
+    const auto it = in_b.find(key_of(ra));
+    if (it == in_b.end()) continue;
+    const RecordView& rb = *it->second;
+    for (const char* k : {"device_name", "hostname", "git_commit", "libtorch", "threads", "blas", "omp_wait_policy"}) {
+      const json x = ra.env.is_object() ? ra.env.value(k, json()) : json(),
+                 y = rb.env.is_object() ? rb.env.value(k, json()) : json();
+      if (x != y) say(std::string("env.") + k + ": " + x.dump() + " in A, " + y.dump() + " in B");
+    }
+    const json ca = ra.config.is_object() ? ra.config : json::object(),
+               cb = rb.config.is_object() ? rb.config : json::object();
+    for (const auto& d : config_differences(ca, cb, "in A", "in B")) say("config." + d);
   }
-  const json ca = ha.config.is_object() ? ha.config : json::object(),
-             cb = hb.config.is_object() ? hb.config : json::object();
-  for (const auto& d : config_differences(ca, cb, "in A", "in B")) out.push_back("config." + d);
   return out;
 }
 
@@ -112,8 +118,18 @@ Run read_dir(const std::string& p) {
   Run run;
   run.records = read_results(path);
   for (auto& r : run.records) r["strategy"] = canonical_label(r);
-  for (size_t i = 0; i < run.records.size(); ++i)
+  std::set<std::string> runs;  // one experiment and seed: a folder is one run
+  for (size_t i = 0; i < run.records.size(); ++i) {
     run.views.push_back(view_of(run.records[i], path + ":" + std::to_string(i + 1)));
+    const RecordView& v = run.views.back();
+    runs.insert("'" + v.experiment + "' seed " + (v.config.is_object() ? v.config.value("seed", json()).dump() : "?"));
+  }
+  if (runs.size() > 1) {
+    std::string list;
+    for (const auto& r : runs) list += (list.empty() ? "" : ", ") + r;
+    throw std::runtime_error(path + ": holds the records of " + std::to_string(runs.size()) + " runs (" + list +
+                             "); compare takes one run a folder");
+  }
   return run;
 }
 
