@@ -15,6 +15,7 @@
 #include "core/run/resume.h"
 #include "core/run/validate.h"
 #include "core/strategy/registry.h"
+#include "core/util/format.h"
 
 #include <sstream>
 
@@ -171,4 +172,22 @@ TEST(Record, SummaryTableShowsDroppedChunksAndWhereRatiosComeFrom) {
   for (std::string l; std::getline(in, l) && l.find("----") == std::string::npos && !l.empty() && l[0] != '*' &&
                       l[0] != '^' && l.rfind("dropped", 0) != 0;)
     EXPECT_EQ(l.size(), header.size()) << l;
+}
+
+// A message shows a file's bytes, never obeys them: a NUL does not end it, a cut never splits a
+// character, bytes that are not UTF-8 are written out.
+TEST(Messages, ShowAFilesBytesWithoutObeyingThem) {
+  EXPECT_EQ(memfine::printable(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(memfine::printable("x\xff"), "x\\xff");
+  EXPECT_EQ(memfine::printable(std::string(79, 'a') + "\xc3\xa9"), std::string(79, 'a') + "...");
+  EXPECT_EQ(memfine::printable("caf\xc3\xa9"), "caf\xc3\xa9");
+  // A folder given where a file is read says so with its name (yaml-cpp would not).
+  const std::string dir = memfine::test_util::scratch_root();
+  EXPECT_EQ(memfine::yaml_file_problem(dir), dir + ": not a regular file (a folder)");
+  try {
+    memfine::read_project(dir, dir);
+    ADD_FAILURE() << "a folder was read as a project";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file (a folder)"), std::string::npos) << e.what();
+  }
 }

@@ -183,6 +183,9 @@ struct SweepPoint {
 // appended to `errors` as "FILE:LINE: key.path: what is wrong"; the returned points are only
 // meaningful if none were. Callers that run or predict use load_and_validate (core/run/validate.h).
 std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors);
+// Why `path` cannot be read as a YAML file (missing, not a regular file, over 16 MiB: the OS's
+// reason and the name), or "".
+std::string yaml_file_problem(const std::string& path);
 
 // The most points a sweep may expand to, and strategies a file may list (experiments/README.md).
 inline constexpr size_t kMaxSweepPoints = 10000;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/config/sections.h"
+#include "core/util/format.h"
 
 namespace memfine {
 
@@ -51,9 +52,8 @@ json yaml_to_json(const YAML::Node& n) {
 }
 
 std::string shown_value(const YAML::Node& n) {
-  if (n.IsScalar()) return label_value(yaml_to_json(n));
-  const std::string text = MapReader::dump(n);  // aliases stay aliases: linear in the file
-  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+  if (n.IsScalar()) return printable(label_value(yaml_to_json(n)), std::string::npos);
+  return printable(MapReader::dump(n), 80);  // aliases stay aliases: linear in the file
 }
 
 json config_to_json(const ExperimentConfig& c) {

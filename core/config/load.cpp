@@ -29,20 +29,20 @@ YAML::Node node_at(YAML::Node root, const std::string& dotted) {
 
 std::string ExperimentConfig::where(const std::string& key) const { return where_in(source, lines, key); }
 
+std::string yaml_file_problem(const std::string& path) {
+  // A regular file only: a FIFO would block the reader, a folder is no YAML (yaml-cpp would say
+  // `basic_filebuf::underflow` without the name).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return path + ": cannot read: " + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return path + ": not a regular file" + (S_ISDIR(st.st_mode) ? " (a folder)" : "");
+  if (st.st_size > (1 << 24)) return path + ": larger than 16 MiB: not a configuration file";
+  return "";
+}
+
 std::vector<SweepPoint> load_experiment(const std::string& path, std::vector<std::string>& errors) {
   Problems p{path, errors};
-  // A regular file only: a FIFO would block the reader, a folder is no experiment.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    errors.push_back(path + ": cannot read: " + std::strerror(errno));
-    return {};
-  }
-  if (!S_ISREG(st.st_mode)) {
-    errors.push_back(path + ": not a regular file" + (S_ISDIR(st.st_mode) ? " (a folder)" : ""));
-    return {};
-  }
-  if (st.st_size > (1 << 24)) {
-    errors.push_back(path + ": larger than 16 MiB: not an experiment");
+  if (const std::string why = yaml_file_problem(path); !why.empty()) {
+    errors.push_back(why);
     return {};
   }
   YAML::Node root;

@@ -27,6 +27,10 @@ std::map<std::string, T> read_all(const std::string& path, std::vector<std::stri
   std::map<std::string, T> out;
   Problems p{path, problems};
   YAML::Node root;
+  if (const std::string why = yaml_file_problem(path); !why.empty()) {
+    problems.push_back(why + " (a presets file: --presets DIR names the folder that holds it)");
+    return out;
+  }
   try {
     root = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {

@@ -359,6 +359,7 @@ ProjectConfig parse_project(const std::string& file, const std::string& presets_
   ProjectConfig c;
   c.file = file, c.presets_dir = presets_dir;
   YAML::Node root;
+  if (const std::string why = yaml_file_problem(file); !why.empty()) throw std::invalid_argument(why);
   try {
     root = YAML::LoadFile(file);
   } catch (const YAML::BadFile&) {

@@ -1,6 +1,7 @@
 #include "core/config/reader.h"
 
 #include "core/config/config.h"
+#include "core/util/format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -45,7 +46,8 @@ void Problems::add(const YAML::Node& at, const std::string& path, const std::str
 }
 
 void Problems::add_at(const std::string& where, const std::string& path, const std::string& msg) {
-  const std::string s = where + ": " + path + ": " + msg;
+  // What a file's bytes put in the message is shown, not obeyed (a NUL would end it early).
+  const std::string s = printable(where + ": " + path + ": " + msg, std::string::npos);
   for (const auto& e : out)
     if (e == s) return;  // the same problem in many sweep points is reported once
   out.push_back(s);

@@ -20,6 +20,29 @@ std::string fmt_double(const char* format, double v) {
   return b;
 }
 
+std::string printable(const std::string& text, size_t most) {
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    // The length of a well-formed UTF-8 sequence starting here (1 for ASCII), 0 for a bad byte.
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    for (size_t k = 1; n > 1 && k < n; ++k)
+      if (i + k >= text.size() || (static_cast<unsigned char>(text[i + k]) >> 6) != 0x2) n = 0;
+    if (n == 1 && (c < 0x20 || c == 0x7f) && c != '\n' && c != '\t') n = 0;
+    std::string piece;
+    if (n == 0) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", unsigned(c));
+      piece = b, n = 1;
+    } else {
+      piece = text.substr(i, n);
+    }
+    if (out.size() + piece.size() > most) return out + "...";
+    out += piece, i += n;
+  }
+  return out;
+}
+
 std::string fold(const std::string& text, size_t width, size_t indent) {
   std::string out, line;
   size_t start = 0;

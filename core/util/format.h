@@ -17,4 +17,9 @@ inline std::string four_digits(double v) { return fmt_double("%.4g", v); }
 // later lines indented by `indent` spaces.
 std::string fold(const std::string& text, size_t width, size_t indent = 2);
 
+// Text from a user's file as a message shows it: control bytes (a NUL among them) and bytes that
+// are not UTF-8 written as \xNN, at most `most` bytes of it, never cut inside a character, with
+// "..." where it was cut.
+std::string printable(const std::string& text, size_t most = 80);
+
 }  // namespace memfine

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/util/format.h"
+
 namespace memfine {
 
 std::vector<std::string> workload_kinds() { return {"balanced", "zipf", "lognormal", "hot", "trace", "router"}; }
@@ -95,21 +97,6 @@ bool parse_int(const std::string& text, int64_t& out) {
 }  // namespace
 
 namespace {
-
-// A line as an error message can show it: control bytes (a NUL among them) as \xNN.
-std::string printable(const std::string& line) {
-  std::string out;
-  for (unsigned char ch : line) {
-    if (ch >= 0x20 && ch != 0x7f)
-      out += char(ch);
-    else {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", ch);
-      out += b;
-    }
-  }
-  return out;
-}
 
 // A trace file parsed: step -> layer -> its rows (expert, tokens), in memory in proportion to the
 // file (a file without a step column is all step 0), and where its largest expert id is (checked
