@@ -271,6 +271,11 @@ TEST(Hostile, ProjectRefusesWhatAnExperimentRefuses) {
   ASSERT_EQ(ep1.code, 0) << ep1.err;
   EXPECT_EQ(ep1.out.find("\"worst\":9"), std::string::npos) << ep1.out.substr(0, 600);
   EXPECT_NE(ep1.out.find("\"worst\":1.0"), std::string::npos) << ep1.out.substr(0, 600);
+  // A stash's pool is whole pages: one page of 2^30 rows does not fit.
+  Result pages = run("project " + write("pages.yaml", base + "strategies: [{name: paged_stash, page_rows: 1073741824}]\n") +
+                     " --presets " + presets + " --json");
+  ASSERT_EQ(pages.code, 0) << pages.err;
+  EXPECT_EQ(pages.out.find("\"fits\":true"), std::string::npos) << pages.out.substr(0, 600);
   // predict's Figure 2 is a CSV of its rows, not a folder or any text.
   const std::string paper = std::string(MEMFINE_TESTS_DIR) + "/../experiments/paper_table4.yaml";
   std::ifstream in(paper);

@@ -1,6 +1,7 @@
 #include "core/project/memory.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/model/flops.h"
 #include "core/util/format.h"
@@ -88,7 +89,8 @@ double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
     // a rank receives, whatever the hottest receives; where it reruns, the pool is held beside the
     // plain computation.
     const double mean = tokens_gpu_ * double(m_.topk);
-    const double pool = s.stash.device_factor * mean * w.row * st.inflight * st.moe;
+    const double page = double(s.stash.page_rows);  // the pool is whole pages, as the stash makes it
+    const double pool = std::ceil(s.stash.device_factor * mean * st.inflight * st.moe / page) * page * w.row;
     if (!stash_reruns(s.stash, received_, mean)) kept -= st.inflight * st.moe * held_ * w.row;
     kept += pool;
   }
