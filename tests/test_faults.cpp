@@ -253,6 +253,7 @@ TEST(Hostile, ProjectRefusesWhatAnExperimentRefuses) {
   const std::string base = "hardware: h100_80gb\nmodel: mixtral_8x7b\ngpus: 64\nglobal_batch: 512\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"imbalance: {kind: pareto}\n", "imbalance.kind: 'pareto' is not one of"},
+      {"imbalance: {kind: zipf, alpah: 1}\n", "imbalance.alpah: unknown key"},
       {"imbalance: {kind: router}\n", "imbalance.kind: 'router' decides at run time"},
       {"imbalance: {kind: hot, hot_experts: 99}\n", "imbalance: hot_experts (99) exceeds experts (8)"},
       {"strategies: [{name: chunked_ep, chunks: 1073741824}]\n", "chunks: 1073741824 exceeds the tokens per rank"},

@@ -110,7 +110,7 @@ Field<P> imbalance_key() {
                                  four_digits(c.overload) + "), got " + four_digits(c.mean_overload));
           ir.check_unknown();
         } else {
-          parse_workload(n, folder_of(c.file), c.imbalance, r.problems());
+          parse_workload(n, folder_of(c.file), c.imbalance, r.problems(), "imbalance");
         }
       },
       [](const P& c) {

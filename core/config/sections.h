@@ -26,7 +26,9 @@ void parse_model(const YAML::Node& node, ModelConfig& m, Problems& p);
 void check_model(const ModelConfig& m, MapReader& r);
 // The whole-model keys `m` sets (dense layers, MLA, MTP): a projection's, not a run's.
 std::vector<std::string> whole_model_keys(const ModelConfig& m);
-void parse_workload(const YAML::Node& node, const std::string& dir, WorkloadConfig& w, Problems& p);
+// `key`: where the section is in its file (`workload` in an experiment, `imbalance` in a project).
+void parse_workload(const YAML::Node& node, const std::string& dir, WorkloadConfig& w, Problems& p,
+                    const std::string& key = "workload");
 void parse_paper(const YAML::Node& node, const std::string& dir, PaperScaleConfig& ps, Problems& p);
 // `workload`: the file's workload node (training learns its routing: router, or left out).
 void parse_train(const YAML::Node& node, const YAML::Node& workload, const std::string& dir, ExperimentConfig& c,

@@ -37,13 +37,14 @@ const Section<WorkloadConfig>& workload_keys() {
   return s;
 }
 
-void parse_workload(const YAML::Node& node, const std::string& dir, WorkloadConfig& w, Problems& p) {
-  MapReader r(node, "workload", p);
+void parse_workload(const YAML::Node& node, const std::string& dir, WorkloadConfig& w, Problems& p,
+                    const std::string& key) {
+  MapReader r(node, key, p);
   read_section(workload_keys(), r, w);  // `kind` is checked against the registered laws above config
   r.check_unknown();
   if (w.kind != "trace") return;
   if (w.trace.empty()) {
-    p.add(node, "workload.trace", "kind 'trace' needs a trace file");
+    p.add(node, key + ".trace", "kind 'trace' needs a trace file");
     return;
   }
   // Absolute, so that the record's config names the same file from anywhere.
