@@ -23,6 +23,8 @@ namespace memfine {
 
 namespace fs = std::filesystem;
 
+namespace {
+// Throws unless `path` is a regular file, with why.
 void check_results_file(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -32,6 +34,7 @@ void check_results_file(const std::string& path) {
   if (!fs::is_regular_file(st))
     throw std::runtime_error(path + ": not a regular file (a FIFO, socket or device): not read");
 }
+}  // namespace
 
 std::vector<json> read_results(const std::string& path) {
   check_results_file(path);

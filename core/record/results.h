@@ -51,9 +51,8 @@ class ResultsFile {
 // a rename: a kill or a full disk leaves the old file whole. Throws std::runtime_error naming it.
 void replace_file(const std::string& path, const std::string& bytes);
 
-// Throws unless `path` is a regular file (not a folder, a FIFO that would block, a device), with why.
-void check_results_file(const std::string& path);
-// Reads a results file strictly (scripts and tests); throws naming file:line on a bad line.
+// Reads a results file strictly (scripts and tests); throws naming file:line on a bad line, or why
+// `path` is no results file (a folder, a FIFO that would block, a device).
 std::vector<json> read_results(const std::string& path);
 
 }  // namespace memfine

@@ -57,10 +57,16 @@ double rank_err(const TrainState& got, double got_loss, const TrainState& ref, d
   return worst;
 }
 
+// What a step gives a gradient: the parameters, and the input where it takes one.
+std::vector<at::Tensor> with_gradients(const TrainState& st) {
+  auto out = st.model.parameters();
+  if (st.input.requires_grad()) out.push_back(st.input);
+  return out;
+}
+
 double state_err(const TrainState& got, double got_loss, const TrainState& ref, double ref_loss) {
   double worst = std::abs(got_loss - ref_loss) / std::max(std::abs(ref_loss), 1e-300);
-  auto pa = got.model.parameters(), pb = ref.model.parameters();
-  if (got.input.requires_grad()) pa.push_back(got.input), pb.push_back(ref.input);
+  const auto pa = with_gradients(got), pb = with_gradients(ref);
   for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, rel_err(pa[i].grad(), pb[i].grad()));
   return worst;
 }
@@ -93,8 +99,7 @@ std::optional<double> Verifier::error_of(const StrategySpec& spec) const {
 double replay_error(TrainState& st, Strategy& s, StepGraph& graph, int64_t step) {
   s.begin_step(step);
   const double want_loss = forward_backward(st, s, step).item<double>();
-  auto params = st.model.parameters();
-  if (st.input.requires_grad()) params.push_back(st.input);
+  const auto params = with_gradients(st);
   std::vector<at::Tensor> want;
   for (const auto& p : params) want.push_back(p.grad().clone());
   const double loss = graph.replay().item<double>();

@@ -43,8 +43,6 @@ class PinnedUploads {
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
   };
-  size_t size() const { return buffers_.size(); }
-
  private:
   friend at::Tensor pinned_buffer(int64_t, at::ScalarType);
   std::vector<at::Tensor> buffers_;
