@@ -126,6 +126,29 @@ TEST(MemoryModel, ThePeersLossTermsTransientSetsAPeerHeavyRanksPeak) {
       }
 }
 
+// Where attention's backward sets the peak (long sequences, a narrow model), the model holds what
+// is alive at the softmax's backward: the scores' gradients beside what the block saved but the
+// context's and v's copies (v's gradient in their place), one mask. It read one [tokens, heads x
+// head_dim] tensor and one mask high there, hidden while the MoE's backward set the peak.
+TEST(MemoryModel, AttentionsBackwardPeakIsWhatItsSoftmaxHolds) {
+  for (const int64_t kv : {int64_t(2), int64_t(4)})
+    for (const int64_t mb : {int64_t(1), int64_t(2)})
+      for (const char* gemm : {"grouped", "loop"})
+        for (const char* s : {"full_recompute", "no_recompute"}) {
+          ExperimentConfig c = test_util::tiny_config("float32", "zipf", 8);
+          c.model.hidden = 16, c.model.heads = 4, c.model.kv_heads = kv, c.model.head_dim = 16;
+          c.model.ffn_hidden = 16, c.model.experts = 16, c.model.topk = 4, c.model.seq = 256;
+          c.model.micro_batch = mb, c.model.shared_experts = 0, c.expert_gemm = gemm;
+          const EmulatedRank rank = make_emulated_rank(c, -1);
+          const Prediction p = make_strategy(spec(s))->predict(c, rank);
+          const int64_t measured = test_util::step_peak(c, spec(s));
+          ASSERT_NE(p.phase.find("attention"), std::string::npos) << p.phase;
+          EXPECT_NEAR(double(p.activation_bytes) / double(measured), 1.0, 0.005)
+              << s << " " << gemm << " kv " << kv << " mb " << mb << ": predicted " << p.activation_bytes
+              << ", measured " << measured;
+        }
+}
+
 // On a GPU, ATen's softmax backward forms grad * output in a [b, heads, s, s] tensor of its own
 // (softmax_backward_cuda_out; its CPU kernel does not): where attention's backward sets the peak,
 // a GPU's prediction is that tensor above the CPU's. (The GPU's meter checks it:

@@ -218,13 +218,15 @@ void Step::layer_backward(int64_t l, double below) {
     const double moe = sl.moe == MoeMode::Stored && !sl.recompute_layer ? 0 : moe_stored(z_, whole_[size_t(l)]);
     consider(moe_backward_peak(z_, whole_[size_t(l)], below + kept + shared_grads + grad + moe), at + ", MoE");
   }
-  // Then attention's backward: the softmax's two [b, heads, s, s] gradients, with the
-  // attention block's stored tensors still alive. On a GPU, ATen's softmax backward
+  // Then attention's backward, whose peak is the softmax's: its two [b, heads, s, s] gradients
+  // beside the softmax output, q, k and the mask still saved. The context's copy went with the
+  // output projection's backward and v's with the product's, whose v gradient (the same size)
+  // waits until the scores' chain is done. On a GPU, ATen's softmax backward
   // (softmax_backward_cuda_out) first forms grad * output in a third such tensor, alive beside
   // the two (scripts/gpu_peak_probe.py names it); its CPU kernel forms none.
   if (z_.attention) {
-    const double scores = z_.E * z_.b * z_.H * z_.s * z_.s;
-    consider(below + o.norm1 + o.attention + act_ + (c_.device == "cuda" ? 3 : 2) * scores + z_.s * z_.s,
+    const double scores = z_.E * z_.b * z_.H * z_.s * z_.s, context = z_.E * z_.T * z_.heads_dim;
+    consider(below + o.norm1 + o.attention - context + act_ + (c_.device == "cuda" ? 3 : 2) * scores,
              at + ", attention");
   }
 }
