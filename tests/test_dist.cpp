@@ -14,7 +14,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/dist/dist.h"
 #include "core/run/rank_step.h"
@@ -34,7 +36,8 @@ std::vector<int> run_ranks(int world, const std::vector<std::string>& args, std:
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
                                     "MASTER_ADDR=127.0.0.1",     "MASTER_PORT=" + std::to_string(port),
-                                    "OMP_NUM_THREADS=1",         "OMP_WAIT_POLICY=PASSIVE"};
+                                    "OMP_NUM_THREADS=1",         "OMP_WAIT_POLICY=PASSIVE",
+                                    "MEMFINE_STORE_ANY_INTERFACE=1"};  // on loopback, for LibTorch 1.13
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -211,6 +214,34 @@ TEST(Rendezvous, ListensAtTheJobsAddressOnly) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("MASTER_ADDR no-such-host.invalid"), std::string::npos) << e.what();
   }
+}
+
+template <class O>
+constexpr auto takes_listen_fd(int) -> decltype(std::declval<O&>().masterListenFd, true) {
+  return true;
+}
+template <class O>
+constexpr bool takes_listen_fd(long) {
+  return false;
+}
+
+// A LibTorch whose store cannot be handed a socket (1.13) would listen on every interface: rank 0
+// refuses unless told to accept it, and says what to do instead.
+TEST(Rendezvous, AStoreOnEveryInterfaceIsOpenedOnlyWhenAskedFor) {
+  if (takes_listen_fd<c10d::TCPStoreOptions>(0)) GTEST_SKIP() << "this LibTorch's store listens at MASTER_ADDR";
+  const std::string port = std::to_string(free_loopback_port());
+  for (const auto& [k, v] : std::map<std::string, std::string>{
+           {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}})
+    setenv(k.c_str(), v.c_str(), 1);
+  unsetenv("MEMFINE_STORE_FILE"), unsetenv("MEMFINE_STORE_ANY_INTERFACE");
+  try {
+    Dist::from_env(std::chrono::seconds(2));
+    ADD_FAILURE() << "opened a store on every interface unasked";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("every interface"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MEMFINE_STORE_ANY_INTERFACE=1"), std::string::npos) << e.what();
+  }
+  for (const char* k : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(k);
 }
 
 TEST(RealRanksFailure, ARankThatFailsEndsTheJobInBoundedTime) {

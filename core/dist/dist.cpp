@@ -118,8 +118,16 @@ c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, c10d::TCPStor
     fd = listen_socket(host, so.port);
     if (!take_listen_fd(so, fd, 0)) {
       ::close(fd), fd = -1;
-      std::cerr << "memfine: this LibTorch's rendezvous store listens on every interface (port " << so.port
-                << ") while the job runs; LibTorch 2.x binds it to MASTER_ADDR (" << host << ") only\n";
+      // An unauthenticated store on every interface is not opened unasked.
+      const char* any = std::getenv("MEMFINE_STORE_ANY_INTERFACE");
+      if (!any || std::string(any) != "1")
+        throw std::runtime_error(
+            "this LibTorch's rendezvous store would listen on every interface (port " + std::to_string(so.port) +
+            "), not at MASTER_ADDR " + host + " alone, for the job's life: start the job with `memfine launch` " +
+            "(one machine: no socket), build against LibTorch 2.x (it listens at MASTER_ADDR), or set " +
+            "MEMFINE_STORE_ANY_INTERFACE=1 to accept it");
+      std::cerr << "memfine: the rendezvous store listens on every interface (port " << so.port
+                << ") while the job runs (MEMFINE_STORE_ANY_INTERFACE=1)\n";
     }
   }
   try {

@@ -30,8 +30,9 @@ JobPlace job_place();
 class Dist {
  public:
   // From job_place() and MASTER_ADDR, MASTER_PORT (rank 0's host and a free port on it; 127.0.0.1
-  // and 29500 by default; rank 0's store listens at that address alone, where LibTorch lets it:
-  // 2.x), or MEMFINE_STORE_FILE (`memfine launch` on one machine: a file store, no socket); null
+  // and 29500 by default; rank 0's store listens at that address alone: LibTorch 2.x; 1.13's would
+  // listen on every interface and is refused unless MEMFINE_STORE_ANY_INTERFACE=1), or
+  // MEMFINE_STORE_FILE (`memfine launch` on one machine: a file store, no socket); null
   // for one process. Gloo talks through the interface that reaches
   // MASTER_ADDR, or GLOO_SOCKET_IFNAME's. Collectives time out after `timeout` instead of hanging
   // when a rank died. `device` "cuda" uses NCCL on GPU LOCAL_RANK (else RANK modulo the GPUs
