@@ -23,6 +23,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plots.tables import markdown  # noqa: E402
+
 
 def medians(bench):
     """name -> (median real time in ms, counters) for the aggregate rows (or single runs)."""
@@ -112,7 +115,7 @@ def main(argv=None):
         json.dump(model, f, indent=1)
     worst = max(abs(p - m) / m for _, m, p in checks)
     lines = ["# Step-time cost model against the measured layer steps", "",
-             "| strategy | measured ms | predicted ms | error |", "|---|---|---|---|",
+             *markdown(["strategy", "measured ms", "predicted ms", "error"]),
              f"| no_recompute | {model['layer_ms']['stored']:.2f} | (measured) | |",
              f"| full_recompute | {model['layer_ms']['layer_recomputed']:.2f} | (measured) | |",
              f"| memfine(chunks=1) | {model['layer_ms']['chunked_1']:.2f} | (measured) | |"]
@@ -122,7 +125,7 @@ def main(argv=None):
               "Measured values are medians of 5 repetitions; the layer steps' own spread here is several percent "
               "(see the benchmark JSON's stddev/cv rows).",
               f"Machine ceiling (the best dense n^3 matmul over n = 512, 1024, 1536; same BLAS and threads): {ceiling / 1e9:.1f} GFLOP/s." if ceiling else "",
-              "", "| kernel | GFLOP/s | fraction of the ceiling |", "|---|---|---|"]
+              "", *markdown(["kernel", "GFLOP/s", "fraction of the ceiling"])]
     for n, fl in sorted(model["kernel_flops"].items()):
         lines.append(f"| {n} | {fl / 1e9:.2f} | {fl / ceiling:.2f} |" if ceiling else f"| {n} | {fl / 1e9:.2f} | |")
     lines += ["", f"Source: {model['source']}; fitted by scripts/cost_model.py into {os.path.relpath(args.out)}."]

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The code's sizes held to the limits the house keeps (README.md, "Layout"): no function in core/ or
 baselines/ longer than 120 lines, no file there longer than 450 lines, none in scripts/ longer than
-500. Functions are found from the code's braces (comments and strings set aside): a brace that
+500; and one Markdown table writer in scripts/ (plots/tables.py): no table separator written
+elsewhere. Functions are found from the code's braces (comments and strings set aside): a brace that
 follows a parameter list outside any function opens one; lambdas and blocks inside count as its
 lines. Exit 1 naming each that is over, with its FILE:LINE.
 
@@ -91,6 +92,10 @@ def main(argv):
         n = sum(1 for _ in open(path, errors="replace"))
         if n > SCRIPT_FILE_LINES:
             over.append(f"{rel}:1: {n} lines, more than {SCRIPT_FILE_LINES} in a file of scripts/")
+        if rel != os.path.join("scripts", "plots", "tables.py"):
+            for i, text in enumerate(open(path, errors="replace"), 1):
+                if re.search(r"\|-{3}|-{3}\|", text):
+                    over.append(f"{rel}:{i}: a Markdown table written by hand: use plots/tables.py's markdown()")
     for o in over:
         print(o, file=sys.stderr)
     return 1 if over else 0

@@ -4,6 +4,7 @@ offloading an activation beats recomputing it."""
 from . import bars as B
 from . import records as R
 from . import style as S
+from .tables import markdown
 
 # DeepSeek-V3's routed expert (hidden 7168, expert ffn 2048, bf16): one routed token-expert pair
 # keeps its input row, its output row and z = [a | b] (the numbers the issue quotes), and costs
@@ -212,8 +213,8 @@ def lines(path):
            "time is measured compute plus the modelled time compute waits for copies at the strategy's host bandwidth; "
            "its device peak and host peak are measured." + model + " Each cell: device peak (change against "
            "no_recompute), step time against no_recompute's (offloading's: the frontier's time).", ""]
-    out += ["| point | no_recompute | least device peak (dropless) | least offload | memfine(chunks=4) | pareto frontier |",
-            "|---|---|---|---|---|---|"]
+    out += markdown(["point", "no_recompute", "least device peak (dropless)", "least offload", "memfine(chunks=4)",
+                     "pareto frontier"])
     cpu_rates = []
     for point, rs in R.by_point(recs).items():
         ok = [r for r in rs if r["status"] == "ok" and not R.drops(r)]

@@ -9,6 +9,7 @@ import statistics
 from . import records as R
 from . import style as S
 from . import validation as V
+from .tables import markdown
 from .paper import _method_key, paper_methods
 
 def family(r):
@@ -202,8 +203,7 @@ def report_lines(model_dir, here_src=None):
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
     out += V.verdict_lines(s)
-    out += ["", "| " + " | ".join(V.header()) + " |", "|" + "---|" * len(V.header())]
-    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in V.table_rows(runs)]
+    out += ["", *markdown(V.header(), V.table_rows(runs))]
     other = other_rows(model_dir)
     mem = [float(r[4].rstrip("%")) for r in other if "(GB)" in r[1]]
     daly = [float(r[4].rstrip("%")) for r in other if r[1] == "daly interval min"]

@@ -6,6 +6,7 @@ import os
 import statistics
 
 from . import records as R
+from .tables import markdown
 from .chunk_split import lines as chunk_split_lines
 from .offload import lines as offload_lines
 from .savers import lines as savers_lines, skip_dead_lines
@@ -78,9 +79,8 @@ def headline(results_dir, predictions):
     model = {R.method_name(p): p for p in preds if p["point"] == "model.layers=16"}
     full_p, fixed_p, mact_p = (model.get(n) for n in ("1: full recomputation", "2: MemFine, 8 chunks", "3: MemFine + MACT"))
     modeled = lambda p: p["activation_gb"] / full_p["activation_gb"] - 1 if p and full_p else None
-    lines = [f"| claim | imbalance (hottest rank's s' / its balanced share; the paper's: {paper_overload():.1f}x) | paper "
-             "| ours (measured, this machine) | ours (paper's equations at paper scale) | verdict |",
-             "|---|---|---|---|---|---|"]
+    lines = markdown(["claim", f"imbalance (hottest rank's s' / its balanced share; the paper's: {paper_overload():.1f}x)",
+                      "paper", "ours (measured, this machine)", "ours (paper's equations at paper scale)", "verdict"])
     agree, differ, ctxs = [], [], []
     for name, which in IMBALANCES:
         runs = runs_of(results_dir, name)

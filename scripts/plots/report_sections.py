@@ -7,6 +7,7 @@ import os
 import statistics
 
 from . import records as R
+from .tables import markdown
 from .paper import claims
 from .quality import capped, encoded, overloads, quality_stats, train_ranks_stats
 from .sweeps import budget_mib, fixed_chunks
@@ -187,8 +188,8 @@ def field_lines(results_dir):
         "every strategy interleaved at each point (`paper_figures/baselines_table.md`, `baselines_h2048_table.md`). "
         "Each cell: activation peak, how many times lower than `no_recompute`'s, and speed against it (its step time / "
         "this one's). `no_recompute` is our closest to a MegaBlocks-like baseline, MoEBlaze's own reference.", "",
-        "| experiment | point | no_recompute MiB | lowest dropless | lowest dropless at >= 0.9x speed | moeblaze | moe_act_recompute |",
-        "|---|---|---|---|---|---|---|"] + rows + [""] + sources + [
+        *markdown(["experiment", "point", "no_recompute MiB", "lowest dropless", "lowest dropless at >= 0.9x speed",
+                   "moeblaze", "moe_act_recompute"]), *rows, ""] + sources + [
         "",
         "MoEBlaze (arXiv 2601.05296) reports, for one SwiGLU MoE layer on one H100 against MegaBlocks, about 4x lower "
         "activation memory and 2-6.2x speed. Why ours differ:",
@@ -218,9 +219,8 @@ def pytorch_reference_lines(results_dir):
              "index_add_, `torch.utils.checkpoint` per decoder layer, `torch.optim.Adam`), fed our weights, data and "
              "routing (`memfine export`); its peak measured by PyTorch's profiler, ours by our meter. Activation peak "
              "in MiB; `scripts/compare-pytorch experiments/<name>.yaml` prints each (a ctest checks the first two).", "",
-             "| experiment | no_recompute: ours / PyTorch | full_recompute / checkpoint | PyTorch reentrant | "
-             "memfine (chunks: peak) | largest loss difference |",
-             "|---|---|---|---|---|---|"]
+             *markdown(["experiment", "no_recompute: ours / PyTorch", "full_recompute / checkpoint", "PyTorch reentrant",
+                        "memfine (chunks: peak)", "largest loss difference"])]
     worst_full = 0.0
     for path in files:
         with open(path) as f:

@@ -2,6 +2,7 @@
 activation peak, step time and gradient error per imbalance, against MemFine's chunks at the same
 point, and REPORT.md's section, decided by the records."""
 from . import records as R
+from .tables import markdown
 from .sweeps import strategies
 
 TITLE = "The newest savers beside recomputation, MemFine's chunks and offloading, as imbalance grows"
@@ -58,7 +59,7 @@ def lines(path):
                                                  f"(s' {mf.get('tokens_received', '-')})")
     if not rows:
         return []
-    out += ["| point | memfine(chunks=4) | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+    out += markdown(["point", "memfine(chunks=4)", *names])
     for point, cells in rows.items():
         out.append(f"| {R.point_title(point)} | {cells['memfine']} | " + " | ".join(cells.get(n, "-") for n in names) + " |")
     out += [""]

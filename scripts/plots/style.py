@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from . import records as R  # noqa: E402
+from . import tables  # noqa: E402
 from .names import strategy as label_words  # noqa: E402,F401  (figures name strategies through style)
 
 # Sizes for a paper: figures 3.5 in (a column) to about 9 in wide, no text below 7 pt at that size.
@@ -228,9 +229,7 @@ def write_table(out_dir, stem, title, header, rows, notes, formats=("md", "tex")
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     if "md" in formats:
-        md = [f"# {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        md += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-        md += [""] + notes
+        md = [f"# {title}", ""] + tables.markdown(header, rows) + [""] + notes
         paths.append(os.path.join(out_dir, stem + ".md"))
         with open(paths[-1], "w") as f:
             f.write("\n".join(md) + "\n")
