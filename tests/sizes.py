@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The code's sizes held to the limits the house keeps (README.md, "Layout"): no function in core/ or
+"""The code's sizes held to the limits the house keeps (README.md, "Where things are"): no function in core/ or
 baselines/ longer than 120 lines, no file there longer than 450 lines, none in scripts/ longer than
 500; and one Markdown table writer in scripts/ (plots/tables.py): no table separator written
 elsewhere. Functions are found from the code's braces (comments and strings set aside): a brace that

@@ -50,7 +50,7 @@ Command schema_command() {
           "the record schema: every field of a record, its type, unit and meaning",
           R"(Prints every field a record holds (results.jsonl's measured records, train.jsonl's steps, memfine
 predict --json's lines), with its JSON type, unit and meaning, then each registered strategy's own
-counters, as a Markdown table (the README's record reference is this output); --json for programs
+counters, as a Markdown table; --json for programs
 (scripts/plots/schema.json, which the plotting package reads, is this output).
 )",
           {{"--json", "", "one JSON object: fields, counters by strategy, and the strategies registered"}},

@@ -16,7 +16,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 // Beyond this factor a run's speed differs from the committed one's by more than the several
-// percent that runs on one quiet machine differ by (the README's noise rule).
+// percent that runs on one quiet machine differ by (core/meter/README.md's noise rule).
 constexpr double kFactor = 1.3;
 
 double median_ms(const json& r) {
