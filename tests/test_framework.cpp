@@ -147,9 +147,9 @@ TEST(Framework, EachRecomputedModuleLetsGoWhatItsCodeSays) {
 // a chunked loss's fp32 hidden-state gradient and one of 8 chunks.
 TEST(Framework, TheLossByWhatItKeeps) {
   const ModelConfig m = qwen3_30b();
-  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, "vocab_fp32", 2), 6.0 * 151936);
-  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, "vocab_bf16", 2), 4.0 * 151936);
-  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, "chunked", 2), 4.0 * 2048 + 6.0 * 151936 / 8);
+  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, Loss::VocabFp32, 2), 6.0 * 151936);
+  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, Loss::VocabBf16, 2), 4.0 * 151936);
+  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, Loss::Chunked, 2), 4.0 * 2048 + 6.0 * 151936 / 8);
 }
 
 const std::string kExperiments = std::string(MEMFINE_TESTS_DIR) + "/../experiments";
@@ -304,7 +304,7 @@ TEST(Framework, WorstLayerHeldLayersAndMeanForTime) {
 
 // The framework as a name or a map; a wrong name is refused at its line.
 TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
-  EXPECT_EQ(load(std::string(kBase) + "framework: fsdp_te\n").framework.name, "fsdp_te");
+  EXPECT_EQ(load(std::string(kBase) + "framework: fsdp_te\n").framework.name, Framework::FsdpTe);
   EXPECT_TRUE(load(std::string(kBase) + "framework: {name: megatron_te, ep_overlap: true}\n").framework.ep_overlap);
   try {
     load(std::string(kBase) + "framework: deepspeed\n");

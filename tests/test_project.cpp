@@ -244,7 +244,7 @@ void expect_refused(const std::string& yaml, const std::string& what) {
 // No recomputation's compute on `l` under a framework's defaults.
 double compute_under(const std::string& framework, const ModelConfig& m, const Hardware& hw, const Layout& l) {
   ProjectConfig c;
-  c.framework.name = framework;
+  c.framework.name = *enum_named<Framework>(framework);
   ProjectSetting set;
   set.framework = framework_setting(c);
   return estimate(m, hw, l, *strategy("no_recompute"), set).compute;
@@ -357,7 +357,7 @@ TEST(Project, TheOptimizerStepIsWhatItMovesAtTheHbmRate) {
   const double per_stage = double(m.layers) * dense + 2 * double(m.vocab * m.hidden), expert_all = double(m.layers) * experts;
   auto optimizer = [&](const std::string& framework) {
     ProjectConfig c;
-    c.framework.name = framework;
+    c.framework.name = *enum_named<Framework>(framework);
     ProjectSetting set;
     set.framework = framework_setting(c);
     return estimate(m, hw, l, *strategy("no_recompute"), set).optimizer;
@@ -390,7 +390,7 @@ TEST(Project, TheGpuWaitsForTheHostWhereItLaunchesSlower) {
   EXPECT_GT(slow.launch, 0);
   EXPECT_NEAR(slow.step, 16 * (7 + 52) * 3.0, 1e-6);
   EXPECT_NEAR(at("full_recompute").step, 16 * (7 + 52) * 4.0, 1e-6);  // the forward launched again
-  c.framework.name = "memfine_layer";
+  c.framework.name = Framework::Memfine;
   set.framework = framework_setting(c);
   EXPECT_EQ(at("no_recompute").launch, 0);
 }
@@ -409,7 +409,7 @@ TEST(Project, MegatronsAllToAllSortsItsRowsByLocalExpert) {
   ProjectSetting set;
   set.framework = framework_setting(c);
   auto compute = [&](const char* dispatcher) {
-    set.dispatcher = dispatcher;
+    set.dispatcher = *enum_named<Dispatcher>(dispatcher);
     return estimate(m, hw, l, *strategy("no_recompute"), set).compute;
   };
   const double rows = 1024 * 2;  // the rank's routed rows, balanced
@@ -417,7 +417,7 @@ TEST(Project, MegatronsAllToAllSortsItsRowsByLocalExpert) {
   l.ep = 16, l.dp = 16, l.global_batch = 16;  // one expert a rank: nothing to sort
   EXPECT_NEAR(compute("alltoall"), compute("deepep"), 1e-15);
   l.ep = 2, l.dp = 2, l.global_batch = 2;
-  c.framework.name = "memfine_layer";
+  c.framework.name = Framework::Memfine;
   set.framework = framework_setting(c);
   EXPECT_NEAR(compute("alltoall"), compute("deepep"), 1e-15);
 }
@@ -440,13 +440,13 @@ TEST(Project, TheOverlapPairsEachAllToAllWithTheOtherMicroBatchsCompute) {
   c.framework.ep_overlap_hidden = 1;  // the schedule's pairs alone
   ProjectSetting set;
   set.framework = framework_setting(c);
-  set.dispatcher = "deepep";
+  set.dispatcher = Dispatcher::DeepEp;
   auto at = [&]() { return estimate(m, hw, l, *strategy("no_recompute"), set); };
   auto unpaired = [&](const Estimate& e, double exposed) { return paired * exposed + (1 - paired) * e.all_to_all; };
   hw.deepep_nvlink_gb_s = 1e6;  // all-to-alls far shorter than the compute
   Estimate e = at();
   EXPECT_NEAR(e.comm, unpaired(e, 0.2 * e.all_to_all), 1e-6 * e.all_to_all);
-  set.dispatcher = "alltoall";
+  set.dispatcher = Dispatcher::AllToAll;
   e = at();
   EXPECT_NEAR(e.comm, unpaired(e, 0), 1e-6 * e.all_to_all);
   // Megatron's measured share (framework.cpp): at most 36.55% of an all-to-all hides.
@@ -456,7 +456,7 @@ TEST(Project, TheOverlapPairsEachAllToAllWithTheOtherMicroBatchsCompute) {
   e = at();
   EXPECT_NEAR(e.comm, unpaired(e, (1 - 0.3655) * e.all_to_all), 1e-6 * e.all_to_all);
   set.framework.ep_overlap_hidden = 1;
-  set.dispatcher = "deepep";
+  set.dispatcher = Dispatcher::DeepEp;
   hw.deepep_nvlink_gb_s = 1e-3;  // far longer
   e = at();
   EXPECT_NEAR(e.comm, unpaired(e, e.all_to_all - e.compute), 1e-9 * e.all_to_all);
@@ -476,7 +476,7 @@ TEST(Project, InterleavedMegatronHidesThePipelineSends) {
   const double send = send_time({0, 100e9}, 1024.0 * 1024 * 2);
   auto comm = [&](const char* framework, int64_t vpp) {
     ProjectConfig c;
-    c.framework.name = framework;
+    c.framework.name = *enum_named<Framework>(framework);
     ProjectSetting set;
     set.framework = framework_setting(c);
     l.vpp = vpp;
@@ -733,7 +733,7 @@ TEST(Project, ANodeAwareDispatcherSendsATokenOncePerNode) {
   l.ep = 32, l.dp = 32, l.global_batch = 32;  // 4 nodes of 8
   ProjectSetting set;
   const Estimate plain_a2a = estimate(m, hw, l, *strategy("no_recompute"), set);
-  set.dispatcher = "deepep";
+  set.dispatcher = Dispatcher::DeepEp;
   const Estimate dedup = estimate(m, hw, l, *strategy("no_recompute"), set);
   const double n = 4, share = n * (1 - std::pow(1 - 1 / n, 8)) / 8 / ((n - 1) / n);
   EXPECT_NEAR(dedup.all_to_all / plain_a2a.all_to_all, share, 1e-9);
@@ -756,7 +756,7 @@ TEST(Project, InsideANodeADispatcherSendsATokenOncePerGpu) {
   const double rows = double(m.seq) * 8, row_bytes = 1024 * 2.0;
   EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all,
               4 * 16 * 7 * (rows * row_bytes / 8 / 100e9), 1e-12);
-  set.dispatcher = "deepep";
+  set.dispatcher = Dispatcher::DeepEp;
   const double gpus = 8 * (1 - std::pow(7.0 / 8, 8));  // 5.25 of 8
   EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all,
               4 * 16 * (7 * hw.nvlink_latency_us * 1e-6 + rows / 8 * gpus * row_bytes / 50e9), 1e-12);
@@ -785,14 +785,14 @@ TEST(Project, ConsecutiveExpertsReachTheFewestGpusAndNodes) {
   Layout l;
   l.ep = 32, l.dp = 32, l.global_batch = 32;  // 4 nodes of 8, 16 experts a node
   ProjectSetting set;
-  set.dispatcher = "deepep";
+  set.dispatcher = Dispatcher::DeepEp;
   const double random = estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all;
   set.consecutive_experts = true;
   const double consecutive = estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all;
   // The network part only: 3 messages' latency per all-to-all stay.
   const double alpha = 4 * 16 * 3 * hw.network_latency_us * 1e-6;
   EXPECT_NEAR((consecutive - alpha) / (random - alpha), 1 / (4 * (1 - std::pow(0.75, 8))), 1e-9);
-  set.dispatcher = "alltoall";
+  set.dispatcher = Dispatcher::AllToAll;
   EXPECT_DOUBLE_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all,
                    estimate(m, hw, l, *strategy("no_recompute"), ProjectSetting{}).all_to_all);
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config/reader.h"
+#include "core/util/named_enum.h"
 
 namespace memfine {
 
@@ -107,16 +108,40 @@ Field<S> boolean(std::string key, bool S::*m, std::string help) {
           [m](const S& s) { return nlohmann::json(s.*m); }};
 }
 
-template <class S>
-Field<S> choice(std::string key, std::string S::*m, std::vector<std::string> choices, std::string help) {
+// The key reference's type of a choice: `a` \| `b`.
+inline std::string one_of(const std::vector<std::string>& choices) {
   std::string type;
   for (const auto& c : choices) type += (type.empty() ? "`" : " \\| `") + c + "`";
+  return type;
+}
+
+template <class S>
+Field<S> choice(std::string key, std::string S::*m, std::vector<std::string> choices, std::string help) {
   return {key,
-          type,
+          one_of(choices),
           S{}.*m,
           std::move(help),
           [key, m, choices](MapReader& r, S& s) { r.read_choice(key, s.*m, choices); },
           [m](const S& s) { return nlohmann::json(s.*m); }};
+}
+
+// Reads one of an enum's names (core/util/named_enum.h) into the enum; absent: untouched.
+template <class E>
+void read_enum(MapReader& r, const std::string& key, E& dst) {
+  std::string v = name_of(dst);
+  r.read_choice(key, v, enum_names<E>());
+  dst = *enum_named<E>(v);
+}
+
+// A key holding one of an enum's names, held as the enum.
+template <class S, class E>
+Field<S> enumerated(std::string key, E S::*m, std::string help) {
+  return {key,
+          one_of(enum_names<E>()),
+          name_of(S{}.*m),
+          std::move(help),
+          [key, m](MapReader& r, S& s) { read_enum(r, key, s.*m); },
+          [m](const S& s) { return nlohmann::json(name_of(s.*m)); }};
 }
 
 // A string (a path is resolved by its section against the YAML's folder); `nullable`: written null

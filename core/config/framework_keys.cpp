@@ -63,8 +63,8 @@ const Section<FrameworkConfig>& framework_keys() {
   using F = FrameworkConfig;
   static const Section<F> s{
       "framework",
-      {choice<F>("name", &F::name, {"megatron_te", "fsdp_te", "memfine_layer"}, "the framework (above)"),
-       choice<F>("loss", &F::loss, {"auto", "vocab_fp32", "vocab_bf16", "chunked"},
+      {enumerated<F>("name", &F::name, "the framework (above)"),
+       enumerated<F>("loss", &F::loss,
                  "what the loss holds per token at its peak: `auto` (the framework's: vocab_fp32), `vocab_fp32` "
                  "(bf16 logits and their fp32 softmax: Megatron's vocab-parallel cross-entropy, TE's fused one from "
                  "2.18, AutoModel's MaskedCrossEntropy with fp32_upcast, this suite's), `vocab_bf16` (two bf16 "

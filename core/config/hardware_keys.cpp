@@ -142,9 +142,15 @@ bool Hardware::has_rates() const {
          (!grouped_gemm_curve.empty() || (grouped_gemm_tflops > 0 && grouped_gemm_small_tflops > 0));
 }
 
-double Hardware::dispatcher_gb_s(const std::string& dispatcher, bool in_node) const {
-  if (dispatcher == "deepep") return in_node ? deepep_nvlink_gb_s : deepep_network_gb_s;
-  if (dispatcher == "hybridep") return in_node ? hybridep_nvlink_gb_s : hybridep_network_gb_s;
+double Hardware::dispatcher_gb_s(Dispatcher dispatcher, bool in_node) const {
+  switch (dispatcher) {
+    case Dispatcher::DeepEp:
+      return in_node ? deepep_nvlink_gb_s : deepep_network_gb_s;
+    case Dispatcher::HybridEp:
+      return in_node ? hybridep_nvlink_gb_s : hybridep_network_gb_s;
+    case Dispatcher::AllToAll:
+      break;
+  }
   return in_node ? all_to_all_nvlink_gb_s : all_to_all_network_gb_s;
 }
 

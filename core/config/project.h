@@ -16,6 +16,40 @@
 
 namespace memfine {
 
+// The expert-parallel all-to-all: NCCL's, DeepEP's or HybridEP's (a token once per node across nodes).
+enum class Dispatcher { AllToAll, DeepEp, HybridEp };
+template <>
+struct EnumNames<Dispatcher> {
+  static constexpr std::pair<Dispatcher, const char*> all[] = {
+      {Dispatcher::AllToAll, "alltoall"}, {Dispatcher::DeepEp, "deepep"}, {Dispatcher::HybridEp, "hybridep"}};
+};
+
+// Which experts a token's top-k are, for what a node-aware dispatcher sends (core/project/comm.h
+// experts_reached).
+enum class ExpertChoice { Random, Consecutive };
+template <>
+struct EnumNames<ExpertChoice> {
+  static constexpr std::pair<ExpertChoice, const char*> all[] = {{ExpertChoice::Random, "random"},
+                                                                 {ExpertChoice::Consecutive, "consecutive"}};
+};
+
+// The framework a projection prices, by its profile of what a layer keeps (core/predict/profile.h).
+enum class Framework { MegatronTe, FsdpTe, Memfine };
+template <>
+struct EnumNames<Framework> {
+  static constexpr std::pair<Framework, const char*> all[] = {
+      {Framework::MegatronTe, "megatron_te"}, {Framework::FsdpTe, "fsdp_te"}, {Framework::Memfine, "memfine_layer"}};
+};
+
+// What the loss holds per token at its peak (core/predict/profile.h loss_bytes_per_token); Auto:
+// the framework's.
+enum class Loss { Auto, VocabFp32, VocabBf16, Chunked };
+template <>
+struct EnumNames<Loss> {
+  static constexpr std::pair<Loss, const char*> all[] = {
+      {Loss::Auto, "auto"}, {Loss::VocabFp32, "vocab_fp32"}, {Loss::VocabBf16, "vocab_bf16"}, {Loss::Chunked, "chunked"}};
+};
+
 // A GPU and its node: memory, the kernel-level rates FLOPs and bytes are divided by, the links.
 // A dense bf16 GEMM's measured rate (TFLOP/s) over a full grid of shapes: rows m, outputs n,
 // inputs k, each axis rising; rate[(i * n.size() + j) * k.size() + l] is at (m[i], n[j], k[l]).
@@ -59,8 +93,8 @@ struct Hardware {
   double all_to_all_nvlink_gb_s = 0, all_to_all_network_gb_s = 0;
   double deepep_nvlink_gb_s = 0, deepep_network_gb_s = 0;
   double hybridep_nvlink_gb_s = 0, hybridep_network_gb_s = 0;
-  // The dispatcher's rate (GB/s; 0: the link's) for "alltoall", "deepep" or "hybridep".
-  double dispatcher_gb_s(const std::string& dispatcher, bool in_node) const;
+  // The dispatcher's rate (GB/s; 0: the link's).
+  double dispatcher_gb_s(Dispatcher dispatcher, bool in_node) const;
   bool has_rates() const;  // enough to time a step
 };
 
@@ -97,8 +131,8 @@ const std::vector<std::pair<std::string, bool RecomputedModules::*>>& recompute_
 RecomputedModules recomputed_modules(const std::vector<std::string>& names);
 
 struct FrameworkConfig {
-  std::string name = "megatron_te";  // megatron_te | fsdp_te | memfine_layer
-  std::string loss = "auto";         // auto | vocab_fp32 | vocab_bf16 | chunked
+  Framework name = Framework::MegatronTe;
+  Loss loss = Loss::Auto;
   std::string reshard = "auto";      // FSDP: gathered weights let go after forward: auto | true | false
   std::string grad_dtype = "fp32";   // the distributed optimizer's gradient buffer: fp32 | bf16
   std::string moment_dtype = "fp32";  // Adam's moments: fp32 | bf16 (the precision-aware optimizer)
@@ -132,10 +166,8 @@ struct ProjectConfig {
   double checkpoint_gb_s_per_node = 5;
   std::string sharding = "auto";  // the framework's, or "distributed_optimizer", "fsdp"
   std::string dtype = "bfloat16";                  // or "float32": an activation's element
-  std::string dispatcher = "alltoall";             // or "deepep", "hybridep": a token once per node across nodes
-  // Which experts a token's top-k are, for what a node-aware dispatcher sends: "random" or
-  // "consecutive" (core/project/comm.h experts_reached).
-  std::string expert_choice = "random";
+  Dispatcher dispatcher = Dispatcher::AllToAll;
+  ExpertChoice expert_choice = ExpertChoice::Random;
   // Megatron's --pipeline-model-parallel-layout ("Et*3|(tt|)*29m|L"); "": layers split evenly in order.
   std::string pipeline_layout;
   FrameworkConfig framework;

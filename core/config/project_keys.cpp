@@ -259,12 +259,12 @@ Field<P> framework_key() {
               read_section(framework_keys(), fr, c.framework);
               fr.check_unknown();
               // Only Megatron-Core has the option; FSDP recipes and this suite's layer recompute no module alone.
-              if (!c.framework.recompute_modules.empty() && c.framework.name != "megatron_te")
+              if (!c.framework.recompute_modules.empty() && c.framework.name != Framework::MegatronTe)
                 r.problems().add(n["recompute_modules"], "framework.recompute_modules",
-                                 "Megatron-Core's option (--recompute-modules); " + c.framework.name +
+                                 "Megatron-Core's option (--recompute-modules); " + name_of(c.framework.name) +
                                      " recomputes no module alone");
             } else {
-              r.read_choice("framework", c.framework.name, {"megatron_te", "fsdp_te", "memfine_layer"});
+              fields::read_enum(r, "framework", c.framework.name);
             }
           },
           [](const P& c) { return write_section(framework_keys(), c.framework); }};
@@ -317,10 +317,10 @@ const Section<ProjectConfig>& project_keys() {
                  "the framework's (`fsdp_te`: fsdp; the others: distributed_optimizer), Megatron's distributed "
                  "optimizer (bf16 weights and fp32 gradients whole, 12 bytes of optimizer state a parameter sharded) "
                  "or FSDP's (16 bytes a parameter sharded, the weights gathered as `framework.reshard` says)"),
-       choice<P>("dispatcher", &P::dispatcher, {"alltoall", "deepep", "hybridep"},
+       enumerated<P>("dispatcher", &P::dispatcher,
                  "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
                  "(across nodes a token once per node), each at the hardware preset's measured rate"),
-       choice<P>("expert_choice", &P::expert_choice, {"random", "consecutive"},
+       enumerated<P>("expert_choice", &P::expert_choice,
                  "which experts a token's top-k are, for the GPUs and nodes DeepEP and HybridEP send it to: random "
                  "(each token's drawn independently and evenly: Megatron's --moe-router-force-load-balancing, and "
                  "the stand-in for a learned router) or consecutive (token t to experts tk to tk+k-1 mod E, NeMo "

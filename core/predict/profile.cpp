@@ -6,24 +6,6 @@
 
 namespace memfine {
 
-Profile parse_profile(const std::string& name) {
-  if (name == "memfine_layer") return Profile::Memfine;
-  if (name == "megatron_te") return Profile::MegatronTe;
-  if (name == "fsdp_te") return Profile::FsdpTe;
-  throw std::invalid_argument("no framework profile '" + name + "' (memfine_layer, megatron_te, fsdp_te)");
-}
-
-std::string profile_name(Profile p) {
-  switch (p) {
-    case Profile::MegatronTe:
-      return "megatron_te";
-    case Profile::FsdpTe:
-      return "fsdp_te";
-    default:
-      return "memfine_layer";
-  }
-}
-
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
                          const RecomputedModules& again) {
   switch (p) {
@@ -69,11 +51,18 @@ LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double 
   return w;
 }
 
-double loss_bytes_per_token(const ModelConfig& m, const std::string& loss, double kB) {
+double loss_bytes_per_token(const ModelConfig& m, Loss loss, double kB) {
   const double V = double(m.vocab), h = double(m.hidden);
-  if (loss == "vocab_bf16") return 2 * kB * V;
-  // The hidden state's fp32 gradient, accumulated over the chunks, and one chunk's logits at a time.
-  if (loss == "chunked") return 4 * h + (kB + 4) * V / 8;
+  switch (loss) {
+    case Loss::VocabBf16:
+      return 2 * kB * V;
+    case Loss::Chunked:
+      // The hidden state's fp32 gradient, accumulated over the chunks, and one chunk's logits at a time.
+      return 4 * h + (kB + 4) * V / 8;
+    case Loss::Auto:
+    case Loss::VocabFp32:
+      break;
+  }
   return (kB + 4) * V;
 }
 

@@ -20,11 +20,8 @@
 
 namespace memfine {
 
-enum class Profile { Memfine, MegatronTe, FsdpTe };
-
-// "memfine_layer", "megatron_te", "fsdp_te"; throws std::invalid_argument for another name.
-Profile parse_profile(const std::string& name);
-std::string profile_name(Profile p);
+// A profile is its framework's (core/config/project.h Framework).
+using Profile = Framework;
 
 // Bytes one layer keeps (activations of `element_bytes`; fp32 statistics and index maps at their
 // own widths): per token of the rank's sequence-parallel share (TP x CP) and per row the hottest
@@ -57,9 +54,9 @@ LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s
 double megatron_unfused_norms(const ModelConfig& m, bool moe_layer);
 
 // What the loss holds per token of the last stage (split by TP) at its peak, by what it keeps:
-// "vocab_fp32" (bf16 logits and their fp32 softmax), "vocab_bf16" (two bf16 vocabulary-wide
-// tensors), "chunked" (an fp32 gradient of the hidden state and one of 8 chunks' logits).
-double loss_bytes_per_token(const ModelConfig& m, const std::string& loss, double element_bytes);
+// vocab_fp32 (bf16 logits and their fp32 softmax; Auto's), vocab_bf16 (two bf16 vocabulary-wide
+// tensors), chunked (an fp32 gradient of the hidden state and one of 8 chunks' logits).
+double loss_bytes_per_token(const ModelConfig& m, Loss loss, double element_bytes);
 
 // The widths in the three profiles (profile.cpp, profile_megatron.cpp, profile_fsdp.cpp).
 LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB);

@@ -117,7 +117,7 @@ ProjectConfig load_project(const std::string& file, const std::string& presets_d
     }
   }
   // Consecutive experts give every expert the same rows: no imbalance law or overload beside them.
-  if (c.expert_choice == "consecutive" && (c.overload > 1 || (c.overload <= 0 && c.imbalance.kind != "balanced")))
+  if (c.expert_choice == ExpertChoice::Consecutive && (c.overload > 1 || (c.overload <= 0 && c.imbalance.kind != "balanced")))
     p.add_at(c.where("expert_choice"), "expert_choice",
              "consecutive experts are balanced routing: `imbalance` must be balanced or {overload: 1}");
   if (std::vector<std::string> stages; !c.pipeline_layout.empty())
@@ -145,7 +145,7 @@ ProjectSetting project_setting(const ProjectConfig& c) {
   s.restart_h = c.restart_min / 60;
   s.checkpoint_gb_s_per_node = c.checkpoint_gb_s_per_node;
   s.dispatcher = c.dispatcher;
-  s.consecutive_experts = c.expert_choice == "consecutive";
+  s.consecutive_experts = c.expert_choice == ExpertChoice::Consecutive;
   s.pipeline_layout = c.pipeline_layout;
   s.framework = framework_setting(c);
   s.element_bytes = c.dtype == "float32" ? 4 : 2;

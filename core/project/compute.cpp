@@ -24,7 +24,7 @@ bool on_sink_curve(const ModelConfig& m, const Hardware& hw, const ProjectSettin
 }
 
 bool sorts_rows(const ProjectSetting& set) {
-  return set.framework.alltoall_sorts_rows && set.dispatcher == "alltoall";
+  return set.framework.alltoall_sorts_rows && set.dispatcher == Dispatcher::AllToAll;
 }
 
 Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,

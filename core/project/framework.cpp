@@ -102,20 +102,19 @@ void dispatcher_sms(FrameworkSetting& s) {
 FrameworkSetting framework_setting(const ProjectConfig& c) {
   const FrameworkConfig& f = c.framework;
   FrameworkSetting s;
-  s.name = f.name;
-  s.profile = parse_profile(f.name);
+  s.profile = f.name;
   // Megatron's vocab-parallel cross-entropy (and TE's fused one from 2.18) and AutoModel's
   // MaskedCrossEntropy (fp32_upcast) hold the bf16 logits and their fp32 softmax at the loss's peak,
   // as this suite's loss does.
-  s.loss = f.loss == "auto" ? "vocab_fp32" : f.loss;
-  s.fsdp = c.sharding == "auto" ? f.name == "fsdp_te" : c.sharding == "fsdp";
+  s.loss = f.loss == Loss::Auto ? Loss::VocabFp32 : f.loss;
+  s.fsdp = c.sharding == "auto" ? f.name == Framework::FsdpTe : c.sharding == "fsdp";
   // NeMo AutoModel keeps every layer's gathered weights until backward (parallelizer.py apply_fsdp:
   // reshard_after_forward=False); torchtitan lets them go but under pipeline parallelism.
-  s.reshard = f.reshard == "auto" ? f.name != "fsdp_te" : f.reshard == "true";
+  s.reshard = f.reshard == "auto" ? f.name != Framework::FsdpTe : f.reshard == "true";
   // PyTorch FSDP in mixed precision keeps fp32 weights, gradients and Adam moments (16 bytes a
   // parameter's shard); NeMo AutoModel loads its models in bf16 (its recipes' torch_dtype), so its
   // FSDP2 shards hold bf16 weights and gradients and Adam its moments in the weights' dtype (8).
-  s.fsdp_state_bytes = f.name == "fsdp_te" ? 8 : 16;
+  s.fsdp_state_bytes = f.name == Framework::FsdpTe ? 8 : 16;
   s.grad_bytes = f.grad_dtype == "bf16" ? 2 : 4;
   s.moment_bytes = f.moment_dtype == "bf16" ? 2 : 4;
   s.allocated_extra = s.profile == Profile::Memfine ? 0 : kTeWorkspaces;
@@ -159,8 +158,8 @@ std::string modules_text(const RecomputedModules& r) {
 }  // namespace
 
 std::vector<std::string> framework_assumptions(const FrameworkSetting& f) {
-  return {"rests on: the " + f.name + " profile (what each layer keeps; core/predict/profile_*.cpp name the code), "
-              "the loss (" + f.loss + "), " + four_digits(f.workspace / 1e9) +
+  return {"rests on: the " + name_of(f.profile) + " profile (what each layer keeps; core/predict/profile_*.cpp name the code), "
+              "the loss (" + name_of(f.loss) + "), " + four_digits(f.workspace / 1e9) +
               " GB outside the allocator (CUDA context, NCCL) and " + four_digits(100 * f.fragmentation) +
               "% reserved beyond allocated, the all-to-all " +
               (f.ep_overlap ? "overlapped (at most " + four_digits(100 * f.ep_overlap_hidden) + "% of it hidden)"

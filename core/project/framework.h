@@ -23,9 +23,8 @@ struct Launches {
 };
 
 struct FrameworkSetting {
-  std::string name = "megatron_te";
   Profile profile = Profile::MegatronTe;
-  std::string loss = "vocab_fp32";  // core/predict/profile.h loss_bytes_per_token
+  Loss loss = Loss::VocabFp32;      // core/predict/profile.h loss_bytes_per_token
   bool fsdp = false;                // FSDP's sharding, not Megatron's distributed optimizer
   bool reshard = true;              // FSDP: a layer's gathered weights let go after its forward
   double fsdp_state_bytes = 16;     // FSDP: bytes a parameter's shard holds (weights, gradients, moments)
@@ -66,8 +65,8 @@ struct FrameworkSetting {
   Launches forward, backward;
   // The SMs the DeepEP and HybridEP dispatchers run on (NCCL's all-to-all: not priced).
   double deepep_sms = 0, hybridep_sms = 0;
-  double dispatcher_sms(const std::string& dispatcher) const {
-    return dispatcher == "deepep" ? deepep_sms : dispatcher == "hybridep" ? hybridep_sms : 0;
+  double dispatcher_sms(Dispatcher dispatcher) const {
+    return dispatcher == Dispatcher::DeepEp ? deepep_sms : dispatcher == Dispatcher::HybridEp ? hybridep_sms : 0;
   }
 };
 

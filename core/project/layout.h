@@ -39,7 +39,7 @@ struct ProjectSetting {
   Reliability reliability;
   double restart_h = 10.0 / 60;         // a restart's cost
   double checkpoint_gb_s_per_node = 5;  // what each node writes its share of the state at
-  std::string dispatcher = "alltoall";  // alltoall | deepep | hybridep (core/project/step_time.h)
+  Dispatcher dispatcher = Dispatcher::AllToAll;
   bool consecutive_experts = false;     // a token's top-k are consecutive experts (expert_choice)
   std::string pipeline_layout;          // Megatron's layout string; "": even (core/project/pipeline.h)
   FrameworkSetting framework;

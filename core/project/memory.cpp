@@ -153,12 +153,12 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
                                          "distributed optimizer") +
                 "; the hottest pipeline rank (the first: embedding, most micro-batches in flight; the output "
                 "layer's: head, loss; MTP's)");
-  out.push_back("activations (" + f.name + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
+  out.push_back("activations (" + name_of(f.profile) + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
                 widths(s).row_text + " per received row, x the micro-batches the schedule keeps in flight on the rank; "
                 "the rows kept at " + four_digits(held_ / balanced) +
                 "x the balanced share (the rank that keeps the most, over its layers), one layer's backward at " +
                 four_digits(received_ / balanced) + "x (the worst layer's hottest rank); "
-                "the loss " + f.loss);
+                "the loss " + name_of(f.loss));
   return out;
 }
 

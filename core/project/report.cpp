@@ -24,7 +24,7 @@ std::string heading(const ProjectConfig& c, const ProjectResult& r) {
   else
     o << ", imbalance: " << c.imbalance.kind
       << (c.imbalance.kind == "zipf" ? " alpha " + fmt_double("%g", c.imbalance.alpha) : "");
-  o << "\nframework: " << c.framework.name << " (memory by its profile; `framework:` in the file says which)";
+  o << "\nframework: " << name_of(c.framework.name) << " (memory by its profile; `framework:` in the file says which)";
   o << "\nthe hottest rank's s' over its balanced share (worst layer, mean over layers):";
   for (const auto& [ep, x] : r.overload)
     o << (ep == r.overload.begin()->first ? " EP" : ", EP") << ep << " " << fmt_double("%.2f", x.worst) << "x/"
@@ -145,7 +145,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
                         {"drops", e.drops},
                         {"fits", e.fits},
                         {"fit", e.fit},
-                        {"framework", c.framework.name},
+                        {"framework", name_of(c.framework.name)},
                         {"ep_overlap", c.framework.ep_overlap},
                         {"tp_comm_overlap", c.framework.tp_comm_overlap},
                         {"hottest_stage", e.hottest_stage},

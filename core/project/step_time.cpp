@@ -43,7 +43,7 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
   if (const double r = hw.dispatcher_gb_s(set.dispatcher, in_node); r > 0) ep_link.beta = r * 1e9;
   const double k = double(m.topk);
   const double bytes = std::max(received, tokens_gpu * k) * double(m.hidden) * set.element_bytes;
-  const bool node_aware = set.dispatcher != "alltoall";  // DeepEP, HybridEP
+  const bool node_aware = set.dispatcher != Dispatcher::AllToAll;  // DeepEP, HybridEP
   // Of a token's topk experts over `groups` (GPUs or nodes), the groups it reaches.
   auto reached = [&](double groups) { return experts_reached(double(m.experts), k, groups, set.consecutive_experts); };
   double one = 0;
@@ -320,9 +320,9 @@ std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& 
               "); the slowest rank's micro-batches set the step, the others' are the fill and drain",
           "communication: the all-to-all (4 per MoE layer, " +
               std::string(ep_in_node(l, hw)                 ? "NVLink"
-                          : set.dispatcher != "alltoall" ? "network, once per node (" + set.dispatcher + ")"
+                          : set.dispatcher != Dispatcher::AllToAll ? "network, once per node (" + name_of(set.dispatcher) + ")"
                                                           : "network") +
-              (set.consecutive_experts && set.dispatcher != "alltoall" ? consecutive_note(m, hw, l) : "") +
+              (set.consecutive_experts && set.dispatcher != Dispatcher::AllToAll ? consecutive_note(m, hw, l) : "") +
               (set.framework.ep_overlap
                    ? ", each beside a compute of another micro-batch in Megatron's 1F1B pairs (the warmup's and "
                      "cooldown's passes alone), at most " + four_digits(100 * set.framework.ep_overlap_hidden) +
