@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "core/config/config.h"
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/record/record.h"
 #include "core/record/table.h"
 #include "core/run/resume.h"

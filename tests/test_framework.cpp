@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/model/flops.h"
-#include "core/predict/profile.h"
+#include "core/project/profile.h"
 #include "core/project/project.h"
 #include "core/project/rates.h"
 #include "core/strategy/registry.h"

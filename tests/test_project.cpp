@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/model/flops.h"
 #include "core/project/comm.h"
 #include "core/project/goodput.h"

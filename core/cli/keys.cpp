@@ -3,13 +3,20 @@
 #include <iostream>
 
 #include "core/cli/commands.h"
-#include "core/config/config.h"
+#include "core/config/sections.h"
+#include "core/project/config.h"
 
 namespace memfine::cli {
 
+namespace {
+
+const std::vector<std::string> kReferences = {"experiment", "project", "hardware"};
+
+}  // namespace
+
 Command keys_command() {
   std::string which;
-  for (const auto& k : key_references()) which += (which.empty() ? "" : ", ") + k;
+  for (const auto& k : kReferences) which += (which.empty() ? "" : ", ") + k;
   return {
       "keys",
       "[WHICH]",
@@ -24,10 +31,9 @@ Command keys_command() {
       1,
       [](const Args& a) {
         const std::string which = a.operands.empty() ? "experiment" : a.operands[0];
-        const auto& all = key_references();
-        if (std::find(all.begin(), all.end(), which) == all.end())
+        if (std::find(kReferences.begin(), kReferences.end(), which) == kReferences.end())
           throw UsageError("keys: '" + which + "' is not one of experiment, project, hardware");
-        std::cout << key_reference_markdown(which);
+        std::cout << (which == "experiment" ? experiment_key_reference() : project_key_reference(which));
         return 0;
       }};
 }

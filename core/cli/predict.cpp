@@ -6,7 +6,7 @@
 
 #include "core/cli/commands.h"
 #include "core/cli/project_run.h"
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/meter/memory_meter.h"
 #include "core/model/flops.h"
 #include "core/predict/cost_model.h"

@@ -195,11 +195,4 @@ inline constexpr size_t kMaxStrategies = 64;
 // record's config loads back to the same config (tests/test_cli.cpp holds it to that).
 nlohmann::json config_to_json(const ExperimentConfig& c);
 
-// A key reference (experiments/README.md, `memfine keys [WHICH]`): every key with type, default and
-// meaning, as a Markdown table; WHICH is one of key_references(): an experiment file's (its every
-// section), a project file's, a hardware preset's (a model preset's keys are the experiment's
-// `model:` keys).
-std::string key_reference_markdown(const std::string& which = "experiment");
-const std::vector<std::string>& key_references();
-
 }  // namespace memfine

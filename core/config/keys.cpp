@@ -1,20 +1,17 @@
-// The key references, made from the declarations (a test holds experiments/README.md to them;
-// `memfine keys` prints them): an experiment file's, a project file's and a hardware preset's.
-#include "core/config/project.h"
+// An experiment file's key reference, made from the declarations (a test holds
+// experiments/README.md to it; `memfine keys` prints it).
 #include "core/config/sections.h"
 
 namespace memfine {
 
-namespace {
-
-std::string table(const std::vector<KeyDoc>& rows) {
+std::string key_table(const std::vector<KeyDoc>& rows) {
   std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const auto& r : rows)
     out += "| `" + r.key + "` | " + r.type + " | " + (r.fallback.empty() ? "-" : r.fallback) + " | " + r.help + " |\n";
   return out;
 }
 
-std::string experiment_reference() {
+std::string experiment_key_reference() {
   std::vector<KeyDoc> rows;
   auto add = [&](const std::vector<KeyDoc>& docs) { rows.insert(rows.end(), docs.begin(), docs.end()); };
   add(section_docs(top_keys()));
@@ -33,30 +30,7 @@ std::string experiment_reference() {
   rows.push_back({"train", "map", "", "makes the file a training run for `memfine train` only (its keys below)"});
   add(section_docs(paper_keys()));
   add(section_docs(train_keys()));
-  return table(rows);
-}
-
-}  // namespace
-
-const std::vector<std::string>& key_references() {
-  static const std::vector<std::string> names = {"experiment", "project", "hardware"};
-  return names;
-}
-
-std::string key_reference_markdown(const std::string& which) {
-  if (which == "project") {
-    std::vector<KeyDoc> rows = section_docs(project_keys());
-    for (const auto& more : {section_docs(search_keys()), section_docs(framework_keys())})
-      rows.insert(rows.end(), more.begin(), more.end());
-    return table(rows);
-  }
-  if (which == "hardware") {
-    Section<Hardware> plain = hardware_keys();
-    plain.name.clear();  // a preset's keys, under its name
-    return table(section_docs(plain));
-  }
-  if (which != "experiment") throw std::invalid_argument("no key reference '" + which + "'");
-  return experiment_reference();
+  return key_table(rows);
 }
 
 }  // namespace memfine

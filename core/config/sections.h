@@ -44,4 +44,9 @@ ExperimentConfig parse_config(const YAML::Node& root, const std::string& file, P
 // A path as written, resolved against `dir` when relative, absolute and normal.
 std::string resolve_path(const std::string& path, const std::string& dir);
 
+// An experiment file's key reference (experiments/README.md, `memfine keys`): every key of its every
+// section with type, default and meaning, as a Markdown table (key_table's).
+std::string experiment_key_reference();
+std::string key_table(const std::vector<KeyDoc>& rows);
+
 }  // namespace memfine

@@ -1,4 +1,4 @@
-// What a project file must satisfy beyond its keys' types and ranges (core/config/project.h),
+// What a project file must satisfy beyond its keys' types and ranges (core/project/config.h),
 // checked where the strategies' registry and the reliability presets are known: every strategy
 // resolved against its declaration (all registered ones at their defaults where the file names
 // none), each published figure's strategy among them, a known reliability preset, hardware with
@@ -6,7 +6,7 @@
 #pragma once
 #include <string>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/project/layout.h"
 
 namespace memfine {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/model/flops.h"
-#include "core/predict/profile.h"
+#include "core/project/profile.h"
 #include "core/project/rates.h"
 
 namespace memfine {
@@ -73,7 +73,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
   c.experts = expert_t + routed_t;
   if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
-  // What the framework's --recompute-modules run again for backward (core/predict/profile_megatron.cpp
+  // What the framework's --recompute-modules run again for backward (core/project/profile_megatron.cpp
   // says what each lets go), and their launches: each unfused norm's forward, which reads and
   // writes h a token; MLA's up-projections' GEMMs (its fused RoPE, two kernels, not priced); the
   // dense MLPs' GEMMs with their fused norm and SwiGLU's product; the attention core's forward, a

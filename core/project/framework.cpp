@@ -158,7 +158,7 @@ std::string modules_text(const RecomputedModules& r) {
 }  // namespace
 
 std::vector<std::string> framework_assumptions(const FrameworkSetting& f) {
-  return {"rests on: the " + name_of(f.profile) + " profile (what each layer keeps; core/predict/profile_*.cpp name the code), "
+  return {"rests on: the " + name_of(f.profile) + " profile (what each layer keeps; core/project/profile_*.cpp name the code), "
               "the loss (" + name_of(f.loss) + "), " + four_digits(f.workspace / 1e9) +
               " GB outside the allocator (CUDA context, NCCL) and " + four_digits(100 * f.fragmentation) +
               "% reserved beyond allocated, the all-to-all " +

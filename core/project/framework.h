@@ -1,13 +1,13 @@
 // The training framework a projection prices (a project file's `framework:`): its profile of what
-// a layer keeps (core/predict/profile.h), its loss, how it shards the optimizer, what its process
+// a layer keeps (core/project/profile.h), its loss, how it shards the optimizer, what its process
 // holds beside its tensors and how it runs the all-to-all. Every default is the framework's own,
 // with its source in framework.cpp; what a run can change is listed as what the answer rests on.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "core/config/project.h"
-#include "core/predict/profile.h"
+#include "core/project/config.h"
+#include "core/project/profile.h"
 
 namespace memfine {
 
@@ -24,7 +24,7 @@ struct Launches {
 
 struct FrameworkSetting {
   Profile profile = Profile::MegatronTe;
-  Loss loss = Loss::VocabFp32;      // core/predict/profile.h loss_bytes_per_token
+  Loss loss = Loss::VocabFp32;      // core/project/profile.h loss_bytes_per_token
   bool fsdp = false;                // FSDP's sharding, not Megatron's distributed optimizer
   bool reshard = true;              // FSDP: a layer's gathered weights let go after its forward
   double fsdp_state_bytes = 16;     // FSDP: bytes a parameter's shard holds (weights, gradients, moments)
@@ -43,7 +43,7 @@ struct FrameworkSetting {
   bool ep_overlap = false;
   double ep_overlap_hidden = 1;     // of an overlapped all-to-all, the most that hides (a share)
   bool tp_comm_overlap = false;
-  // Megatron's --recompute-modules beside the strategy's recomputation (core/predict/profile.h).
+  // Megatron's --recompute-modules beside the strategy's recomputation (core/project/profile.h).
   RecomputedModules recomputed;
   // Pipeline sends behind the other virtual stages' compute where the schedule is interleaved
   // (framework.cpp names the code); else a rank's sends and receives of a micro-batch are exposed.

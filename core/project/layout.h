@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/project/framework.h"
 #include "core/project/goodput.h"
 

@@ -5,7 +5,7 @@
 
 #include "core/model/flops.h"
 #include "core/util/format.h"
-#include "core/predict/profile.h"
+#include "core/project/profile.h"
 #include "core/project/pipeline.h"
 
 namespace memfine {

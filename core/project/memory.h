@@ -1,7 +1,7 @@
 // The hottest GPU's memory in a projection: static bytes of a pipeline stage (bf16 weights, fp32
 // gradients, fp32 master weights and Adam moments sharded by the distributed optimizer, or FSDP's
 // shards) and its activations under a strategy's shape, from a framework profile's widths per
-// token and per routed row (core/predict/profile.h) times the micro-batches the schedule keeps in
+// token and per routed row (core/project/profile.h) times the micro-batches the schedule keeps in
 // flight. Every pipeline rank holds its part of the model (core/project/pipeline.h): the first the
 // embedding and the most micro-batches in flight; the output layer's rank the head and the loss's
 // logits; an MTP module's rank DeepSeek's multi-token prediction layer with its own copy of the
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/moe/shape.h"
-#include "core/predict/profile.h"
+#include "core/project/profile.h"
 #include "core/project/layout.h"
 
 namespace memfine {

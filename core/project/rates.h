@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 
 namespace memfine {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <functional>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/config/sections.h"
 
 namespace memfine {

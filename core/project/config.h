@@ -33,7 +33,7 @@ struct EnumNames<ExpertChoice> {
                                                                  {ExpertChoice::Consecutive, "consecutive"}};
 };
 
-// The framework a projection prices, by its profile of what a layer keeps (core/predict/profile.h).
+// The framework a projection prices, by its profile of what a layer keeps (core/project/profile.h).
 enum class Framework { MegatronTe, FsdpTe, Memfine };
 template <>
 struct EnumNames<Framework> {
@@ -41,7 +41,7 @@ struct EnumNames<Framework> {
       {Framework::MegatronTe, "megatron_te"}, {Framework::FsdpTe, "fsdp_te"}, {Framework::Memfine, "memfine_layer"}};
 };
 
-// What the loss holds per token at its peak (core/predict/profile.h loss_bytes_per_token); Auto:
+// What the loss holds per token at its peak (core/project/profile.h loss_bytes_per_token); Auto:
 // the framework's.
 enum class Loss { Auto, VocabFp32, VocabBf16, Chunked };
 template <>
@@ -115,10 +115,10 @@ struct SearchSpace {
 };
 
 // The training framework a run uses (core/project/framework.h): what its layers keep for backward
-// (a profile, core/predict/profile.h), its loss, what its process holds beside its tensors, how much
+// (a profile, core/project/profile.h), its loss, what its process holds beside its tensors, how much
 // the caching allocator reserves over what it hands out, and whether it overlaps the all-to-all.
 // "auto" and negative numbers: the framework's own (core/project/framework.cpp names the sources).
-// Megatron's --recompute-modules that no strategy is, as flags (core/predict/profile_megatron.cpp
+// Megatron's --recompute-modules that no strategy is, as flags (core/project/profile_megatron.cpp
 // prices what each lets go; the strategies are its moe_act, moe and full granularity).
 struct RecomputedModules {
   bool layernorm = false, mla_up_proj = false, mlp = false, core_attn = false;
@@ -224,5 +224,8 @@ const std::vector<std::pair<const char*, std::string ProjectConfig::*>>& publish
 const Section<SearchSpace>& search_keys();
 const Section<Hardware>& hardware_keys();
 const Section<FrameworkConfig>& framework_keys();
+// A project file's key reference (its top level, `search:`, `framework:`), or with "hardware" a
+// hardware preset's, as a Markdown table.
+std::string project_key_reference(const std::string& which);
 
 }  // namespace memfine

@@ -1,6 +1,6 @@
 // What Transformer Engine's attention keeps, and what fine-grained offloading moves, shared by the
 // profiles of the frameworks that run TE's kernels (megatron_te, fsdp_te).
-#include "core/predict/profile_parts.h"
+#include "core/project/profile_parts.h"
 
 namespace memfine {
 

@@ -2,7 +2,7 @@
 // rule every profile shares (a layer recomputed whole keeps its input; a MoE recomputed as a block
 // or in chunks keeps what lies outside the block; its backward holds the rebuilt part again).
 #pragma once
-#include "core/predict/profile.h"
+#include "core/project/profile.h"
 
 namespace memfine {
 

@@ -15,12 +15,12 @@
 #include <string>
 
 #include "core/config/config.h"
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/moe/shape.h"
 
 namespace memfine {
 
-// A profile is its framework's (core/config/project.h Framework).
+// A profile is its framework's (core/project/config.h Framework).
 using Profile = Framework;
 
 // Bytes one layer keeps (activations of `element_bytes`; fp32 statistics and index maps at their
@@ -41,7 +41,7 @@ struct LayerWidths {
 };
 
 // Megatron-Core's modules recomputed beside a strategy's own recomputation (RecomputedModules,
-// core/config/project.h): megatron_te's profile alone has them (profile_megatron.cpp says what each
+// core/project/config.h): megatron_te's profile alone has them (profile_megatron.cpp says what each
 // lets go). Those that run under a shape: none where it recomputes the layer whole (Megatron
 // recomputes modules only under selective granularity).
 RecomputedModules recomputed_under(const RecomputedModules& again, const StrategyShape& s);

@@ -1,8 +1,8 @@
-#include "core/predict/profile.h"
+#include "core/project/profile.h"
 
 #include <stdexcept>
 
-#include "core/predict/profile_parts.h"
+#include "core/project/profile_parts.h"
 
 namespace memfine {
 

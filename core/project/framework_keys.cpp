@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/config/sections.h"
 
 namespace memfine {
@@ -102,7 +102,7 @@ const Section<FrameworkConfig>& framework_keys() {
                   "granularity; the strategies are its moe_act, moe and full): `layernorm` the norms not fused into "
                   "the next linear (a MoE layer's, MLA's input norm), `mla_up_proj` MLA's up-projections and RoPE, "
                   "`mlp` the dense layers' MLPs, `core_attn` the attention core; each lets go of what it keeps until "
-                  "backward runs it again (core/predict/profile_megatron.cpp)")}};
+                  "backward runs it again (core/project/profile_megatron.cpp)")}};
   return s;
 }
 

@@ -3,8 +3,8 @@
 // experts.py, parallelizer.py): what autograd keeps. Attention is TE's, as in Megatron's profile; the
 // MoE gate and the shared and dense MLPs are eager PyTorch, which keeps more per token; the routed
 // experts use Megatron's fused weighted SwiGLU (vendored moe_utils.py).
-#include "core/predict/profile.h"
-#include "core/predict/profile_parts.h"
+#include "core/project/profile.h"
+#include "core/project/profile_parts.h"
 
 namespace memfine {
 

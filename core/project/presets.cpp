@@ -2,7 +2,7 @@
 // models and GPUs, each with the source its comment names, read key by key with FILE:LINE problems.
 #include <fstream>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/config/sections.h"
 
 namespace memfine {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/config/project.h"
+#include "core/project/config.h"
 #include "core/config/sections.h"
 #include "core/util/format.h"
 
@@ -424,6 +424,18 @@ bool is_project_file(const std::string& file) {
   } catch (const YAML::Exception&) {
     return false;
   }
+}
+
+std::string project_key_reference(const std::string& which) {
+  if (which == "hardware") {
+    Section<Hardware> plain = hardware_keys();
+    plain.name.clear();  // a preset's keys, under its name
+    return key_table(section_docs(plain));
+  }
+  std::vector<KeyDoc> rows = section_docs(project_keys());
+  for (const auto& more : {section_docs(search_keys()), section_docs(framework_keys())})
+    rows.insert(rows.end(), more.begin(), more.end());
+  return key_table(rows);
 }
 
 }  // namespace memfine

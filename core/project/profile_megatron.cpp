@@ -3,8 +3,8 @@
 // --moe-router-dtype fp32, fused attention and RoPE): what autograd keeps, read from the code
 // (Megatron-LM d98e8a64dd, TransformerEngine d0067d0da6; files and lines below). Sequence
 // parallelism, which Megatron requires for MoE with TP > 1, splits every per-token term by TP.
-#include "core/predict/profile.h"
-#include "core/predict/profile_parts.h"
+#include "core/project/profile.h"
+#include "core/project/profile_parts.h"
 
 namespace memfine {
 
