@@ -1,5 +1,5 @@
-// A parallel layout of a whole model on a cluster, what makes one impossible, and what the cluster
-// and the run add to every layout of a projection (`memfine project`).
+// What makes a parallel layout impossible, the layouts a search tries, and what the cluster and
+// the run add to every layout of a projection (`memfine project`).
 #pragma once
 #include <string>
 #include <vector>
@@ -7,18 +7,9 @@
 #include "core/project/config.h"
 #include "core/project/framework.h"
 #include "core/project/goodput.h"
+#include "core/project/parallel.h"
 
 namespace memfine {
-
-struct Layout {
-  int64_t tp = 1, pp = 1, ep = 1, dp = 1, cp = 1;  // gpus = tp * pp * dp * cp; ep divides dp * cp * tp
-  int64_t vpp = 1;                                 // virtual stages per rank (interleaved 1F1B)
-  int64_t micro_batch = 1;                         // sequences per micro-batch
-  int64_t grad_accumulation = 1;                   // pipeline schedules (fill and drain) per step
-  int64_t global_batch = 1;                        // sequences per step
-  int64_t gpus() const { return tp * pp * dp * cp; }
-  std::string text() const;  // "TP2 PP8 EP32 DP16 CP1 mb1"
-};
 
 // Why a layout cannot run the model on the hardware ("" when it can): TP within a node and dividing
 // the heads, EP dividing the experts and DP x CP x TP, PP x VPP at most the layers, the batch and

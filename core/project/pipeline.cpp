@@ -5,7 +5,6 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "core/project/layout.h"
 
 namespace memfine {
 

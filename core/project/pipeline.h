@@ -9,10 +9,9 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/project/parallel.h"
 
 namespace memfine {
-
-struct Layout;
 
 // One pipeline rank's part of the model, over all its virtual stages.
 struct RankShape {
