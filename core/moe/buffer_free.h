@@ -17,7 +17,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
-#include "core/moe/stages.h"
+#include "core/moe/routing.h"
 
 namespace memfine {
 
