@@ -836,7 +836,8 @@ TEST(Project, AnExpertGroupOfOneNodesRanksStaysOnNvlinkWhateverTp) {
 
 // Every published run of the validation set (experiments/project/validation/, the learned-routing
 // pairs aside): its layout ran, so it is projected to fit at usable_memory 1.0; and a published
-// peak is within 10% of the projected one.
+// peak is within 10% of the projected one. Every field of its JSON lines is declared
+// (projection_schema: the writer refuses one it does not declare).
 TEST(Project, PublishedLayoutsFitAndTheirPeaksAreWithinTenPercent) {
   int runs = 0, peaks = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kExperiments + "/project/validation")) {
@@ -844,6 +845,8 @@ TEST(Project, PublishedLayoutsFitAndTheirPeaksAreWithinTenPercent) {
     if (entry.path().extension() != ".yaml" || stem.rfind("pair_", 0) == 0) continue;
     const ProjectConfig c = load_project(file, default_presets_dir(file));
     const ProjectResult r = run_project(c);
+    EXPECT_NO_THROW(project_json(c, r, {{"git_commit", "0"}, {"date", "now"}})) << stem;
+    EXPECT_THROW(project_json(c, r, {{"speed", "fast"}}), std::logic_error) << stem;
     for (const auto& [label, values] : c.published) {
       const auto e =
           std::find_if(r.ranked.begin(), r.ranked.end(), [&](const Estimate& x) { return x.strategy == label; });

@@ -302,6 +302,24 @@ class Plot(unittest.TestCase):
             generic.plot_folder(folder, os.path.join(self.tmp, "figs"))
         self.assertIn("a folder, not a results file", str(ctx.exception))
 
+    def test_projections_are_read_through_their_declaration(self):
+        """memfine project --json's lines are read through schema.json's projection: a key it does not
+        declare, or a peak that is not a result, is refused at its line; a script's own key is let be."""
+        line = {"project": "p", "strategy": "full_recompute", "fits": True, "peak_gb": 41.5, "case_file": "x.yaml"}
+        for name, bad, why in (("undeclared", {"speed": 3}, "'speed' is not a field"),
+                               ("negative", {"peak_gb": -1.0}, "peak_gb: not a result")):
+            path = os.path.join(self.tmp, name + ".jsonl")
+            with open(path, "w") as f:
+                f.write(json.dumps(line) + "\n" + json.dumps(dict(line, **bad)) + "\n")
+            with self.assertRaises(records.ResultsError, msg=name) as ctx:
+                records.load_projections(path, added=("case_file",))
+            self.assertIn(f"{name}.jsonl:2: ", str(ctx.exception))
+            self.assertIn(why, str(ctx.exception))
+        path = os.path.join(self.tmp, "good.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(line) + "\n")
+        self.assertEqual(records.load_projections(path, added=("case_file",)), [line])
+
     def test_names_from_data_stay_inside_the_output_folder(self):
         out = os.path.join(self.tmp, "figs")
         for name in ("/abs/escape", "../../escape", ".hidden"):

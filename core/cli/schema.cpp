@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cli/commands.h"
+#include "core/project/report.h"
 #include "core/record/schema.h"
 #include "core/strategy/registry.h"
 
@@ -28,7 +29,14 @@ int schema(const Args& a) {
       strategies.push_back(name);
       for (const auto& f : info.counters) counters[name][f.key] = field_json(f);
     }
-    std::cout << nlohmann::json{{"fields", fields}, {"counters", counters}, {"strategies", strategies}}.dump(1) << "\n";
+    nlohmann::json projection = nlohmann::json::object();
+    for (const auto& f : projection_schema()) projection[f.key] = field_json(f);
+    std::cout << nlohmann::json{{"fields", fields},
+                                {"counters", counters},
+                                {"strategies", strategies},
+                                {"projection", projection}}
+                     .dump(1)
+              << "\n";
     return 0;
   }
   std::cout << "| field | type | unit | records | meaning |\n|---|---|---|---|---|\n";
@@ -39,6 +47,9 @@ int schema(const Args& a) {
     for (const auto& f : info.counters)
       std::cout << "| `" << f.key << "` | " << f.type << " | " << f.unit << " | " << f.kinds << " | " << name
                 << "'s counter: " << f.meaning << " |\n";
+  for (const auto& f : projection_schema())
+    std::cout << "| `" << f.key << "` | " << f.type << " | " << f.unit << " | " << f.kinds
+              << " | memfine project --json: " << f.meaning << " |\n";
   return 0;
 }
 
@@ -50,10 +61,10 @@ Command schema_command() {
           "the record schema: every field of a record, its type, unit and meaning",
           R"(Prints every field a record holds (results.jsonl's measured records, train.jsonl's steps, memfine
 predict --json's lines), with its JSON type, unit and meaning, then each registered strategy's own
-counters, as a Markdown table; --json for programs
+counters and every field of memfine project --json's lines, as a Markdown table; --json for programs
 (scripts/plots/schema.json, which the plotting package reads, is this output).
 )",
-          {{"--json", "", "one JSON object: fields, counters by strategy, and the strategies registered"}},
+          {{"--json", "", "one JSON object: fields, counters by strategy, the strategies registered, and projection"}},
           0,
           0,
           schema};

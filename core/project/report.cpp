@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "core/project/framework.h"
+#include "core/record/schema.h"
 #include "core/record/table.h"
 
 #include "core/util/format.h"
@@ -120,6 +122,72 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   return out;
 }
 
+const std::vector<FieldSpec>& projection_schema() {
+  static const char* k = "project";
+  static const std::vector<FieldSpec> fields = {
+      {"project", "string", "", "the project file's name", k},
+      {"model", "string", "", "the model preset (or the file's own model)", k},
+      {"hardware", "string", "", "the hardware preset", k},
+      {"gpus", "integer", "", "the cluster's GPUs", k},
+      {"layout", "object", "",
+       "tp, pp, vpp, ep, dp, cp, micro_batch, grad_accumulation and global_batch (sequences a step)", k},
+      {"strategy", "string", "", "the strategy's label; empty for a layout rejected before any strategy", k},
+      {"name", "string", "", "the registered strategy", k},
+      {"drops", "boolean", "", "the strategy drops assignments (capacity capping): another model", k},
+      {"fits", "boolean", "", "the need is within the usable memory", k},
+      {"fit", "string", "", "`yes`, `no`, or `borderline` (within the framework's margin of the limit)", k},
+      {"framework", "string", "", "the framework whose memory and time are priced (framework.name)", k},
+      {"ep_overlap", "boolean", "", "the all-to-all overlapped with another micro-batch's compute", k},
+      {"tp_comm_overlap", "boolean", "", "TP's collectives behind the GEMMs", k},
+      {"ep_overlap_hidden", "number", "", "with ep_overlap: the most of an all-to-all that hides (a share)", k},
+      {"hottest_stage", "string", "", "the pipeline rank whose memory is given", k},
+      {"why", "string", "", "why the layout or strategy is rejected or does not fit (empty when it does)", k},
+      {"rank", "integer", "", "its place by goodput among the ranked (0: rejected)", k},
+      {"git_commit", "string", "", "the commit the projection was made at", k},
+      {"date", "string", "", "when the projection was made (UTC)", k},
+      {"overload", "object", "",
+       "the hottest rank's s' over its balanced share at this EP: worst layer, mean over layers, held", k},
+      {"published", "object", "",
+       "a validation file's published figures (values by quantity; source, evidence, calibration, known_issue)", k},
+      {"peak_gb", "number", "GB", "the hottest GPU's allocated peak", k},
+      {"static_gb", "number", "GB", "weights, gradients and optimizer state on it", k},
+      {"activation_gb", "number", "GB", "activations at its peak", k},
+      {"host_gb", "number", "GB", "offloaded to the host", k},
+      {"reserved_gb", "number", "GB", "with the allocator's reserve", k},
+      {"need_gb", "number", "GB", "with what the process holds beside (CUDA context, NCCL): against the limit", k},
+      {"chunks", "integer", "", "the MoE's chunk count where it runs in chunks (0: not chunked)", k},
+      {"step_s", "number", "s", "one training step", k},
+      {"step_parts_s", "object", "s",
+       "compute, recompute, comm, bubble, offload_wait, chunk_overhead, optimizer and launch", k},
+      {"all_to_all_s", "number", "s", "the step's all-to-all, exposed or not", k},
+      {"expert_gemm", "object", "",
+       "the routed experts' GEMMs: rows per expert and TFLOP/s on the curve (table_tflops, accumulated_tflops: "
+       "the GEMM table's at one expert's shape)",
+       k},
+      {"tokens_per_s_gpu", "number", "tokens/s", "tokens a GPU trains per second", k},
+      {"balanced_tokens_per_s_gpu", "number", "tokens/s", "the same with balanced routing", k},
+      {"model_tflops_gpu", "number", "TFLOP/s", "model FLOPs a GPU does per second (no recomputation counted)", k},
+      {"goodput", "object", "",
+       "ettr, mttf_h, interval_h (the optimal checkpoint interval) and tokens_per_s_gpu that survive failures", k},
+  };
+  return fields;
+}
+
+namespace {
+
+// A line as the schema declares it; a field it does not declare, or of another type, is a bug.
+void check_declared(const nlohmann::json& j) {
+  for (const auto& [key, value] : j.items()) {
+    const auto& fields = projection_schema();
+    auto f = std::find_if(fields.begin(), fields.end(), [&](const FieldSpec& s) { return s.key == key; });
+    if (f == fields.end()) throw std::logic_error("memfine project --json: '" + key + "' is not declared");
+    if (!of_type(value, *f))
+      throw std::logic_error("memfine project --json: " + key + " is not of its declared type " + f->type);
+  }
+}
+
+}  // namespace
+
 std::string project_json(const ProjectConfig& c, const ProjectResult& r,
                          const std::map<std::string, std::string>& stamp) {
   std::ostringstream o;
@@ -179,6 +247,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
                       {"interval_h", e.goodput.interval},
                       {"tokens_per_s_gpu", e.goodput.tokens_per_s}};
     }
+    check_declared(j);
     o << j.dump() << "\n";
   };
   int64_t n = 0;

@@ -6,8 +6,13 @@
 #include <string>
 
 #include "core/project/project.h"
+#include "core/util/field_spec.h"
 
 namespace memfine {
+
+// Every field of `memfine project --json`'s lines, declared once (`memfine schema` lists them with
+// the records'; the plots read the same declaration). The writer refuses a field it does not declare.
+const std::vector<FieldSpec>& projection_schema();
 
 std::string project_table(const ProjectConfig& c, const ProjectResult& r);
 // `stamp`'s keys (the commit and date the projection was made at) are added to each line.

@@ -27,6 +27,7 @@ for _name, _counters in sorted(SCHEMA["counters"].items()):
         COUNTERS.setdefault(_k, _v)
 
 
+PROJECTION = SCHEMA.get("projection", {})  # memfine project --json's fields
 KNOWN = set(SCHEMA["strategies"])  # the strategies this checkout registers
 
 
@@ -106,9 +107,8 @@ def _shown(value):
         return "(unprintable)"
 
 
-def load(path, required=("experiment", "point", "strategy", "status")):
-    """Reads a records file; a bad line is an error naming file and line."""
-    records = []
+def _objects(path):
+    """(line number, JSON object) for each line of a file; a bad line is an error naming file and line."""
     if os.path.isdir(path):
         raise ResultsError(f"{path}: a folder, not a results file")
     if os.path.exists(path) and not os.path.isfile(path):
@@ -132,14 +132,42 @@ def load(path, required=("experiment", "point", "strategy", "status")):
                 raise ResultsError(f"{path}:{n}: not a JSON record ({why})")
             if not isinstance(rec, dict):
                 raise ResultsError(f"{path}:{n}: not a JSON object")
-            for key in required:
-                if key not in rec:
-                    raise ResultsError(f"{path}:{n}: record has no '{key}'")
-            check(rec, f"{path}:{n}")
-            records.append(rec)
+            yield n, rec
+
+
+def load(path, required=("experiment", "point", "strategy", "status")):
+    """Reads a records file; a bad line is an error naming file and line."""
+    records = []
+    for n, rec in _objects(path):
+        for key in required:
+            if key not in rec:
+                raise ResultsError(f"{path}:{n}: record has no '{key}'")
+        check(rec, f"{path}:{n}")
+        records.append(rec)
     if not records:
         raise ResultsError(f"{path}: no records")
     return records
+
+
+def load_projections(path, added=()):
+    """Reads `memfine project --json`'s lines, each against its declaration (schema.json's
+    projection); `added`: keys a script wrote beside them."""
+    lines = []
+    for n, rec in _objects(path):
+        for key, value in rec.items():
+            if key in added:
+                continue
+            f = PROJECTION.get(key)
+            if f is None:
+                raise ResultsError(f"{path}:{n}: '{key}' is not a field memfine project --json declares "
+                                   "(memfine schema lists them)")
+            if not _of_type(value, f["type"]):
+                raise ResultsError(f"{path}:{n}: {key}: expected {f['type']}, got {_shown(value)}")
+            if not _a_result(value, bool(f["unit"])):
+                raise ResultsError(f"{path}:{n}: {key}: not a result ({'negative or ' if f['unit'] else ''}not "
+                                   f"finite): {_shown(value)}")
+        lines.append(rec)
+    return lines
 
 
 def records_file(folder):

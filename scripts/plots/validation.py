@@ -16,6 +16,8 @@ import json
 import os
 import statistics
 
+from . import records as R
+
 PEAK_GOAL, MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 10.0, 25.0, 15.0
 
 
@@ -99,7 +101,7 @@ def runs(model_dir):
     src = os.path.join(model_dir, "project_validation.jsonl")
     if not os.path.exists(src):
         return out
-    for r in load(src):
+    for r in R.load_projections(src, added=("case_file",)):
         pub = r.get("published")
         if not pub or not r.get("strategy"):
             continue
