@@ -39,7 +39,7 @@ Prediction Mact::predict(const ExperimentConfig& c, const EmulatedRank& rank,
 // plan. Storing a layer (store_when_fits) is decided before its router runs, so that, and
 // objective: time, plan ahead from the balanced estimate.
 bool Mact::plans_per_layer(const LayerInput& in) const {
-  return o_.objective == "memory" && !o_.store_when_fits && !in.rank->layers[size_t(in.layer)].own_experts.defined();
+  return o_.objective == Objective::Memory && !o_.store_when_fits && !in.rank->layers[size_t(in.layer)].own_experts.defined();
 }
 
 std::pair<int64_t, int64_t> Mact::plan_layer(const LayerInput& in, const MoeRouting& routing) const {
@@ -85,7 +85,7 @@ std::pair<int64_t, int64_t> Mact::plan_layer(const LayerInput& in, const MoeRout
 Plan Mact::plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
   const int64_t L = c.model.layers;
   Plan plan{std::vector<int64_t>(size_t(L), o_.bins.front())};
-  if (o_.objective == "time") return plan_for_time(c, rank, predict_step(c, rank, o_.stored));
+  if (o_.objective == Objective::Time) return plan_for_time(c, rank, predict_step(c, rank, o_.stored));
   if (c.budget < 0) {  // no budget: everything fits
     if (o_.store_when_fits) plan.chunks.assign(size_t(L), 0);
     return plan;
@@ -96,7 +96,7 @@ Plan Mact::plan(const ExperimentConfig& c, const EmulatedRank& rank) const {
     plan.chunks.assign(size_t(L), 0);
     return plan;
   }
-  if (o_.model == "paper") {
+  if (o_.model == MactModel::Paper) {
     PaperModel pm;
     const ModelConfig& m = c.model;
     pm.D_t = double(c10::elementSize(dtype_of(c.dtype)));

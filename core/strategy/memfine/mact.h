@@ -23,13 +23,19 @@ namespace memfine {
 // the smallest bin of at least c) and `memfine project`'s cluster-scale model all plan through it.
 int64_t first_fitting(const std::vector<int64_t>& bins, const std::function<bool(size_t)>& fits);
 
+// Which memory model MACT asks: this code's byte-level one, or the paper's Eq. 8-9.
+enum class MactModel { Implementation, Paper };
+// What MACT plans for: the smallest bin that fits (the paper's), or the plan of least predicted
+// time that fits (the experiment's cost model).
+enum class Objective { Memory, Time };
+
 struct MactOptions {
   std::vector<int64_t> bins = {1, 2, 4, 8};
-  std::string model = "implementation";  // or "paper" (Eq. 8-9)
+  MactModel model = MactModel::Implementation;
   bool store_when_fits = false;
-  double headroom = 0.05;            // share of the activation room kept free for the model's error
-  std::string objective = "memory";  // or "time"
-  StrategyShape stored;              // a layer stored whole (how its experts keep their activations)
+  double headroom = 0.05;  // share of the activation room kept free for the model's error
+  Objective objective = Objective::Memory;
+  StrategyShape stored;  // a layer stored whole (how its experts keep their activations)
 };
 
 // A step's choice: chunks per layer (0: stored without recomputation) and, under objective: time,

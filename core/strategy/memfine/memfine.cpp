@@ -51,50 +51,55 @@ Param chunks_param() {
                      "count per layer, 0 storing that layer whole (a fixed plan)",
                      "an integer >= 1, 'auto' or a list of integers >= 0", read, 1});
 }
-bool tuned(const StrategySpec& spec) { return spec.value("chunks") == "auto"; }
-bool per_layer(const StrategySpec& spec) { return spec.value("chunks").is_array(); }
+// How the chunk count is given: a count, MACT's per step (`auto`), or a fixed plan per layer.
+enum class ChunkMode { Fixed, Auto, PerLayer };
 
-// How each expert keeps its activations, in every chunk and in a layer stored whole.
-StrategyShape stored_shape(const StrategySpec& spec) {
-  StrategyShape s;
-  s.experts = parse_expert_storage(spec.value("experts").get<std::string>());
-  s.keep_act = spec.value("keep_act").get<bool>();
-  // A layer stored whole (a plan's 0) offloads what its modules save; a recomputed one keeps
-  // nothing there to offload.
-  s.offload = offload_spec(spec);
-  return s;
-}
+// The strategy's parameters, typed: read from the spec here and nowhere else.
+struct MemfineParams {
+  ChunkMode mode = ChunkMode::Fixed;
+  int64_t chunks = 1;         // Fixed
+  std::vector<int64_t> plan;  // PerLayer: one count per layer, 0 a layer stored whole
+  MactOptions mact;           // Auto's (and a stored layer's shape for every mode)
+};
 
-MactOptions mact_options(const StrategySpec& spec) {
-  MactOptions o;
+MemfineParams memfine_params(const StrategySpec& spec) {
+  MemfineParams p;
+  const json& chunks = spec.value("chunks");
+  if (chunks == "auto")
+    p.mode = ChunkMode::Auto;
+  else if (chunks.is_array())
+    p.mode = ChunkMode::PerLayer, p.plan = chunks.get<std::vector<int64_t>>();
+  else
+    p.chunks = chunks.get<int64_t>();
+  MactOptions& o = p.mact;
   o.bins = spec.value("bins").get<std::vector<int64_t>>();
-  o.model = spec.value("model").get<std::string>();
+  o.model = spec.value("model") == "paper" ? MactModel::Paper : MactModel::Implementation;
   o.store_when_fits = spec.value("store_when_fits").get<bool>();
   o.headroom = spec.value("headroom").get<double>();
-  o.objective = spec.value("objective").get<std::string>();
-  o.stored = stored_shape(spec);
-  return o;
+  o.objective = spec.value("objective") == "time" ? Objective::Time : Objective::Memory;
+  // How each expert keeps its activations, in every chunk and in a layer stored whole; a layer
+  // stored whole (a plan's 0) offloads what its modules save (a recomputed one keeps nothing there).
+  o.stored.experts = parse_expert_storage(spec.value("experts").get<std::string>());
+  o.stored.keep_act = spec.value("keep_act").get<bool>();
+  o.stored.offload = offload_spec(spec);
+  return p;
 }
 
 // A fixed count: what the executor runs. Chosen per step (MACT, a fixed plan): predict() plans it.
-StrategyShape shape_of(const StrategySpec& spec) {
-  StrategyShape s = Mact(mact_options(spec)).chunked(1);
-  if (spec.value("chunks").is_number_integer()) s.chunks = spec.value("chunks").get<int64_t>();
+StrategyShape shape_of(const MemfineParams& p) {
+  StrategyShape s = Mact(p.mact).chunked(1);
+  if (p.mode == ChunkMode::Fixed) s.chunks = p.chunks;
   return s;
 }
 
 class MemFine : public Strategy {
  public:
-  explicit MemFine(const StrategySpec& spec)
-      : Strategy(spec, shape_of(spec),
-                 spec.value("chunks").is_number_integer() ? "" : "chosen per step: its plan's prediction"),
-        mact_(mact_options(spec)) {
-    if (tuned(spec_))
-      chunks_ = 0;
-    else if (per_layer(spec_))
-      chunks_ = 0, fixed_ = spec_.value("chunks").get<std::vector<int64_t>>();
-    else
-      chunks_ = spec_.value("chunks").get<int64_t>();
+  explicit MemFine(const StrategySpec& spec) : MemFine(spec, memfine_params(spec)) {}
+  MemFine(const StrategySpec& spec, const MemfineParams& p)
+      : Strategy(spec, shape_of(p), p.mode == ChunkMode::Fixed ? "" : "chosen per step: its plan's prediction"),
+        mact_(p.mact),
+        chunks_(p.mode == ChunkMode::Fixed ? p.chunks : 0),
+        fixed_(p.plan) {
     const auto& bins = mact_.options().bins;
     if (shape_.keep_act && shape_.experts != ExpertStorage::BufferFree)
       throw std::invalid_argument("keep_act applies to experts: buffer_free");
@@ -102,15 +107,15 @@ class MemFine : public Strategy {
         std::adjacent_find(bins.begin(), bins.end()) != bins.end())
       throw std::invalid_argument("bins must be a non-empty increasing list of chunk counts >= 1");
     // Offloading acts in layers stored whole only: a plan must be able to store one.
-    const bool can_store =
-        !fixed_.empty() || (tuned(spec_) && (mact_.options().store_when_fits || mact_.options().objective == "time"));
+    const bool can_store = p.mode == ChunkMode::PerLayer ||
+                           (p.mode == ChunkMode::Auto && (p.mact.store_when_fits || p.mact.objective == Objective::Time));
     if (shape_.offload.any() && !can_store)
       throw std::invalid_argument(
           "modules: offloading acts in layers stored whole; give chunks: auto with store_when_fits: true or "
           "objective: time, or a per-layer plan with 0s");
     // Shown parameters are those that differ from their defaults: MACT's, given with a fixed count.
     for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
-      if ((chunks_ > 0 || !fixed_.empty()) && spec_.shown.contains(k))
+      if (p.mode != ChunkMode::Auto && spec_.shown.contains(k))
         throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
 
@@ -233,38 +238,36 @@ std::vector<Param> params() {
 // What makes a point invalid for it (a chunk count against the tokens, a per-layer plan against
 // the layers), and what is valid but likely not meant (MACT without a budget).
 std::string check_point(const StrategySpec& s, const ExperimentConfig& c) {
-  if (per_layer(s)) {
-    const auto plan = s.value("chunks").get<std::vector<int64_t>>();
-    if (int64_t(plan.size()) != c.model.layers)
-      throw std::invalid_argument("chunks: the per-layer list has " + std::to_string(plan.size()) + " counts for " +
+  const MemfineParams p = memfine_params(s);
+  if (p.mode == ChunkMode::PerLayer) {
+    if (int64_t(p.plan.size()) != c.model.layers)
+      throw std::invalid_argument("chunks: the per-layer list has " + std::to_string(p.plan.size()) + " counts for " +
                                   std::to_string(c.model.layers) + " layers");
-    for (int64_t v : plan)
+    for (int64_t v : p.plan)
       if (v > c.model.tokens())
         throw std::invalid_argument("chunks: " + std::to_string(v) + " exceeds the tokens per rank (" +
                                     std::to_string(c.model.tokens()) + ")");
     return std::string();
   }
-  if (tuned(s)) {
-    const auto bins = s.value("bins").get<std::vector<int64_t>>();
+  if (p.mode == ChunkMode::Auto) {
+    const auto& bins = p.mact.bins;
     if (!bins.empty() && bins.back() > c.model.tokens())
       throw std::invalid_argument("bins: " + std::to_string(bins.back()) + " chunks exceeds the tokens per rank (" +
                                   std::to_string(c.model.tokens()) + ")");
-    if (s.value("objective") == "time" && c.cost_model.empty())
+    if (p.mact.objective == Objective::Time && c.cost_model.empty())
       throw std::invalid_argument(
           "objective: time needs the experiment's cost_model: PATH (scripts/fit-cost-model "
           "writes results/<device>/cost_model.json)");
     // MACT plans against the budget: without one, everything fits and it runs its smallest bin
     // (store_when_fits: stores everything) in every layer and step.
-    if (c.budget < 0 && s.value("objective") == "memory" && !c.paper.enabled)
+    if (c.budget < 0 && p.mact.objective == Objective::Memory && !c.paper.enabled)
       return std::string("chunks: auto without memory.budget: MACT then runs ") +
-             (s.value("store_when_fits").get<bool>() ? "every layer stored"
-                                                     : std::to_string(bins.front()) + " chunk(s)") +
+             (p.mact.store_when_fits ? "every layer stored" : std::to_string(bins.front()) + " chunk(s)") +
              " everywhere; set memory.budget for it to plan";
     return std::string();
   }
-  const int64_t chunks = s.value("chunks").get<int64_t>();
-  if (chunks > c.model.tokens())
-    throw std::invalid_argument("chunks (" + std::to_string(chunks) + ") exceeds the tokens per rank (" +
+  if (p.chunks > c.model.tokens())
+    throw std::invalid_argument("chunks (" + std::to_string(p.chunks) + ") exceeds the tokens per rank (" +
                                 std::to_string(c.model.tokens()) + ")");
   return std::string();
 }
