@@ -273,12 +273,8 @@ std::string check_point(const StrategySpec& s, const ExperimentConfig& c) {
 }
 
 std::vector<FieldSpec> counters() {
+  // Its chunks (chunks, chunk_steps, and a training step's step) are the record schema's fields.
   std::vector<FieldSpec> c = {
-      {"chunks", "integer|list|null", "",
-       "a fixed count; chosen per step (MACT, a per-layer plan): per timed step and layer, 0 a layer stored",
-       "measured train"},
-      {"chunk_steps", "list", "", "the timed steps whose chunks those are", "measured"},
-      {"step", "integer", "", "the step its chunks are of", "train"},
       {"predicted_step_ms", "number", "ms", "objective: time: the cost model's step time of the plan", "measured"},
       {"predicted_layer_peak_bytes", "list", "bytes",
        "MACT over learned routing: the model's peak of each layer's backward with its chunks", "train"}};
