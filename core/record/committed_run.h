@@ -1,6 +1,6 @@
 // How this run's speed compares with the committed run of the same experiment, configuration and
 // machine class (results/<device class>/<experiment>/results.jsonl in the source tree): a newcomer's
-// quickstart on a busy machine otherwise reads 3x slower rows as the code's (issue #46).
+// quickstart on a busy machine would otherwise read the machine's slowness as the code's.
 #pragma once
 #include <nlohmann/json.hpp>
 
