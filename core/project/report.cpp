@@ -177,12 +177,16 @@ namespace {
 
 // A line as the schema declares it; a field it does not declare, or of another type, is a bug.
 void check_declared(const nlohmann::json& j) {
+  static const std::map<std::string, const FieldSpec*> by_key = [] {
+    std::map<std::string, const FieldSpec*> m;
+    for (const auto& f : projection_schema()) m[f.key] = &f;
+    return m;
+  }();
   for (const auto& [key, value] : j.items()) {
-    const auto& fields = projection_schema();
-    auto f = std::find_if(fields.begin(), fields.end(), [&](const FieldSpec& s) { return s.key == key; });
-    if (f == fields.end()) throw std::logic_error("memfine project --json: '" + key + "' is not declared");
-    if (!of_type(value, *f))
-      throw std::logic_error("memfine project --json: " + key + " is not of its declared type " + f->type);
+    auto it = by_key.find(key);
+    if (it == by_key.end()) throw std::logic_error("memfine project --json: '" + key + "' is not declared");
+    if (!of_type(value, *it->second))
+      throw std::logic_error("memfine project --json: " + key + " is not of its declared type " + it->second->type);
   }
 }
 
