@@ -93,11 +93,17 @@ def check(rec, where):
         if f is None:
             raise ResultsError(f"{where}: '{key}' is not a field of the record schema, nor a counter '{name}' declares "
                                "(memfine schema lists them)")
-        if not _of_type(value, f["type"]):
-            raise ResultsError(f"{where}: {key}: expected {f['type']}, got {_shown(value)}")
-        if key not in ("config", "env") and not _a_result(value, bool(f["unit"])):
-            raise ResultsError(f"{where}: {key}: not a result ({'negative or ' if f['unit'] else ''}not finite): "
-                               f"{_shown(value)}")
+        _check_value(key, value, f, where, result=key not in ("config", "env"))
+
+
+def _check_value(key, value, f, where, result=True):
+    """A value of its declaration's type and, with `result`, a result: finite, and not negative where
+    it has a unit."""
+    if not _of_type(value, f["type"]):
+        raise ResultsError(f"{where}: {key}: expected {f['type']}, got {_shown(value)}")
+    if result and not _a_result(value, bool(f["unit"])):
+        raise ResultsError(f"{where}: {key}: not a result ({'negative or ' if f['unit'] else ''}not finite): "
+                           f"{_shown(value)}")
 
 
 def _shown(value):
@@ -161,11 +167,7 @@ def load_projections(path, added=()):
             if f is None:
                 raise ResultsError(f"{path}:{n}: '{key}' is not a field memfine project --json declares "
                                    "(memfine schema lists them)")
-            if not _of_type(value, f["type"]):
-                raise ResultsError(f"{path}:{n}: {key}: expected {f['type']}, got {_shown(value)}")
-            if not _a_result(value, bool(f["unit"])):
-                raise ResultsError(f"{path}:{n}: {key}: not a result ({'negative or ' if f['unit'] else ''}not "
-                                   f"finite): {_shown(value)}")
+            _check_value(key, value, f, f"{path}:{n}")
         lines.append(rec)
     return lines
 
