@@ -16,7 +16,6 @@
 #include <fstream>
 #include <map>
 #include <thread>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "core/dist/dist.h"
 #include "core/run/rank_step.h"
@@ -216,19 +215,10 @@ TEST(Rendezvous, ListensAtTheJobsAddressOnly) {
   }
 }
 
-template <class O>
-constexpr auto takes_listen_fd(int) -> decltype(std::declval<O&>().masterListenFd, true) {
-  return true;
-}
-template <class O>
-constexpr bool takes_listen_fd(long) {
-  return false;
-}
-
 // A LibTorch whose store cannot be handed a socket (1.13) would listen on every interface: rank 0
 // refuses unless told to accept it, and says what to do instead.
 TEST(Rendezvous, AStoreOnEveryInterfaceIsOpenedOnlyWhenAskedFor) {
-  if (takes_listen_fd<c10d::TCPStoreOptions>(0)) GTEST_SKIP() << "this LibTorch's store listens at MASTER_ADDR";
+  if (store_listens_at_job_address()) GTEST_SKIP() << "this LibTorch's store listens at MASTER_ADDR";
   const std::string port = std::to_string(free_loopback_port());
   for (const auto& [k, v] : std::map<std::string, std::string>{
            {"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}})

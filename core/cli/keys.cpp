@@ -29,11 +29,11 @@ Command keys_command() {
       {},
       0,
       1,
-      [](const Args& a) {
-        const std::string which = a.operands.empty() ? "experiment" : a.operands[0];
-        if (std::find(kReferences.begin(), kReferences.end(), which) == kReferences.end())
-          throw UsageError("keys: '" + which + "' is not one of experiment, project, hardware");
-        std::cout << (which == "experiment" ? experiment_key_reference() : project_key_reference(which));
+      [which](const Args& a) {
+        const std::string asked = a.operands.empty() ? "experiment" : a.operands[0];
+        if (std::find(kReferences.begin(), kReferences.end(), asked) == kReferences.end())
+          throw UsageError("keys: '" + asked + "' is not one of " + which);
+        std::cout << (asked == "experiment" ? experiment_key_reference() : project_key_reference(asked));
         return 0;
       }};
 }

@@ -112,6 +112,15 @@ bool disable_libuv(Options&, long) {
   return false;
 }
 
+}  // namespace
+
+bool store_listens_at_job_address() {
+  c10d::TCPStoreOptions so;
+  return take_listen_fd(so, -1, 0);
+}
+
+namespace {
+
 c10::intrusive_ptr<c10d::Store> tcp_store(const std::string& host, c10d::TCPStoreOptions so) {
   int fd = -1;
   if (so.isServer) {

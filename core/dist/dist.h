@@ -17,6 +17,8 @@ int free_loopback_port();
 // `port`: rank 0's rendezvous store serves on it, and so is reached at the job's address only, not
 // on every interface. Throws with the OS's reason.
 int listen_socket(const std::string& host, int port);
+// Whether this LibTorch's store takes such a socket (2.x); 1.13's would listen on every interface.
+bool store_listens_at_job_address();
 
 // This process's place in a job, from the launcher's variables: torchrun's and `memfine launch`'s
 // (RANK, WORLD_SIZE, LOCAL_RANK), else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). world 1
