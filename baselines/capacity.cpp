@@ -11,31 +11,57 @@
 namespace memfine {
 namespace {
 
+// Which assignments beyond capacity are dropped: the lowest router probability first, or the
+// latest tokens first.
+enum class DropPolicy { Probs, Position };
+
+}  // namespace
+template <>
+struct EnumNames<DropPolicy> {
+  static constexpr std::pair<DropPolicy, const char*> all[] = {{DropPolicy::Probs, "probs"},
+                                                               {DropPolicy::Position, "position"}};
+};
+namespace {
+
 // What it keeps: a stored (or recomputed) layer whose experts receive only the capped rows, padded
 // with pad. The rows that survive the cap are known from the counts alone (which ones survive
 // depends on the probabilities, how many does not), so the model predicts it before the step; not
 // with recompute: full, where the model misses a transient of the recomputed layer that shows once
 // the MoE keeps few rows (tests/test_memory_model.cpp measures how far).
-StrategyShape shape_of(const StrategySpec& spec) {
-  StrategyShape s;
-  s.capacity_factor = spec.value("capacity_factor").get<double>();
-  s.pad_to_capacity = spec.value("pad").get<bool>();
-  s.recompute_layer = spec.value("recompute") == "full";
-  return s;
+struct CapacityParams {
+  StrategyShape shape;
+  DropPolicy policy = DropPolicy::Probs;
+};
+
+ParamsOf<CapacityParams> params() {
+  using P = CapacityParams;
+  using S = StrategyShape;
+  return {nest(&P::shape, bind(&S::capacity_factor,
+                                named(number_param("capacity_factor",
+                                                   "capacity = ceil(tokens*topk/experts*capacity_factor) per expert "
+                                                   "and sending rank",
+                                                   1.0, 1e-6, 1e6)))),
+          bind(&P::policy, named(enum_param("drop_policy",
+                                            "'probs' drops the lowest-probability assignments, 'position' the latest "
+                                            "tokens",
+                                            DropPolicy::Probs))),
+          nest(&P::shape, bind(&S::pad_to_capacity, bool_param("pad", "pad each expert's input to capacity", false))),
+          nest(&P::shape, bind<S>(choice_param("recompute", "'none' stores activations, 'full' recomputes each layer",
+                                               "none", {"none", "full"}),
+                                  [](const nlohmann::json& v, S& s) { s.recompute_layer = v == "full"; }))};
 }
 
 class Capacity : public Strategy {
  public:
-  explicit Capacity(const StrategySpec& spec)
+  Capacity(const StrategySpec& spec, const CapacityParams& p)
       : Strategy(
-            spec, shape_of(spec),
-            spec.value("recompute") == "full"
+            spec, p.shape,
+            p.shape.recompute_layer
                 ? "capacity with recompute: full is not predicted: the model misses a transient of the recomputed layer"
-                : "") {
-    factor_ = shape_.capacity_factor;
-    policy_ = spec_.value("drop_policy").get<std::string>();
-    pad_ = shape_.pad_to_capacity;
-  }
+                : ""),
+        factor_(p.shape.capacity_factor),
+        policy_(p.policy),
+        pad_(p.shape.pad_to_capacity) {}
   void begin_own_step(int64_t) override { assignments_ = dropped_ = local_rows_ = local_kept_ = 0; }
   json own_step_counters() const override {
     // kept_row_fraction: of the rows this rank's experts would compute dropless, the share they do
@@ -59,7 +85,7 @@ class Capacity : public Strategy {
             {"kept_row_fraction", kept}};
   }
   std::string graph_blocker() const override {
-    if (policy_ == "probs") return "capping by probability reads the router's probabilities on the host";
+    if (policy_ == DropPolicy::Probs) return "capping by probability reads the router's probabilities on the host";
     return Strategy::graph_blocker();
   }
   void cap_routing(MoeRouting& r, const at::Tensor& probs) override {
@@ -68,12 +94,12 @@ class Capacity : public Strategy {
     const int64_t experts = rr.local_experts * rr.ep;
     const int64_t cap = capacity_per_expert(T, k, experts, factor_);
     // This rank's own tokens, grouped by destination expert.
-    at::Tensor own_priority = policy_ == "probs" ? probs.to(at::kDouble).reshape(-1)
+    at::Tensor own_priority = policy_ == DropPolicy::Probs ? probs.to(at::kDouble).reshape(-1)
                                                  : -at::arange(T, at::kDouble).unsqueeze(1).expand({T, k}).reshape(-1);
     r.own_keep = keep_within_capacity(r.expert_ids.reshape(-1), own_priority, cap).view({T, k});
     // Each peer caps its own tokens the same way before sending.
     at::Tensor group = rr.peer_rank * rr.local_experts + rr.peer_expert;
-    at::Tensor peer_priority = policy_ == "probs" ? rr.peer_score : -rr.peer_pos.to(at::kDouble);
+    at::Tensor peer_priority = policy_ == DropPolicy::Probs ? rr.peer_score : -rr.peer_pos.to(at::kDouble);
     r.peer_keep = keep_within_capacity(group, peer_priority, cap);
     if (pad_) r.pad_rows = cap * rr.ep;
     assignments_ += T * k + rr.peer_pos.numel();
@@ -87,23 +113,15 @@ class Capacity : public Strategy {
 
  private:
   double factor_;
-  std::string policy_;
+  DropPolicy policy_;
   bool pad_;
   int64_t assignments_ = 0, dropped_ = 0, local_rows_ = 0, local_kept_ = 0;
 };
 
 MEMFINE_REGISTER_STRATEGY(with_counters(
     coded("capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
-          {named(number_param("capacity_factor",
-                              "capacity = ceil(tokens*topk/experts*capacity_factor) per expert and sending rank", 1.0,
-                              1e-6, 1e6)),
-           named(choice_param("drop_policy",
-                              "'probs' drops the lowest-probability assignments, 'position' the latest tokens", "probs",
-                              {"probs", "position"})),
-           bool_param("pad", "pad each expert's input to capacity", false),
-           choice_param("recompute", "'none' stores activations, 'full' recomputes each layer", "none",
-                        {"none", "full"})},
-          [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new Capacity(s)); }),
+          params(),
+          [](const StrategySpec& s, const CapacityParams& p) { return std::unique_ptr<Strategy>(new Capacity(s, p)); }),
     {{"assignments", "integer", "", "the token-expert assignments this rank's tokens and its peers' made",
       "measured train"},
      {"dropped", "integer", "", "of them, dropped by the cap", "measured train"},

@@ -15,33 +15,36 @@
 namespace memfine {
 namespace {
 
+ParamsOf<StrategyShape> params() {
+  using S = StrategyShape;
+  return {bind(&S::chunks, named(int_param("chunks",
+                                            "token chunks of each rank's own tokens (every rank runs the same count)",
+                                            2, 1, int64_t(1) << 30))),
+          bind<S>(choice_param("recompute",
+                               "'full' keeps each layer's input and replays its chunks last to first in backward (the "
+                               "published fused forward/backward); 'none' stores every chunk",
+                               "full", {"full", "none"}),
+                  [](const nlohmann::json& v, S& s) {
+                    if (v != "full") return;
+                    s.recompute_layer = true;
+                    s.moe = MoeMode::Chunked;
+                    s.replay = ChunkReplay::LastToFirstPrefetched;
+                  })};
+}
+
 StrategyInfo info() {
-  StrategyInfo i = shaped(
-      "chunked_ep",
-      "ChunkedEP (Megatron-LM PR #7342): each rank's tokens in contiguous chunks, the next chunk's dispatch in flight "
-      "while one's experts run; under full recompute backward replays the chunks last to first",
-      {named(int_param("chunks", "token chunks of each rank's own tokens (every rank runs the same count)", 2, 1,
-                       int64_t(1) << 30)),
-       choice_param("recompute",
-                    "'full' keeps each layer's input and replays its chunks last to first in backward (the published "
-                    "fused forward/backward); 'none' stores every chunk",
-                    "full", {"full", "none"})},
-      [](const StrategySpec& spec) {
-        StrategyShape s;
-        s.chunks = spec.value("chunks").get<int64_t>();
-        s.dispatch_ahead = true;
-        if (spec.value("recompute") == "full") {
-          s.recompute_layer = true;
-          s.moe = MoeMode::Chunked;
-          s.replay = ChunkReplay::LastToFirstPrefetched;
-        }
-        return s;
-      });
-  i.check_point = [](const StrategySpec& spec, const ExperimentConfig& c) {
-    check_moe_chunks(spec, c);
+  StrategyInfo i = shaped("chunked_ep",
+                          "ChunkedEP (Megatron-LM PR #7342): each rank's tokens in contiguous chunks, the next chunk's "
+                          "dispatch in flight while one's experts run; under full recompute backward replays the "
+                          "chunks last to first",
+                          params(), [](StrategyShape s) {
+                            s.dispatch_ahead = true;
+                            return s;
+                          });
+  return checked(i, params(), [](const StrategyShape& s, const ExperimentConfig& c) {
+    check_moe_chunks(s.chunks, c);
     return std::string();
-  };
-  return i;
+  });
 }
 
 MEMFINE_REGISTER_STRATEGY(info());

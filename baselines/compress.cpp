@@ -15,18 +15,24 @@
 namespace memfine {
 namespace {
 
-std::vector<Param> params() {
+ParamsOf<StrategyShape> params() {
   std::vector<std::string> all;
   for (const auto& [m, n] : offloadable_modules()) all.push_back(n);
-  std::vector<Param> p;
-  for (Param q : offload_params(all, false))
-    if (q.name == "modules" || q.name == "min_bytes") {
-      if (q.name == "modules") q.help = "the modules whose saved activations are stored encoded (Megatron's names)";
-      if (q.name == "min_bytes") q.help = "saved tensors (their storage) smaller than this are kept as they are";
-      p.push_back(q);
-    }
-  for (const Param& q : codec_params("fp8_e4m3")) p.push_back(q);
-  p.push_back(moe_chunks_param("the rest of the layer stored encoded"));
+  using S = StrategyShape;
+  std::vector<Bound<OffloadSpec>> kept;
+  for (Bound<OffloadSpec> q : offload_params(all, false)) {
+    if (q.param.name == "modules")
+      q.param.help = "the modules whose saved activations are stored encoded (Megatron's names)";
+    else if (q.param.name == "min_bytes")
+      q.param.help = "saved tensors (their storage) smaller than this are kept as they are";
+    else
+      continue;
+    kept.push_back(q);
+  }
+  ParamsOf<S> p;
+  p.add(nest(&S::offload, kept));
+  p.add(nest(&S::offload, codec_params(StoredAs::Fp8E4m3)));
+  p.add(moe_chunks_param("the rest of the layer stored encoded"));
   return p;
 }
 
@@ -35,23 +41,17 @@ StrategyInfo info() {
       "compress",
       "8-bit activation storage (COAT, FP8-Flow-MoE): saved activations of the chosen modules kept as FP8 codes with "
       "a scale, decoded for backward; lossy: its gradient error is its result",
-      params(), [](const StrategySpec& spec) {
-        StrategyShape s;
-        for (const auto& n : spec.value("modules")) s.offload.add(module_named(n.get<std::string>()));
-        s.offload.min_bytes = spec.value("min_bytes").get<int64_t>();
+      params(), [](StrategyShape s) {
         s.offload.prefetch = 0;  // decoded when the layer's own backward begins
         s.offload.to_host = false;
-        set_codec(spec, s.offload);
-        set_moe_chunks(spec, s);
         return s;
       });
-  i.check_point = [](const StrategySpec& spec, const ExperimentConfig& c) {
-    check_moe_chunks(spec, c);
-    if (spec.value("format").get<std::string>() == "bf16" && c.dtype == "bfloat16")
+  return checked(i, params(), [](const StrategyShape& s, const ExperimentConfig& c) {
+    check_moe_chunks(s.chunks, c);
+    if (s.offload.stored_as == StoredAs::Bf16 && c.dtype == "bfloat16")
       return std::string("format bf16 on a bfloat16 run stores nothing smaller");
     return std::string();
-  };
-  return i;
+  });
 }
 
 MEMFINE_REGISTER_STRATEGY(with_counters(info(), Offloader::encoding_counter_fields()));

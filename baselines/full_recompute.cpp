@@ -7,11 +7,10 @@ namespace memfine {
 namespace {
 
 MEMFINE_REGISTER_STRATEGY(shaped(
-    "full_recompute", "recompute each whole decoder layer in backward (the paper's baseline)", {skip_dead_param()},
-    [](const StrategySpec& spec) {
-      StrategyShape s;
+    "full_recompute", "recompute each whole decoder layer in backward (the paper's baseline)",
+    ParamsOf<StrategyShape>{skip_dead_param()},
+    [](StrategyShape s) {
       s.recompute_layer = true;
-      s.skip_dead = spec.value("skip_dead").get<bool>();
       return s;
     },
     Role::Baseline));

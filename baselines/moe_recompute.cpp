@@ -7,10 +7,8 @@ namespace memfine {
 namespace {
 
 MEMFINE_REGISTER_STRATEGY(shaped("moe_recompute", "store attention, recompute the MoE block as a whole in backward",
-                                 {skip_dead_param()}, [](const StrategySpec& spec) {
-                                   StrategyShape s;
+                                 ParamsOf<StrategyShape>{skip_dead_param()}, [](StrategyShape s) {
                                    s.moe = MoeMode::RecomputedBlock;
-                                   s.skip_dead = spec.value("skip_dead").get<bool>();
                                    return s;
                                  }));
 

@@ -13,14 +13,13 @@ namespace {
 MEMFINE_REGISTER_STRATEGY(shaped(
     "moeblaze",
     "MoEBlaze-style buffer-free experts: index-only dispatch, z kept and SiLU recomputed, combine into the output",
-    {bool_param("keep_act", "also keep SiLU(a)*b instead of recomputing it", false),
-     int_param("block_rows", "rows per block of an expert's forward and backward, the tile of a fused kernel", 256, 1,
-               int64_t(1) << 30)},
-    [](const StrategySpec& spec) {
-      StrategyShape s;
+    ParamsOf<StrategyShape>{
+        bind(&StrategyShape::keep_act, bool_param("keep_act", "also keep SiLU(a)*b instead of recomputing it", false)),
+        bind(&StrategyShape::block_rows,
+             int_param("block_rows", "rows per block of an expert's forward and backward, the tile of a fused kernel",
+                       256, 1, int64_t(1) << 30))},
+    [](StrategyShape s) {
       s.experts = ExpertStorage::BufferFree;
-      s.keep_act = spec.value("keep_act").get<bool>();
-      s.block_rows = spec.value("block_rows").get<int64_t>();
       return s;
     }));
 

@@ -8,21 +8,23 @@
 // compresses what is offloaded: the host receives FP8 (or bfloat16) codes, decoded when they come
 // back (core/strategy/codec.h; lossy, as `compress` is).
 #include "core/strategy/offload.h"
-#include "core/moe/expert_storage.h"
 #include "core/strategy/shared_params.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
 namespace {
 
-std::vector<Param> params() {
-  std::vector<Param> p = offload_params({"core_attn", "expert_fc1"});
-  p.push_back(choice_param("experts",
-                           "how each expert keeps its activations: 'stored' or 'moe_act' (SiLU(a)*b recomputed in "
-                           "backward, as moe_act_recompute)",
-                           "stored", {"stored", "moe_act"}));
-  p.push_back(moe_chunks_param("the rest of the layer stored"));
-  for (const Param& q : codec_params("none")) p.push_back(q);
+ParamsOf<StrategyShape> params() {
+  using S = StrategyShape;
+  ParamsOf<S> p;
+  p.add(nest(&S::offload, offload_params({"core_attn", "expert_fc1"})));
+  p.add(bind(&S::experts, enum_param("experts",
+                                     "how each expert keeps its activations: 'stored' or 'moe_act' (SiLU(a)*b "
+                                     "recomputed in backward, as moe_act_recompute)",
+                                     ExpertStorage::Stored, {ExpertStorage::Stored, ExpertStorage::ActRecomputed})));
+  p.add(moe_chunks_param("the rest of the layer stored"));
+  // Compress what is offloaded: the codes go to the host.
+  p.add(nest(&S::offload, codec_params(StoredAs::Plain)));
   return p;
 }
 
@@ -31,21 +33,13 @@ StrategyInfo info() {
       "offload",
       "activation offloading: what autograd saves in the chosen modules moves to host memory after their forward "
       "and back for their backward (Megatron's fine-grained offloading); on a CPU the copies' times are modelled",
-      params(), [](const StrategySpec& spec) {
-        StrategyShape s;
-        s.offload = offload_spec(spec);
-        s.experts = parse_expert_storage(spec.value("experts").get<std::string>());
-        set_moe_chunks(spec, s);
-        set_codec(spec, s.offload);  // compress what is offloaded: the codes go to the host
-        return s;
-      });
-  i.check_point = [](const StrategySpec& spec, const ExperimentConfig& c) {
-    check_moe_chunks(spec, c);
-    if (spec.value("margin").get<int64_t>() >= c.model.layers)
+      params(), [](const StrategyShape& s) { return s; });
+  return checked(i, params(), [](const StrategyShape& s, const ExperimentConfig& c) {
+    check_moe_chunks(s.chunks, c);
+    if (s.offload.margin >= c.model.layers)
       return std::string("margin keeps every layer's activations on the device: nothing is offloaded");
     return std::string();
-  };
-  return i;
+  });
 }
 
 std::vector<FieldSpec> counters() {

@@ -18,18 +18,27 @@
 namespace memfine {
 namespace {
 
-StrategyShape shape_of(const StrategySpec& spec) {
+ParamsOf<StashSpec> params() {
+  using S = StashSpec;
+  return {bind(&S::rank_capacity,
+               named(number_param("capacity_factor",
+                                  "a rank's fixed buffers hold this x the mean rows a layer (tokens x topk); more reruns",
+                                  1.5, 1e-3, 1e6))),
+          bind(&S::page_rows, int_param("page_rows", "rows per page", 64, 1, int64_t(1) << 30)),
+          bind(&S::device_factor, number_param("device_factor", "device pages for this x a step's mean rows", 1.10, 0, 1e6)),
+          bind(&S::host_factor,
+               number_param("host_factor", "host pages for this x a step's mean rows, beyond the device's", 0, 0, 1e6))};
+}
+
+StrategyShape shape_of(const StashSpec& stash) {
   StrategyShape s;
-  s.stash.rank_capacity = spec.value("capacity_factor").get<double>();
-  s.stash.page_rows = spec.value("page_rows").get<int64_t>();
-  s.stash.device_factor = spec.value("device_factor").get<double>();
-  s.stash.host_factor = spec.value("host_factor").get<double>();
+  s.stash = stash;
   return s;
 }
 
 class PagedStash : public Strategy {
  public:
-  explicit PagedStash(const StrategySpec& spec) : Strategy(spec, shape_of(spec)) {}
+  PagedStash(const StrategySpec& spec, const StashSpec& stash) : Strategy(spec, shape_of(stash)) {}
 
   LayerOutput run_layer(const at::Tensor& x, const LayerInput& in) override {
     if (!stash_) {  // the model's sizes are known from the first layer on
@@ -72,13 +81,10 @@ MEMFINE_REGISTER_STRATEGY(with_counters(
     coded("paged_stash",
           "Paged Stash (Megatron-Core): experts' saved tensors in pages of a pool sized from the mean rows, host "
           "spill; an overflowing rank reruns the step dropless without the stash",
-          {named(number_param("capacity_factor",
-                              "a rank's fixed buffers hold this x the mean rows a layer (tokens x topk); more reruns",
-                              1.5, 1e-3, 1e6)),
-           int_param("page_rows", "rows per page", 64, 1, int64_t(1) << 30),
-           number_param("device_factor", "device pages for this x a step's mean rows", 1.10, 0, 1e6),
-           number_param("host_factor", "host pages for this x a step's mean rows, beyond the device's", 0, 0, 1e6)},
-          [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new PagedStash(s)); }),
+          params(),
+          [](const StrategySpec& s, const StashSpec& stash) {
+            return std::unique_ptr<Strategy>(new PagedStash(s, stash));
+          }),
     {{"reruns", "integer", "", "1 where the step ran again without the stash (an overflow), else 0", "measured train"},
      {"pages_used", "integer", "", "device pages the stash filled in the step's first pass", "measured train"},
      {"host_pages", "integer", "", "host pages it filled (spilled beyond the device's)", "measured train"},

@@ -14,6 +14,7 @@
 #include "core/record/table.h"
 #include "core/run/resume.h"
 #include "core/run/validate.h"
+#include "core/strategy/params.h"
 #include "core/strategy/registry.h"
 #include "core/util/format.h"
 
@@ -118,6 +119,48 @@ TEST(Config, StrategyLabelIsOneWhateverTheYamlStyle) {
   EXPECT_EQ(canonical_label(json{
                 {"strategy", "whatever"}, {"name", "memfine"}, {"params", {{"chunks", 4}, {"bins", {1, 2, 4, 8}}}}}),
             "memfine(chunks=4)");
+}
+
+// A strategy's parameters are read once, typed: every declared value lands in its field (a
+// nested part's, an enum's by name, one that sets several), and only from a resolved spec.
+TEST(Params, ParseFillsTypedFieldsFromAResolvedSpec) {
+  struct Part {
+    int64_t n = 1;
+    bool on = false;
+  };
+  struct P {
+    Part part;
+    double x = 0;
+    std::string mode;
+    StoredAs as = StoredAs::Plain;
+  };
+  const ParamsOf<P> params{
+      nest(&P::part, bind(&Part::n, int_param("n", "a count", 3, 1, 10))),
+      nest(&P::part, bind(&Part::on, bool_param("on", "a switch", false))),
+      bind(&P::x, number_param("x", "a number", 0.5, 0, 1)),
+      bind<P>(choice_param("mode", "one that sets two fields", "a", {"a", "b"}),
+              [](const json& v, P& p) { p.mode = v.get<std::string>(), p.part.on = p.part.on || v == "b"; }),
+      bind(&P::as, enum_param("as", "an enum, two of its names", StoredAs::Plain, {StoredAs::Plain, StoredAs::Bf16}))};
+  StrategySpec spec;
+  spec.name = "t";
+  spec.written["n"] = YAML::Load("7");
+  spec.written["mode"] = YAML::Load("b");
+  spec.written["as"] = YAML::Load("bf16");
+  EXPECT_THROW(params.parse(spec), std::logic_error);
+  std::vector<ParamProblem> problems;
+  const P p = params.parse(resolve_params(spec, params.params(), problems));
+  ASSERT_TRUE(problems.empty());
+  EXPECT_EQ(p.part.n, 7);
+  EXPECT_TRUE(p.part.on);
+  EXPECT_EQ(p.x, 0.5);
+  EXPECT_EQ(p.mode, "b");
+  EXPECT_EQ(p.as, StoredAs::Bf16);
+  spec.written["n"] = YAML::Load("11");
+  spec.written["as"] = YAML::Load("fp8_e4m3");
+  resolve_params(spec, params.params(), problems);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0].key, "n");
+  EXPECT_EQ(problems[1].key, "as");
 }
 
 // The run table tells the truth at a glance: capacity's dropped share beside dropless strategies,

@@ -83,13 +83,12 @@ struct StrategySpec {
   std::map<std::string, YAML::Node> written;  // as the YAML wrote them
   bool resolved = false;
   std::string role;                                  // resolved: "reference", "baseline" or "" (the registration's)
-  nlohmann::json values = nlohmann::json::object();  // resolved: every declared parameter
+  // Resolved: every declared parameter; a strategy reads them typed (ParamsOf, core/strategy/params.h).
+  nlohmann::json values = nlohmann::json::object();
   nlohmann::json shown = nlohmann::json::object();   // resolved: those the label names
   // "memfine(chunks=4)": name and the shown parameters in key order, each value in one form
   // (before resolution, the written ones, as they parse).
   std::string label() const;
-  // A resolved parameter's value (std::logic_error when it is not declared).
-  const nlohmann::json& value(const std::string& key) const;
 };
 
 // A parameter's value as labels write it: 4, 1.25, 1.0, true, auto, [1,2,4,8].

@@ -124,12 +124,4 @@ std::string StrategySpec::label() const {
   return s + ")";
 }
 
-const json& StrategySpec::value(const std::string& key) const {
-  auto it = values.find(key);
-  if (it == values.end())
-    throw std::logic_error("strategy '" + name + "' reads parameter '" + key + "', which it does not declare" +
-                           (resolved ? "" : " (the spec was not resolved)"));
-  return *it;
-}
-
 }  // namespace memfine

@@ -52,13 +52,6 @@ struct ActThenDown : torch::autograd::Function<ActThenDown> {
 
 }  // namespace
 
-ExpertStorage parse_expert_storage(const std::string& name) {
-  if (name == "stored") return ExpertStorage::Stored;
-  if (name == "moe_act") return ExpertStorage::ActRecomputed;
-  if (name == "buffer_free") return ExpertStorage::BufferFree;
-  throw std::invalid_argument("experts must be 'stored', 'moe_act' or 'buffer_free', got '" + name + "'");
-}
-
 ExpertPath expert_path(ExpertStorage s, bool keep_act, int64_t block_rows) {
   ExpertPath p;
   if (s == ExpertStorage::ActRecomputed) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/moe/stages.h"
+#include "core/util/named_enum.h"
 
 namespace memfine {
 
@@ -14,8 +15,12 @@ enum class ExpertStorage {
   BufferFree,     // MoEBlaze-style (buffer_free.h): indices and z only; no routed copies
 };
 
-// "stored", "moe_act" or "buffer_free"; throws std::invalid_argument naming the choices.
-ExpertStorage parse_expert_storage(const std::string& name);
+template <>
+struct EnumNames<ExpertStorage> {
+  static constexpr std::pair<ExpertStorage, const char*> all[] = {{ExpertStorage::Stored, "stored"},
+                                                                  {ExpertStorage::ActRecomputed, "moe_act"},
+                                                                  {ExpertStorage::BufferFree, "buffer_free"}};
+};
 
 // The expert path that runs it; keep_act and block_rows apply to buffer_free (also keep
 // SiLU(a) * b; rows per block of an expert's work).

@@ -8,12 +8,25 @@
 
 #include "core/moe/expert_storage.h"
 #include "core/util/modules.h"
+#include "core/util/named_enum.h"
 
 namespace memfine {
 
 // The format what the chosen modules save is kept in until backward: as it is, or encoded in a
 // narrower one and decoded for backward (8-bit activation storage, core/strategy/codec.h).
 enum class StoredAs { Plain, Fp8E4m3, Fp8E5m2, Bf16 };
+template <>
+struct EnumNames<StoredAs> {
+  static constexpr std::pair<StoredAs, const char*> all[] = {
+      {StoredAs::Plain, "none"}, {StoredAs::Fp8E4m3, "fp8_e4m3"}, {StoredAs::Fp8E5m2, "fp8_e5m2"}, {StoredAs::Bf16, "bf16"}};
+};
+
+// FP8's scale: one per saved tensor, or one per block of rows.
+enum class CodecScale { Tensor, Rows };
+template <>
+struct EnumNames<CodecScale> {
+  static constexpr std::pair<CodecScale, const char*> all[] = {{CodecScale::Tensor, "tensor"}, {CodecScale::Rows, "rows"}};
+};
 
 // Activation offloading (core/strategy/offload.h): what autograd saves inside the chosen modules
 // leaves the device after their forward and comes back for their backward; encoded, it stays on the
@@ -26,7 +39,10 @@ struct OffloadSpec {
   double h2d_gbps = 35, d2h_gbps = 53;  // host bandwidth each way, for the modelled copy times
   StoredAs stored_as = StoredAs::Plain;
   bool to_host = true;     // false: kept on the device (encoded)
-  int64_t scale_rows = 0;  // encoded in FP8: a scale per this many rows of a saved tensor; 0: per tensor
+  CodecScale scale = CodecScale::Tensor;
+  int64_t rows = 128;  // CodecScale::Rows: rows of a saved tensor per scale
+  // Encoded in FP8: a scale per this many rows of a saved tensor; 0: one per tensor.
+  int64_t scale_rows() const { return scale == CodecScale::Rows ? rows : 0; }
   bool encodes() const { return stored_as != StoredAs::Plain; }
   // Of a saved floating tensor of `element_bytes` per element, the share its codes take (1: plain).
   double code_fraction(double element_bytes) const {

@@ -223,7 +223,7 @@ class Offloaded : public torch::autograd::SavedVariableHooks {
     const at::Tensor whole = at::empty({0}, t.options().requires_grad(false)).set_(t.storage(), 0, {n}, {1});
     const int64_t row = t.dim() > 0 ? std::max<int64_t>(1, t.size(-1)) : 1;
     entry_->dtype = t.scalar_type();
-    entry_->encoded = encode(whole, o_->spec.stored_as, o_->spec.scale_rows > 0 ? o_->spec.scale_rows * row : 0);
+    entry_->encoded = encode(whole, o_->spec.stored_as, o_->spec.scale_rows() * row);
     o_->encoded_in += bytes;
     o_->encoded_kept += int64_t(entry_->encoded.codes.nbytes()) +
                         (entry_->encoded.scales.defined() ? int64_t(entry_->encoded.scales.nbytes()) : 0);

@@ -5,11 +5,15 @@
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <functional>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/util/named_enum.h"
 
 namespace memfine {
 
@@ -30,6 +34,14 @@ Param number_param(std::string name, std::string help, double fallback, double l
 Param bool_param(std::string name, std::string help, bool fallback);
 Param choice_param(std::string name, std::string help, std::string fallback, std::vector<std::string> choices);
 Param int_list_param(std::string name, std::string help, std::vector<int64_t> fallback, int64_t lo, int64_t hi);
+// One of an enum's names (core/util/named_enum.h): all of them, or those `allowed`, in its order.
+template <class E>
+Param enum_param(std::string name, std::string help, E fallback, std::vector<E> allowed = {}) {
+  std::vector<std::string> choices;
+  for (const auto& [v, n] : EnumNames<E>::all)
+    if (allowed.empty() || std::find(allowed.begin(), allowed.end(), v) != allowed.end()) choices.emplace_back(n);
+  return choice_param(std::move(name), std::move(help), name_of(fallback), std::move(choices));
+}
 // The same with `named` set.
 Param named(Param p);
 
@@ -47,5 +59,73 @@ struct ParamProblem {
 // appended; the spec is resolved only when there were none.
 StrategySpec resolve_params(const StrategySpec& spec, const std::vector<Param>& params,
                             std::vector<ParamProblem>& problems);
+
+// A parameter bound to where its value goes in a strategy's typed parameters P: declared once,
+// read once (ParamsOf::parse), so the strategy's code holds typed fields, not a bag of names.
+template <class P>
+struct Bound {
+  Param param;
+  std::function<void(const nlohmann::json&, P&)> set;
+};
+
+// `p`'s value into member `m`: an integer, number, boolean, string, list of integers, or an enum
+// (by its names).
+template <class P, class T>
+Bound<P> bind(T P::*m, Param p) {
+  return {std::move(p), [m](const nlohmann::json& v, P& out) {
+            if constexpr (std::is_enum_v<T>)
+              out.*m = *enum_named<T>(v.template get<std::string>());
+            else
+              out.*m = v.template get<T>();
+          }};
+}
+
+// `p`'s value through `set`: a value that sets more than one field (recompute: full).
+template <class P>
+Bound<P> bind(Param p, std::function<void(const nlohmann::json&, P&)> set) {
+  return {std::move(p), std::move(set)};
+}
+
+// A part's parameter (one of Q's) into P's member `m`; and a group of them (offloading's, the codec's).
+template <class P, class Q>
+Bound<P> nest(Q P::*m, Bound<Q> b) {
+  return {std::move(b.param), [m, set = std::move(b.set)](const nlohmann::json& v, P& p) { set(v, p.*m); }};
+}
+template <class P, class Q>
+std::vector<Bound<P>> nest(Q P::*m, std::vector<Bound<Q>> part) {
+  std::vector<Bound<P>> out;
+  for (auto& b : part) out.push_back(nest(m, std::move(b)));
+  return out;
+}
+
+// A strategy's declared parameters with where each goes: the registry takes `params()`, the
+// strategy `parse`s a resolved spec into P (defaults in P start, then every declared value).
+template <class P>
+class ParamsOf {
+ public:
+  ParamsOf() = default;
+  ParamsOf(std::initializer_list<Bound<P>> bound) : bound_(bound) {}
+  ParamsOf& add(Bound<P> b) {
+    bound_.push_back(std::move(b));
+    return *this;
+  }
+  ParamsOf& add(std::vector<Bound<P>> bs) {
+    for (auto& b : bs) bound_.push_back(std::move(b));
+    return *this;
+  }
+  std::vector<Param> params() const {
+    std::vector<Param> out;
+    for (const auto& b : bound_) out.push_back(b.param);
+    return out;
+  }
+  P parse(const StrategySpec& spec, P start = P{}) const {
+    if (!spec.resolved) throw std::logic_error("strategy '" + spec.name + "' parsed before it was resolved");
+    for (const auto& b : bound_) b.set(spec.values.at(b.param.name), start);
+    return start;
+  }
+
+ private:
+  std::vector<Bound<P>> bound_;
+};
 
 }  // namespace memfine

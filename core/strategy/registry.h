@@ -47,6 +47,26 @@ StrategyInfo shaped(std::string name, std::string description, std::vector<Param
 StrategyInfo coded(std::string name, std::string description, std::vector<Param> params, MakeFn make,
                    CheckFn check_point = {});
 
+// The same over typed parameters (ParamsOf): `shape(const P&)` builds the shape, `make(spec, P)`
+// the strategy, `check(P, config)` checks a point as CheckFn does.
+template <class P, class F>
+StrategyInfo shaped(std::string name, std::string description, ParamsOf<P> params, F shape, Role role = Role::None) {
+  ShapeFn fn = [params, shape](const StrategySpec& s) { return StrategyShape(shape(params.parse(s))); };
+  return shaped(std::move(name), std::move(description), params.params(), std::move(fn), role);
+}
+template <class P, class F>
+StrategyInfo coded(std::string name, std::string description, ParamsOf<P> params, F make) {
+  MakeFn fn = [params, make](const StrategySpec& s) { return make(s, params.parse(s)); };
+  return coded(std::move(name), std::move(description), params.params(), std::move(fn));
+}
+template <class P, class F>
+StrategyInfo checked(StrategyInfo info, ParamsOf<P> params, F check) {
+  info.check_point = [params, check](const StrategySpec& s, const ExperimentConfig& c) {
+    return std::string(check(params.parse(s), c));
+  };
+  return info;
+}
+
 // The same with its counters declared.
 StrategyInfo with_counters(StrategyInfo info, std::vector<FieldSpec> counters);
 

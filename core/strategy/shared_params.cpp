@@ -8,7 +8,7 @@ namespace memfine {
 
 using json = nlohmann::json;
 
-std::vector<Param> offload_params(std::vector<std::string> default_modules, bool named_modules) {
+std::vector<Bound<OffloadSpec>> offload_params(std::vector<std::string> default_modules, bool named_modules) {
   std::string names;
   std::vector<std::string> choices;
   for (const auto& [m, n] : offloadable_modules()) names += (names.empty() ? "" : ", ") + n, choices.push_back(n);
@@ -21,72 +21,63 @@ std::vector<Param> offload_params(std::vector<std::string> default_modules, bool
   };
   Param modules{"modules", "the modules whose saved activations leave the device (Megatron's names): " + names,
                 "a list of module names", read, json(default_modules)};
-  return {named_modules ? named(modules) : modules,
-          int_param("min_bytes", "saved tensors (their storage) smaller than this stay on the device", 0, 0,
-                    int64_t(1) << 40),
-          int_param("margin", "the last N layers keep theirs (their backward comes first)", 0, 0, 1 << 20),
-          int_param("prefetch", "backward brings a layer's tensors back this many layers ahead", 1, 0, 1 << 20),
-          number_param("h2d_gbps", "host-to-device bandwidth (GB/s) the copy times are modelled with", 35, 1e-3, 1e5),
-          number_param("d2h_gbps", "device-to-host bandwidth (GB/s) the copy times are modelled with", 53, 1e-3, 1e5)};
+  using O = OffloadSpec;
+  return {bind<O>(named_modules ? named(modules) : modules,
+                  [](const json& v, O& o) {
+                    for (const auto& n : v) o.add(module_named(n.get<std::string>()));
+                  }),
+          bind(&O::min_bytes, int_param("min_bytes", "saved tensors (their storage) smaller than this stay on the device",
+                                        0, 0, int64_t(1) << 40)),
+          bind(&O::margin, int_param("margin", "the last N layers keep theirs (their backward comes first)", 0, 0, 1 << 20)),
+          bind(&O::prefetch,
+               int_param("prefetch", "backward brings a layer's tensors back this many layers ahead", 1, 0, 1 << 20)),
+          bind(&O::h2d_gbps, number_param("h2d_gbps", "host-to-device bandwidth (GB/s) the copy times are modelled with",
+                                          35, 1e-3, 1e5)),
+          bind(&O::d2h_gbps, number_param("d2h_gbps", "device-to-host bandwidth (GB/s) the copy times are modelled with",
+                                          53, 1e-3, 1e5))};
 }
 
-OffloadSpec offload_spec(const StrategySpec& spec) {
-  OffloadSpec o;
-  for (const auto& n : spec.value("modules")) o.add(module_named(n.get<std::string>()));
-  o.min_bytes = spec.value("min_bytes").get<int64_t>();
-  o.margin = spec.value("margin").get<int64_t>();
-  o.prefetch = spec.value("prefetch").get<int64_t>();
-  o.h2d_gbps = spec.value("h2d_gbps").get<double>();
-  o.d2h_gbps = spec.value("d2h_gbps").get<double>();
-  return o;
+std::vector<Bound<OffloadSpec>> codec_params(StoredAs fallback) {
+  const bool plain = fallback == StoredAs::Plain;
+  std::vector<StoredAs> formats = {StoredAs::Fp8E4m3, StoredAs::Fp8E5m2, StoredAs::Bf16};
+  if (plain) formats.insert(formats.begin(), StoredAs::Plain);
+  using O = OffloadSpec;
+  return {bind(&O::stored_as,
+               enum_param("format",
+                          std::string(plain ? "none (as they are) or encoded: " : "") +
+                              "fp8_e4m3 (3 mantissa bits, largest 448), fp8_e5m2 (2 bits, largest 57344) or bf16 "
+                              "(ATen's bfloat16), decoded for backward (lossy: its gradient error is its result)",
+                          fallback, formats)),
+          bind(&O::scale, enum_param("scale", "FP8's scale: one per saved tensor, or one per block of `rows` rows",
+                                     CodecScale::Tensor)),
+          bind(&O::rows, int_param("rows", "rows of a saved tensor (its last dimension) per scale, with scale: rows",
+                                   128, 1, int64_t(1) << 30))};
 }
 
-std::vector<Param> codec_params(const std::string& fallback) {
-  std::vector<std::string> formats = {"fp8_e4m3", "fp8_e5m2", "bf16"};
-  if (fallback == "none") formats.insert(formats.begin(), "none");
-  return {choice_param("format",
-                       std::string(fallback == "none" ? "none (as they are) or encoded: " : "") +
-                           "fp8_e4m3 (3 mantissa bits, largest 448), fp8_e5m2 (2 bits, largest 57344) or bf16 (ATen's "
-                           "bfloat16), decoded for backward (lossy: its gradient error is its result)",
-                       fallback, formats),
-          choice_param("scale", "FP8's scale: one per saved tensor, or one per block of `rows` rows", "tensor",
-                       {"tensor", "rows"}),
-          int_param("rows", "rows of a saved tensor (its last dimension) per scale, with scale: rows", 128, 1,
-                    int64_t(1) << 30)};
+Bound<StrategyShape> skip_dead_param() {
+  return bind(&StrategyShape::skip_dead,
+              bool_param("skip_dead",
+                         "the probabilities weigh the experts' activation (Megatron's arrangement, the same sums) and "
+                         "the replay for backward skips the experts' second GEMM and the combine, whose outputs "
+                         "backward never reads (Megatron-LM PR #7416); on real ranks the probabilities travel with the "
+                         "rows and the way back is skipped too (ATen kernels)",
+                         false));
 }
 
-void set_codec(const StrategySpec& spec, OffloadSpec& o) {
-  const std::string f = spec.value("format").get<std::string>();
-  o.stored_as = f == "fp8_e4m3"   ? StoredAs::Fp8E4m3
-                : f == "fp8_e5m2" ? StoredAs::Fp8E5m2
-                : f == "bf16"     ? StoredAs::Bf16
-                                  : StoredAs::Plain;
-  o.scale_rows = spec.value("scale").get<std::string>() == "rows" ? spec.value("rows").get<int64_t>() : 0;
+Bound<StrategyShape> moe_chunks_param(const std::string& rest) {
+  return bind<StrategyShape>(
+      int_param("chunks", "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
+                "FCDA), " + rest, 1, 1, int64_t(1) << 30),
+      [](const json& v, StrategyShape& s) {
+        s.chunks = v.get<int64_t>();
+        if (s.chunks > 1) s.moe = MoeMode::Chunked;
+      });
 }
 
-Param skip_dead_param() {
-  return bool_param("skip_dead",
-                    "the probabilities weigh the experts' activation (Megatron's arrangement, the same sums) and the "
-                    "replay for backward skips the experts' second GEMM and the combine, whose outputs backward never "
-                    "reads (Megatron-LM PR #7416); on real ranks the probabilities travel with the rows and the way back is "
-                    "skipped too (ATen kernels)",
-                    false);
-}
-
-Param moe_chunks_param(const std::string& rest) {
-  return int_param("chunks", "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
-                   "FCDA), " + rest, 1, 1, int64_t(1) << 30);
-}
-
-void set_moe_chunks(const StrategySpec& spec, StrategyShape& s) {
-  s.chunks = spec.value("chunks").get<int64_t>();
-  if (s.chunks > 1) s.moe = MoeMode::Chunked;
-}
-
-void check_moe_chunks(const StrategySpec& spec, const ExperimentConfig& c) {
-  if (spec.value("chunks").get<int64_t>() > c.model.tokens())
-    throw std::invalid_argument("chunks: " + std::to_string(spec.value("chunks").get<int64_t>()) +
-                                " exceeds the tokens per rank (" + std::to_string(c.model.tokens()) + ")");
+void check_moe_chunks(int64_t chunks, const ExperimentConfig& c) {
+  if (chunks > c.model.tokens())
+    throw std::invalid_argument("chunks: " + std::to_string(chunks) + " exceeds the tokens per rank (" +
+                                std::to_string(c.model.tokens()) + ")");
 }
 
 }  // namespace memfine

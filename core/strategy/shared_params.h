@@ -1,7 +1,8 @@
-// Parameters strategies share, declared once: activation offloading's (the `offload` baseline; any
-// strategy may add them to its own: which modules, the smallest tensor, the margin, the prefetch
-// depth and the host bandwidths its copy times are modelled with), the stored format of 8-bit
-// storage, MemFine's chunks composed with another strategy, and skip_dead for those that recompute.
+// Parameters strategies share, declared once with where they go: activation offloading's (the
+// `offload` baseline; any strategy may add them to its own: which modules, the smallest tensor,
+// the margin, the prefetch depth and the host bandwidths its copy times are modelled with), the
+// stored format of 8-bit storage, MemFine's chunks composed with another strategy, and skip_dead
+// for those that recompute.
 #pragma once
 #include <string>
 #include <vector>
@@ -13,23 +14,19 @@ namespace memfine {
 
 // `named`: the modules always in the label (the offload baseline); otherwise only when some are
 // chosen (a strategy that offloads nothing by default keeps its labels).
-std::vector<Param> offload_params(std::vector<std::string> default_modules, bool named_modules = true);
-// The spec's offloading, from the parameters above.
-OffloadSpec offload_spec(const StrategySpec& spec);
+std::vector<Bound<OffloadSpec>> offload_params(std::vector<std::string> default_modules, bool named_modules = true);
 
-// The stored format (`format`, with `fallback` its default: "none" keeps tensors as they are), FP8's
-// `scale` and `rows`; and the spec's, into `o`.
-std::vector<Param> codec_params(const std::string& fallback);
-void set_codec(const StrategySpec& spec, OffloadSpec& o);
+// The stored format (`format`, with `fallback` its default: StoredAs::Plain, "none", keeps
+// tensors as they are and is offered only then), FP8's `scale` and `rows`.
+std::vector<Bound<OffloadSpec>> codec_params(StoredAs fallback);
 
 // `skip_dead` of a recomputing strategy (StrategyShape::skip_dead).
-Param skip_dead_param();
+Bound<StrategyShape> skip_dead_param();
 
 // `chunks`: 1 the MoE as the strategy keeps it; more, in MemFine's token chunks, recomputed chunk by
-// chunk, `rest` saying what the rest of the layer does meanwhile.
-Param moe_chunks_param(const std::string& rest);
-// Its shape's MoE from `chunks`; and the count refused beyond the tokens per rank.
-void set_moe_chunks(const StrategySpec& spec, StrategyShape& s);
-void check_moe_chunks(const StrategySpec& spec, const ExperimentConfig& c);
+// chunk (MoeMode::Chunked), `rest` saying what the rest of the layer does meanwhile.
+Bound<StrategyShape> moe_chunks_param(const std::string& rest);
+// A chunk count refused beyond the tokens per rank.
+void check_moe_chunks(int64_t chunks, const ExperimentConfig& c);
 
 }  // namespace memfine

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/predict/cost_model.h"
+#include "core/util/named_enum.h"
 #include "core/strategy/strategy.h"
 
 namespace memfine {
@@ -25,9 +26,18 @@ int64_t first_fitting(const std::vector<int64_t>& bins, const std::function<bool
 
 // Which memory model MACT asks: this code's byte-level one, or the paper's Eq. 8-9.
 enum class MactModel { Implementation, Paper };
+template <>
+struct EnumNames<MactModel> {
+  static constexpr std::pair<MactModel, const char*> all[] = {{MactModel::Implementation, "implementation"},
+                                                              {MactModel::Paper, "paper"}};
+};
 // What MACT plans for: the smallest bin that fits (the paper's), or the plan of least predicted
 // time that fits (the experiment's cost model).
 enum class Objective { Memory, Time };
+template <>
+struct EnumNames<Objective> {
+  static constexpr std::pair<Objective, const char*> all[] = {{Objective::Memory, "memory"}, {Objective::Time, "time"}};
+};
 
 struct MactOptions {
   std::vector<int64_t> bins = {1, 2, 4, 8};

@@ -62,29 +62,6 @@ struct MemfineParams {
   MactOptions mact;           // Auto's (and a stored layer's shape for every mode)
 };
 
-MemfineParams memfine_params(const StrategySpec& spec) {
-  MemfineParams p;
-  const json& chunks = spec.value("chunks");
-  if (chunks == "auto")
-    p.mode = ChunkMode::Auto;
-  else if (chunks.is_array())
-    p.mode = ChunkMode::PerLayer, p.plan = chunks.get<std::vector<int64_t>>();
-  else
-    p.chunks = chunks.get<int64_t>();
-  MactOptions& o = p.mact;
-  o.bins = spec.value("bins").get<std::vector<int64_t>>();
-  o.model = spec.value("model") == "paper" ? MactModel::Paper : MactModel::Implementation;
-  o.store_when_fits = spec.value("store_when_fits").get<bool>();
-  o.headroom = spec.value("headroom").get<double>();
-  o.objective = spec.value("objective") == "time" ? Objective::Time : Objective::Memory;
-  // How each expert keeps its activations, in every chunk and in a layer stored whole; a layer
-  // stored whole (a plan's 0) offloads what its modules save (a recomputed one keeps nothing there).
-  o.stored.experts = parse_expert_storage(spec.value("experts").get<std::string>());
-  o.stored.keep_act = spec.value("keep_act").get<bool>();
-  o.stored.offload = offload_spec(spec);
-  return p;
-}
-
 // A fixed count: what the executor runs. Chosen per step (MACT, a fixed plan): predict() plans it.
 StrategyShape shape_of(const MemfineParams& p) {
   StrategyShape s = Mact(p.mact).chunked(1);
@@ -94,7 +71,6 @@ StrategyShape shape_of(const MemfineParams& p) {
 
 class MemFine : public Strategy {
  public:
-  explicit MemFine(const StrategySpec& spec) : MemFine(spec, memfine_params(spec)) {}
   MemFine(const StrategySpec& spec, const MemfineParams& p)
       : Strategy(spec, shape_of(p), p.mode == ChunkMode::Fixed ? "" : "chosen per step: its plan's prediction"),
         mact_(p.mact),
@@ -113,10 +89,15 @@ class MemFine : public Strategy {
       throw std::invalid_argument(
           "modules: offloading acts in layers stored whole; give chunks: auto with store_when_fits: true or "
           "objective: time, or a per-layer plan with 0s");
-    // Shown parameters are those that differ from their defaults: MACT's, given with a fixed count.
-    for (const char* k : {"bins", "model", "store_when_fits", "headroom", "objective"})
-      if (p.mode != ChunkMode::Auto && spec_.shown.contains(k))
-        throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
+    // MACT's parameters set away from their defaults with a fixed count.
+    const MactOptions d;
+    const std::pair<const char*, bool> set[] = {{"bins", p.mact.bins != d.bins},
+                                                {"model", p.mact.model != d.model},
+                                                {"store_when_fits", p.mact.store_when_fits != d.store_when_fits},
+                                                {"headroom", p.mact.headroom != d.headroom},
+                                                {"objective", p.mact.objective != d.objective}};
+    for (const auto& [k, differs] : set)
+      if (p.mode != ChunkMode::Auto && differs) throw std::invalid_argument(std::string(k) + " applies to chunks: auto");
   }
 
   void begin_own_step(int64_t step) override {
@@ -208,37 +189,60 @@ class MemFine : public Strategy {
   int64_t step_ = 0;
 };
 
-std::vector<Param> params() {
-  std::vector<Param> p = {
-      chunks_param(),
-      int_list_param("bins", "auto: the chunk counts MACT may choose, increasing", {1, 2, 4, 8}, 1, int64_t(1) << 24),
-      choice_param("model", "auto: 'implementation' (this code's byte-level model) or 'paper' (Eq. 8-9)",
-                   "implementation", {"implementation", "paper"}),
-      bool_param("store_when_fits", "auto: store without recomputation when the model says that fits", false),
-      number_param("headroom", "auto: share of the budget's activation room kept free for the model's error", 0.05, 0,
-                   0.99),
-      choice_param("experts",
-                   "how each expert keeps its activations inside a chunk: 'stored', 'moe_act' (Megatron's selective "
-                   "recompute of SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the moeblaze strategy)",
-                   "stored", {"stored", "moe_act", "buffer_free"}),
-      bool_param("keep_act", "experts: buffer_free: also keep SiLU(a)*b", false),
-      choice_param("objective",
-                   "auto: 'memory' (smallest bin that fits, the paper's MACT) or 'time' (the plan of least predicted "
-                   "time, by the experiment's cost_model, that fits: per layer stored or a bin)",
-                   "memory", {"memory", "time"})};
+ParamsOf<MemfineParams> params() {
+  using P = MemfineParams;
+  using M = MactOptions;
+  using S = StrategyShape;
+  ParamsOf<P> p{
+      bind<P>(chunks_param(),
+              [](const json& v, P& p) {
+                if (v == "auto")
+                  p.mode = ChunkMode::Auto;
+                else if (v.is_array())
+                  p.mode = ChunkMode::PerLayer, p.plan = v.get<std::vector<int64_t>>();
+                else
+                  p.chunks = v.get<int64_t>();
+              }),
+      nest(&P::mact, bind(&M::bins, int_list_param("bins", "auto: the chunk counts MACT may choose, increasing",
+                                                   {1, 2, 4, 8}, 1, int64_t(1) << 24))),
+      nest(&P::mact, bind(&M::model, enum_param("model",
+                                                "auto: 'implementation' (this code's byte-level model) or 'paper' "
+                                                "(Eq. 8-9)",
+                                                MactModel::Implementation))),
+      nest(&P::mact, bind(&M::store_when_fits, bool_param("store_when_fits",
+                                                          "auto: store without recomputation when the model says "
+                                                          "that fits",
+                                                          false))),
+      nest(&P::mact, bind(&M::headroom, number_param("headroom",
+                                                     "auto: share of the budget's activation room kept free for the "
+                                                     "model's error",
+                                                     0.05, 0, 0.99))),
+      // How each expert keeps its activations, in every chunk and in a layer stored whole.
+      nest(&P::mact, nest(&M::stored, bind(&S::experts,
+                                           enum_param("experts",
+                                                      "how each expert keeps its activations inside a chunk: 'stored', "
+                                                      "'moe_act' (Megatron's selective recompute of SiLU(a)*b) or "
+                                                      "'buffer_free' (MoEBlaze-style, as the moeblaze strategy)",
+                                                      ExpertStorage::Stored)))),
+      nest(&P::mact,
+           nest(&M::stored, bind(&S::keep_act, bool_param("keep_act", "experts: buffer_free: also keep SiLU(a)*b", false)))),
+      nest(&P::mact, bind(&M::objective, enum_param("objective",
+                                                    "auto: 'memory' (smallest bin that fits, the paper's MACT) or "
+                                                    "'time' (the plan of least predicted time, by the experiment's "
+                                                    "cost_model, that fits: per layer stored or a bin)",
+                                                    Objective::Memory)))};
   // Offloading in the layers a plan stores whole (chunks 0, store_when_fits, objective: time):
   // MACT then stores, offloaded, a layer it would otherwise recompute in chunks.
-  for (Param& o : offload_params({}, false)) {
-    o.help = "layers stored whole: " + o.help;
-    p.push_back(o);
+  for (Bound<OffloadSpec> o : offload_params({}, false)) {
+    o.param.help = "layers stored whole: " + o.param.help;
+    p.add(nest(&P::mact, nest(&M::stored, nest(&S::offload, o))));
   }
   return p;
 }
 
 // What makes a point invalid for it (a chunk count against the tokens, a per-layer plan against
 // the layers), and what is valid but likely not meant (MACT without a budget).
-std::string check_point(const StrategySpec& s, const ExperimentConfig& c) {
-  const MemfineParams p = memfine_params(s);
+std::string check_point(const MemfineParams& p, const ExperimentConfig& c) {
   if (p.mode == ChunkMode::PerLayer) {
     if (int64_t(p.plan.size()) != c.model.layers)
       throw std::invalid_argument("chunks: the per-layer list has " + std::to_string(p.plan.size()) + " counts for " +
@@ -283,11 +287,14 @@ std::vector<FieldSpec> counters() {
 }
 
 MEMFINE_REGISTER_STRATEGY(with_counters(
-    coded(
-        "memfine",
-        "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of the layer "
-        "recomputed",
-        params(), [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new MemFine(s)); }, check_point),
+    checked(coded("memfine",
+                  "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of "
+                  "the layer recomputed",
+                  params(),
+                  [](const StrategySpec& s, const MemfineParams& p) {
+                    return std::unique_ptr<Strategy>(new MemFine(s, p));
+                  }),
+            params(), check_point),
     counters()));
 
 }  // namespace
