@@ -17,28 +17,12 @@
 #include "core/config/config.h"
 #include "core/project/config.h"
 #include "core/moe/shape.h"
+#include "core/project/widths.h"
 
 namespace memfine {
 
 // A profile is its framework's (core/project/config.h Framework).
 using Profile = Framework;
-
-// Bytes one layer keeps (activations of `element_bytes`; fp32 statistics and index maps at their
-// own widths): per token of the rank's sequence-parallel share (TP x CP) and per row the hottest
-// rank's experts receive.
-struct LayerWidths {
-  // A MoE layer's, from its forward to its backward, and what its backward holds again while it
-  // runs (what recomputation rebuilds: one chunk's rows where the MoE runs in chunks).
-  double token = 0, row = 0;
-  double token_again = 0, row_again = 0;
-  // A dense layer's, per token, the same two ways.
-  double dense = 0, dense_again = 0;
-  // Of what a MoE layer keeps, what offloading moves to the host (the shape's modules): per token,
-  // and per routed row where its experts keep their rows. A dense layer moves the per-token part.
-  double offload_token = 0, offload_row = 0;
-  // The row's width as the projection's notes say it: "h + 3F bf16 + 1 fp32".
-  std::string row_text;
-};
 
 // Megatron-Core's modules recomputed beside a strategy's own recomputation (RecomputedModules,
 // core/project/config.h): megatron_te's profile alone has them (profile_megatron.cpp says what each

@@ -2,7 +2,11 @@
 // rule every profile shares (a layer recomputed whole keeps its input; a MoE recomputed as a block
 // or in chunks keeps what lies outside the block; its backward holds the rebuilt part again).
 #pragma once
-#include "core/project/profile.h"
+#include <string>
+
+#include "core/config/config.h"
+#include "core/moe/shape.h"
+#include "core/project/widths.h"
 
 namespace memfine {
 
