@@ -845,9 +845,10 @@ TEST(Project, PublishedLayoutsFitAndTheirPeaksAreWithinTenPercent) {
     if (entry.path().extension() != ".yaml" || stem.rfind("pair_", 0) == 0) continue;
     const ProjectConfig c = load_project(file, default_presets_dir(file));
     const ProjectResult r = run_project(c);
-    EXPECT_NO_THROW(project_json(c, r, {{"git_commit", "0"}, {"date", "now"}})) << stem;
-    EXPECT_THROW(project_json(c, r, {{"speed", "fast"}}), std::logic_error) << stem;
-    for (const auto& [label, values] : c.published) {
+    const Published published = load_published(c);
+    EXPECT_NO_THROW(project_json(c, r, published, {{"git_commit", "0"}, {"date", "now"}})) << stem;
+    EXPECT_THROW(project_json(c, r, published, {{"speed", "fast"}}), std::logic_error) << stem;
+    for (const auto& [label, values] : published.values) {
       const auto e =
           std::find_if(r.ranked.begin(), r.ranked.end(), [&](const Estimate& x) { return x.strategy == label; });
       ASSERT_NE(e, r.ranked.end()) << stem << " " << label << " does not fit";
@@ -943,6 +944,42 @@ TEST(Project, BadFilesAreRefusedAtTheirLines) {
     EXPECT_NE(m.find("bad_project.yaml:6: searh"), std::string::npos) << m;
     EXPECT_NE(m.find("bad_project.yaml:7: pipeline_layout: 'X' is not a layer"), std::string::npos) << m;
   }
+  std::remove(file.c_str());
+}
+
+// A validation case's published figures are read apart from the projection's keys and refused at
+// their lines alike: a strategy the file does not project, an unknown quantity.
+TEST(Project, PublishedFiguresAreReadApartAndRefusedAtTheirLines) {
+  const std::string file = ::testing::TempDir() + "/published_project.yaml";
+  {
+    std::ofstream(file) << "model: deepseek_v3\nhardware: h100_80gb\ngpus: 1024\nglobal_batch: 8192\n"
+                           "strategies: [full_recompute]\npublished:\n  source: a table\n"
+                           "  full_recompute: {tokens_per_s_gpu: 865}\n  memfine: {peak_gb: 70}\n"
+                           "  full_recompute(skip_dead=false): {speed: 2}\n";
+  }
+  const ProjectConfig c = load_project(file, kExperiments + "/project");  // the projection's keys hold
+  try {
+    load_published(c);
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("published_project.yaml:9: published.memfine: 'memfine' is not one of the file's strategies"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("published_project.yaml:10: published.full_recompute(skip_dead=false).speed: unknown key"),
+              std::string::npos)
+        << m;
+  }
+  {
+    std::ofstream(file) << "model: deepseek_v3\nhardware: h100_80gb\ngpus: 1024\nglobal_batch: 8192\n"
+                           "strategies: [full_recompute]\npublished:\n  source: a table\n"
+                           "  full_recompute(skip_dead=false): {tokens_per_s_gpu: 865}\n";
+  }
+  const Published p = load_published(load_project(file, kExperiments + "/project"));
+  ASSERT_EQ(p.values.count("full_recompute"), 1u);  // by the label the file's strategy has
+  EXPECT_EQ(p.values.at("full_recompute").at("tokens_per_s_gpu"), 865);
+  EXPECT_EQ(published_of(p, "full_recompute")["source"], "a table");
+  EXPECT_TRUE(published_of(p, "memfine").is_null());
   std::remove(file.c_str());
 }
 

@@ -12,8 +12,10 @@ namespace memfine::cli {
 int project_file(const Args& a) {
   const std::string file = a.operands[0];
   ProjectConfig pc;
+  Published published;
   try {
     pc = load_project(file, a.text("--presets", default_presets_dir(file)));
+    published = load_published(pc);
   } catch (const std::invalid_argument& e) {
     std::cerr << e.what() << "\n";
     return 2;
@@ -21,7 +23,7 @@ int project_file(const Args& a) {
   pc.gpus = a.integer("--gpus", pc.gpus);  // the parser held both to the file's own ranges
   pc.global_batch = a.integer("--global-batch", pc.global_batch);
   const ProjectResult r = run_project(pc);
-  std::cout << (a.has("--json") ? project_json(pc, r, made_stamp()) : project_table(pc, r));
+  std::cout << (a.has("--json") ? project_json(pc, r, published, made_stamp()) : project_table(pc, r));
   return 0;
 }
 

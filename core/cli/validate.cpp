@@ -4,6 +4,7 @@
 #include "core/cli/commands.h"
 #include "core/cli/run_flags.h"
 #include "core/project/check.h"
+#include "core/project/published.h"
 
 namespace memfine::cli {
 
@@ -14,6 +15,7 @@ int validate(const Args& a) {
   if (is_project_file(file)) {
     try {
       const ProjectConfig pc = load_project(file, default_presets_dir(file));
+      load_published(pc);  // a validation case's figures: read apart, checked alike
       std::cout << file << ": valid project file, " << pc.model_name << " on " << pc.gpus << " x " << pc.hardware.name
                 << ", " << pc.strategies.size() << " strategies\n";
       return 0;

@@ -81,22 +81,6 @@ void check_strategies(ProjectConfig& c, Problems& p) {
       p.add_at(c.where(path), path, resolved.label() + ": " + e.what());
     }
   }
-  // Published figures by the label their strategy has here.
-  std::map<std::string, std::map<std::string, double>> published;
-  for (const auto& [label, values] : c.published) {
-    const std::string key = "published." + label;
-    StrategySpec spec = parse_label(label).value_or(StrategySpec{label});
-    std::vector<ParamProblem> problems;
-    const StrategySpec resolved = resolve_strategy(spec, problems);
-    if (!problems.empty() || !labels.count(resolved.label())) {
-      p.add_at(c.where(key), key,
-               "'" + label + "' is not one of the file's strategies" +
-                   (problems.empty() ? "" : " (" + problems.front().message + ")"));
-      continue;
-    }
-    published[resolved.label()] = values;
-  }
-  c.published = published;
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // What a project file must satisfy beyond its keys' types and ranges (core/project/config.h),
 // checked where the strategies' registry and the reliability presets are known: every strategy
 // resolved against its declaration (all registered ones at their defaults where the file names
-// none), each published figure's strategy among them, a known reliability preset, hardware with
-// the rates a step time needs.
+// none), a known reliability preset, hardware with the rates a step time needs. A validation
+// file's published figures are read apart (published.h).
 #pragma once
 #include <string>
 

@@ -175,20 +175,6 @@ struct ProjectConfig {
   // Every registered strategy at its defaults when the file names none (core/project/check.h).
   std::vector<StrategySpec> strategies;
   int64_t top = 12;  // rows of the ranked table
-  // What a source measured for this case, by strategy label and quantity (tokens_per_s_gpu,
-  // model_tflops_gpu, peak_gb allocated, reserved_gb, step_s): carried into the JSON beside the
-  // projection, for validation.
-  std::string published_source;
-  // What the source itself measured about where a run's time went (a profile, a matched study), for
-  // the validation table's reading of a miss; never an input to the projection.
-  std::string published_evidence;
-  // Why this run is a calibration source, not a checked run (a figure of its own configuration's
-  // profile is an input), for the validation's counts; empty for a checked run.
-  std::string published_calibration;
-  // A regression the framework's own release notes name for this configuration (a row it is shown
-  // with, not counted: no projection of a working framework can hold it).
-  std::string published_known_issue;
-  std::map<std::string, std::map<std::string, double>> published;
   std::map<std::string, int> lines;  // the line of each key read, for later checks' FILE:LINE
   std::string where(const std::string& key) const;
 };
@@ -218,9 +204,6 @@ Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p
 
 // The key tables, for the key reference (`memfine keys project`, `memfine keys hardware`).
 const Section<ProjectConfig>& project_keys();
-// The `published` map's text keys (source, evidence, calibration, known_issue) and where each is
-// kept, read and written alike; its other keys are strategies.
-const std::vector<std::pair<const char*, std::string ProjectConfig::*>>& published_texts();
 const Section<SearchSpace>& search_keys();
 const Section<Hardware>& hardware_keys();
 const Section<FrameworkConfig>& framework_keys();

@@ -192,7 +192,7 @@ void check_declared(const nlohmann::json& j) {
 
 }  // namespace
 
-std::string project_json(const ProjectConfig& c, const ProjectResult& r,
+std::string project_json(const ProjectConfig& c, const ProjectResult& r, const Published& published,
                          const std::map<std::string, std::string>& stamp) {
   std::ostringstream o;
   const double overlap_hidden = framework_setting(c).ep_overlap_hidden;
@@ -227,11 +227,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r,
     if (c.framework.ep_overlap) j["ep_overlap_hidden"] = overlap_hidden;
     if (auto it = r.overload.find(l.ep); it != r.overload.end())
       j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}, {"held", e.held_overload}};
-    if (auto it = c.published.find(e.strategy); it != c.published.end()) {
-      j["published"] = {{"source", c.published_source}, {"values", it->second}};
-      for (const auto& [key, field] : published_texts())
-        if (!(c.*field).empty()) j["published"][key] = c.*field;
-    }
+    if (nlohmann::json pub = published_of(published, e.strategy); !pub.is_null()) j["published"] = pub;
     if (!e.strategy.empty()) {
       j["peak_gb"] = e.peak_gb, j["static_gb"] = e.static_gb, j["activation_gb"] = e.activation_gb,
       j["host_gb"] = e.host_gb, j["reserved_gb"] = e.reserved_gb, j["need_gb"] = e.need_gb;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/project/project.h"
+#include "core/project/published.h"
 #include "core/util/field_spec.h"
 
 namespace memfine {
@@ -15,8 +16,9 @@ namespace memfine {
 const std::vector<FieldSpec>& projection_schema();
 
 std::string project_table(const ProjectConfig& c, const ProjectResult& r);
-// `stamp`'s keys (the commit and date the projection was made at) are added to each line.
-std::string project_json(const ProjectConfig& c, const ProjectResult& r,
+// `published`'s figures ride with their strategy's lines; `stamp`'s keys (the commit and date the
+// projection was made at) are added to each line.
+std::string project_json(const ProjectConfig& c, const ProjectResult& r, const Published& published = {},
                          const std::map<std::string, std::string>& stamp = {});
 
 }  // namespace memfine
