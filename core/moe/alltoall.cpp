@@ -1,6 +1,7 @@
-// MoE stages across real expert-parallel ranks (see core/moe/stages.h).
+// MoE stages across real expert-parallel ranks: the all-to-all token dispatcher (dispatcher.h).
 #include "core/dist/dist.h"
 #include "core/moe/buffer_free.h"
+#include "core/moe/dispatcher.h"
 #include "core/moe/fused.h"
 #include "core/moe/stages.h"
 #include "core/util/modules.h"
@@ -203,59 +204,74 @@ struct A2aRows {
   int64_t n = 0, hidden = 0;
 };
 
-std::shared_ptr<A2aRows> a2a_prefetch(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
-  auto p = std::make_shared<A2aRows>();
-  p->route = route_range(x, mr, begin, end);
-  p->n = end - begin, p->hidden = x.size(1);
-  at::Tensor sent =
-      mr.fused ? gather_rows(x, at::Tensor(), p->route.tokens) : x.index_select(0, p->route.tokens);
-  p->arrived = mr.dist->alltoall_async(sent, p->route.recv, p->route.send);
-  std::tie(p->by_expert, p->rows) = arrived_by_expert(p->route, mr, x.device());
-  return p;
-}
+namespace {
 
-at::Tensor a2a_prefetched_rows(A2aRows& p) { return p.arrived.wait(); }
-
-Combined a2a_from_rows(const A2aRows& p, const at::Tensor& arrived, const at::Tensor& probs, const LayerWeights& w,
-                       const MoeRouting& mr) {
-  return experts_and_combine(arrived, p.route, p.by_expert, p.rows, probs, w, mr, p.n, p.hidden);
-}
-
-at::Tensor a2a_rows_grad(const A2aRows& p, const at::Tensor& g_arrived, const MoeRouting& mr,
-                         const at::TensorOptions& options) {
-  int64_t arrived = 0;
-  for (int64_t r : p.route.recv) arrived += r;
-  at::NoGradGuard no_grad;
-  at::Tensor g = g_arrived.defined() ? g_arrived : at::zeros({arrived, p.hidden}, options);
-  at::Tensor g_sent = mr.dist->alltoall(g, p.route.send, p.route.recv);  // back to their senders
-  at::Tensor gx = at::zeros({p.n, p.hidden}, options);
-  gx.index_add_(0, p.route.tokens, g_sent);
-  return gx;
-}
-
-Combined moe_range_alltoall(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
-                            int64_t begin, int64_t end) {
-  const Dist& d = *mr.dist;
-  const int64_t n = end - begin;
-  // dispatch: this range's kept assignments, ordered by expert (so by destination rank).
-  const A2aRoute a = route_range(x, mr, begin, end);
-  const at::Device dev = x.device();
-  at::Tensor sent =
-      mr.fused || mr.expert.buffer_free ? gather_rows(x, at::Tensor(), a.tokens) : x.index_select(0, a.tokens);
-  at::Tensor arrived = d.alltoall(sent, a.recv, a.send);
-  auto [by_expert, rows] = arrived_by_expert(a, mr, dev);
-  if (mr.expert.buffer_free) {
-    // The probabilities travel with the rows; outputs come back weighted and are added unweighted
-    // (an unweighted scatter keeps nothing for backward).
-    at::Tensor y = at::zeros({n, x.size(1)}, x.options());
-    at::Tensor weights = probs.reshape(-1).index_select(0, a.slots.to(dev));
-    at::Tensor p_arrived = d.alltoall(weights.unsqueeze(1), a.recv, a.send).reshape(-1);
-    at::Tensor back = d.alltoall(experts_buffer_free(arrived, p_arrived, by_expert, rows, w, mr), a.send, a.recv);
-    scatter_add_rows_(y, back, at::Tensor(), at::Tensor(), a.tokens);
-    return {y, at::zeros({}, x.options())};
+// Real ranks: each row goes to the rank of its expert (counts first, the paper's "notify", then
+// the rows), experts run on what arrived, combine sends the outputs back and weights them.
+class AllToAllDispatcher : public TokenDispatcher {
+ public:
+  Combined moe_range(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
+                     int64_t begin, int64_t end, const Dispatched*) const override {
+    const Dist& d = *mr.dist;
+    const int64_t n = end - begin;
+    // dispatch: this range's kept assignments, ordered by expert (so by destination rank).
+    const A2aRoute a = route_range(x, mr, begin, end);
+    const at::Device dev = x.device();
+    at::Tensor sent =
+        mr.fused || mr.expert.buffer_free ? gather_rows(x, at::Tensor(), a.tokens) : x.index_select(0, a.tokens);
+    at::Tensor arrived = d.alltoall(sent, a.recv, a.send);
+    auto [by_expert, rows] = arrived_by_expert(a, mr, dev);
+    if (mr.expert.buffer_free) {
+      // The probabilities travel with the rows; outputs come back weighted and are added unweighted
+      // (an unweighted scatter keeps nothing for backward).
+      at::Tensor y = at::zeros({n, x.size(1)}, x.options());
+      at::Tensor weights = probs.reshape(-1).index_select(0, a.slots.to(dev));
+      at::Tensor p_arrived = d.alltoall(weights.unsqueeze(1), a.recv, a.send).reshape(-1);
+      at::Tensor back = d.alltoall(experts_buffer_free(arrived, p_arrived, by_expert, rows, w, mr), a.send, a.recv);
+      scatter_add_rows_(y, back, at::Tensor(), at::Tensor(), a.tokens);
+      return {y, at::zeros({}, x.options())};
+    }
+    if (mr.weighted_act) return weighted_experts_and_combine(arrived, a, by_expert, rows, probs, w, mr, n, x.size(1));
+    return experts_and_combine(arrived, a, by_expert, rows, probs, w, mr, n, x.size(1));
   }
-  if (mr.weighted_act) return weighted_experts_and_combine(arrived, a, by_expert, rows, probs, w, mr, n, x.size(1));
-  return experts_and_combine(arrived, a, by_expert, rows, probs, w, mr, n, x.size(1));
+  bool routes_locally() const override { return false; }
+
+  std::vector<at::Tensor> rows(PrefetchedRange& p) const override { return {p.a2a->arrived.wait()}; }
+  Combined from_rows(const PrefetchedRange& p, const std::vector<at::Tensor>& rows, const at::Tensor& probs,
+                     const LayerWeights& w, const MoeRouting& mr) const override {
+    const A2aRows& a = *p.a2a;
+    return experts_and_combine(rows.at(0), a.route, a.by_expert, a.rows, probs, w, mr, a.n, a.hidden);
+  }
+  at::Tensor rows_grad(const PrefetchedRange& p, const std::vector<at::Tensor>& grads, const MoeRouting& mr,
+                       const at::TensorOptions& options, int64_t) const override {
+    const A2aRows& a = *p.a2a;
+    int64_t arrived = 0;
+    for (int64_t r : a.route.recv) arrived += r;
+    at::NoGradGuard no_grad;
+    at::Tensor g = !grads.empty() && grads[0].defined() ? grads[0] : at::zeros({arrived, a.hidden}, options);
+    at::Tensor g_sent = mr.dist->alltoall(g, a.route.send, a.route.recv);  // back to their senders
+    at::Tensor gx = at::zeros({a.n, a.hidden}, options);
+    gx.index_add_(0, a.route.tokens, g_sent);
+    return gx;
+  }
+
+ protected:
+  void send_ahead(PrefetchedRange& p, const at::Tensor& x, const MoeRouting& mr, const Dispatched*) const override {
+    auto a = std::make_shared<A2aRows>();
+    a->route = route_range(x, mr, p.begin, p.end);
+    a->n = p.end - p.begin, a->hidden = x.size(1);
+    at::Tensor sent = mr.fused ? gather_rows(x, at::Tensor(), a->route.tokens) : x.index_select(0, a->route.tokens);
+    a->arrived = mr.dist->alltoall_async(sent, a->route.recv, a->route.send);
+    std::tie(a->by_expert, a->rows) = arrived_by_expert(a->route, mr, x.device());
+    p.a2a = a;
+  }
+};
+
+}  // namespace
+
+const TokenDispatcher& alltoall_dispatcher() {
+  static const AllToAllDispatcher d;
+  return d;
 }
 
 }  // namespace memfine

@@ -12,7 +12,7 @@
 //             W_in's gradient, and the input gradient added straight back into the tokens' rows.
 // Working in blocks of rows is what the GPU kernels do with tiles: no intermediate of the whole
 // expert's rows exists but z. On real ranks the rows that arrived through the all-to-all are a
-// buffer of their own, kept once per rank (moe_range_alltoall); the probabilities travel with them
+// buffer of their own, kept once per rank (the all-to-all dispatcher, alltoall.cpp); the probabilities travel with them
 // so the weighting stays fused.
 #pragma once
 #include <ATen/ATen.h>

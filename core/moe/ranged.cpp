@@ -1,4 +1,5 @@
 #include "core/moe/ranged.h"
+#include "core/moe/dispatcher.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/custom_class.h>
@@ -128,7 +129,7 @@ RangeLayout range_layout(const MoeRouting& mr, const std::vector<int64_t>& bound
 }
 
 bool ranged_moe(const MoeRouting& mr) {
-  return !mr.dist && mr.grouped && mr.ranged && !mr.expert.buffer_free && !mr.weighted_act &&
+  return mr.dispatcher->routes_locally() && mr.grouped && mr.ranged && !mr.expert.buffer_free && !mr.weighted_act &&
          (!mr.expert.fn || mr.expert.act_recomputed);
 }
 

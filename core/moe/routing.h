@@ -13,6 +13,7 @@
 namespace memfine {
 
 class Dist;
+class TokenDispatcher;
 
 // One expert's computation on its rows (SwiGLU by default). A strategy that changes what an
 // expert stores or recomputes supplies its own (Strategy::expert); every path that runs experts
@@ -37,6 +38,8 @@ struct ExpertPath {
 // What one layer's MoE routes; capacity capping fills the keep masks and the padding.
 struct MoeRouting {
   const Dist* dist = nullptr;  // set: real ranks exchange rows through all-to-all (core/moe/alltoall.cpp)
+  // How its ranges' rows move, chosen once per layer with `dist` (token_dispatcher, dispatcher.h).
+  const TokenDispatcher* dispatcher = nullptr;
   const RankRouting* rank = nullptr;
   const EmulatedRank* tables = nullptr;
   at::Tensor expert_ids;  // [tokens, topk] this layer's own assignments

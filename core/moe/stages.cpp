@@ -1,10 +1,12 @@
 #include "core/moe/stages.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 
 #include "core/moe/buffer_free.h"
+#include "core/moe/dispatcher.h"
 #include "core/moe/fused.h"
 #include "core/moe/rows.h"
 #include "core/util/host_sync.h"
@@ -211,14 +213,52 @@ Combined combine(const std::vector<at::Tensor>& outputs, const Dispatched& d, co
   return {y, peer_loss};
 }
 
-Combined moe_range(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
-                   int64_t begin, int64_t end, const Dispatched* routed) {
-  if (mr.dist) return moe_range_alltoall(x, probs, w, mr, begin, end);
-  Dispatched indices = routed ? *routed : dispatch_indices(mr, begin, end, x.device());
-  if (mr.expert.buffer_free) return moe_range_buffer_free(x, probs, w, mr, indices);
-  const Dispatched d = dispatch(x, mr, std::move(indices));
-  if (mr.weighted_act) return combine_unweighted(experts_weighted(d, w, mr, probs), d, probs, mr);
-  return combine(experts(d, w, mr), d, probs, mr);
+namespace {
+
+// One process: the peers' rows and their gradients come from the routing's tables.
+class EmulatedDispatcher : public TokenDispatcher {
+ public:
+  Combined moe_range(const at::Tensor& x, const at::Tensor& probs, const LayerWeights& w, const MoeRouting& mr,
+                     int64_t begin, int64_t end, const Dispatched* routed) const override {
+    Dispatched indices = routed ? *routed : dispatch_indices(mr, begin, end, x.device());
+    if (mr.expert.buffer_free) return moe_range_buffer_free(x, probs, w, mr, indices);
+    const Dispatched d = dispatch(x, mr, std::move(indices));
+    if (mr.weighted_act) return combine_unweighted(experts_weighted(d, w, mr, probs), d, probs, mr);
+    return combine(experts(d, w, mr), d, probs, mr);
+  }
+  bool routes_locally() const override { return true; }
+
+  std::vector<at::Tensor> rows(PrefetchedRange& p) const override { return p.d.inputs; }
+  Combined from_rows(const PrefetchedRange& p, const std::vector<at::Tensor>& rows, const at::Tensor& probs,
+                     const LayerWeights& w, const MoeRouting& mr) const override {
+    Dispatched d = p.d;
+    d.inputs = rows;
+    return combine(experts(d, w, mr), d, probs, mr);
+  }
+  at::Tensor rows_grad(const PrefetchedRange& p, const std::vector<at::Tensor>& grads, const MoeRouting&,
+                       const at::TensorOptions& options, int64_t hidden) const override {
+    // dispatch's backward: each expert's own rows add their gradient into their tokens' (the peers'
+    // rows came from their senders, whose gradients the emulation seeds).
+    at::NoGradGuard no_grad;
+    at::Tensor g = at::zeros({p.end - p.begin, hidden}, options);
+    for (size_t e = 0; e < p.d.own_rows.size() && e < grads.size(); ++e)
+      if (grads[e].defined() && p.d.own_rows[e] > 0)
+        g.index_add_(0, p.d.own_token[e], grads[e].narrow(0, 0, p.d.own_rows[e]));
+    return g;
+  }
+
+ protected:
+  void send_ahead(PrefetchedRange& p, const at::Tensor& x, const MoeRouting& mr,
+                  const Dispatched* routed) const override {
+    p.d = dispatch(x, mr, routed ? *routed : dispatch_indices(mr, p.begin, p.end, x.device()));
+  }
+};
+
+}  // namespace
+
+const TokenDispatcher& emulated_dispatcher() {
+  static const EmulatedDispatcher d;
+  return d;
 }
 
 }  // namespace memfine

@@ -2,10 +2,11 @@
 // Strategies change how these run (stored, recomputed, chunked, capped), never their math.
 // Every call handles the token range [begin, end) of the rank's own tokens plus the peer rows
 // whose sender position falls in that range: a chunk in MemFine's sense (sender-side split).
+// These are the emulated rank's (one process); a layer runs them through its token dispatcher
+// (dispatcher.h), which real ranks replace with all-to-all.
 #pragma once
 #include <ATen/ATen.h>
 
-#include <memory>
 #include <vector>
 
 #include "core/moe/routing.h"
@@ -51,38 +52,5 @@ Combined combine_unweighted(const std::vector<at::Tensor>& outputs, const Dispat
 at::Tensor dead_linear(const at::Tensor& act, const at::Tensor& w);
 at::Tensor dead_scatter(const std::vector<at::Tensor>& rows, const std::vector<at::Tensor>& tokens, int64_t n,
                         int64_t hidden);
-
-// The same stages across real ranks: dispatch sends each row to the rank of its expert (counts
-// first, the paper's "notify", then the rows), experts run on what arrived, combine sends the
-// outputs back and weights them. Every rank must call it for every range (chunk), even an empty one.
-Combined moe_range_alltoall(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,
-                            const MoeRouting& mr, int64_t begin, int64_t end);
-
-// ChunkedEP's prefetch (core/strategy/memfine/chunked_moe.cpp): a range's rows dispatched ahead of
-// its experts and held outside autograd until its turn (on real ranks their all-to-all is in flight
-// meanwhile); its experts and combine then run from those rows, and the gradient the rows receive
-// goes back to the range's tokens as dispatch's backward would send it.
-struct PrefetchedRange {
-  int64_t begin = 0, end = 0;
-  Dispatched d;                     // one process: d.inputs are each local expert's rows
-  std::shared_ptr<struct A2aRows> a2a;  // real ranks: the exchange's routing and rows in flight
-  // The held rows (real ranks: waits for them): the tensors whose gradients backward computes.
-  std::vector<at::Tensor> rows();
-};
-PrefetchedRange prefetch_range(const at::Tensor& x_range, const MoeRouting& mr, int64_t begin, int64_t end,
-                               const Dispatched* routed = nullptr);
-// experts -> combine from `rows` (rows() made leaves, in its order).
-Combined moe_from_rows(const PrefetchedRange& p, const std::vector<at::Tensor>& rows, const at::Tensor& probs_range,
-                       const LayerWeights& w, const MoeRouting& mr);
-// The range's input gradient [end - begin, hidden] from its rows' (undefined: none arrived); real
-// ranks exchange them back, every rank, even with none.
-at::Tensor rows_grad_to_tokens(const PrefetchedRange& p, const std::vector<at::Tensor>& row_grads, const MoeRouting& mr,
-                               const at::TensorOptions& options, int64_t hidden);
-
-// dispatch -> experts -> combine for one range: the unit that MemFine chunks and recomputes.
-// `routed`: the range's routing from dispatch_indices, else computed here (real ranks: unused,
-// their routing is exchanged per range).
-Combined moe_range(const at::Tensor& x_range, const at::Tensor& probs_range, const LayerWeights& w,
-                   const MoeRouting& mr, int64_t begin, int64_t end, const Dispatched* routed = nullptr);
 
 }  // namespace memfine

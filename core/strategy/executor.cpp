@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "core/moe/dispatcher.h"
 #include "core/moe/expert_storage.h"
 #include "core/moe/ranged.h"
 #include "core/strategy/memfine/chunked_moe.h"
@@ -34,6 +35,7 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
     in.expert_counts->at(size_t(in.layer)) = at::bincount(r.expert_ids.reshape(-1), {}, m.experts);
   MoeRouting routing;
   routing.dist = in.dist;
+  routing.dispatcher = &token_dispatcher(in.dist);
   routing.rank = &rr;
   routing.tables = in.rank;
   routing.expert_ids = r.expert_ids;
@@ -66,7 +68,7 @@ RangeKeep stored_keep(const MoeRouting& r) {
 Combined moe_stored(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
                     const LayerWeights& w) {
   if (ranged_moe(routing)) return ranged_moe_layer(x_norm, probs, routing, w, 1, stored_keep(routing));
-  return moe_range(x_norm, probs, w, routing, 0, x_norm.size(0));
+  return routing.dispatcher->moe_range(x_norm, probs, w, routing, 0, x_norm.size(0), nullptr);
 }
 
 Combined moe_stored_in_chunks(const at::Tensor& x_norm, const at::Tensor& probs, const MoeRouting& routing,
@@ -78,7 +80,8 @@ Combined moe_stored_in_chunks(const at::Tensor& x_norm, const at::Tensor& probs,
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t a = c * n / chunks, b = (c + 1) * n / chunks;
     if (a == b) continue;  // every rank's chunks are the same ranges: all skip it
-    Combined part = moe_range(x_norm.narrow(0, a, b - a), probs.narrow(0, a, b - a), w, routing, a, b);
+    Combined part =
+        routing.dispatcher->moe_range(x_norm.narrow(0, a, b - a), probs.narrow(0, a, b - a), w, routing, a, b, nullptr);
     ys.push_back(part.y);
     peer_loss = peer_loss.defined() ? peer_loss + part.peer_loss : part.peer_loss;
   }

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "core/moe/dispatcher.h"
 #include "core/moe/ranged.h"
 
 #include "core/strategy/recompute.h"
@@ -23,7 +24,7 @@ struct ChunkedCall {
   // Every chunk's routing in one pass, held through the chunk loop (one chunk: made by the chunk
   // itself, as by an unchunked MoE; real ranks: none, theirs is exchanged per chunk). Made again
   // in backward rather than kept from forward: it is not held between the two.
-  bool routes_at_once() const { return chunks > 1 && !routing.dist; }
+  bool routes_at_once() const { return chunks > 1 && routing.dispatcher->routes_locally(); }
   std::vector<Dispatched> routed(int64_t n, const at::Device& device) const {
     if (!routes_at_once()) return {};
     std::vector<int64_t> bounds;
@@ -52,7 +53,7 @@ void replay_last_to_first(const ChunkedCall& call, const at::Tensor& x, const at
   auto empty = [&](int64_t c) { return call.range(c, n).first == call.range(c, n).second; };
   auto fetch = [&](int64_t c) {
     auto [a, b] = call.range(c, n);
-    return prefetch_range(x.narrow(0, a, b - a), call.routing, a, b, call.chunk(routed, c));
+    return call.routing.dispatcher->prefetch(x.narrow(0, a, b - a), call.routing, a, b, call.chunk(routed, c));
   };
   std::optional<PrefetchedRange> next;
   for (int64_t c = call.chunks - 1; c >= 0; --c) {
@@ -64,7 +65,7 @@ void replay_last_to_first(const ChunkedCall& call, const at::Tensor& x, const at
     while (earlier >= 0 && empty(earlier)) --earlier;
     if (earlier >= 0) next = fetch(earlier);  // in flight while this chunk runs
     TensorList leaves;
-    for (const at::Tensor& r : here.rows()) leaves.push_back(r.detach().requires_grad_(true));
+    for (const at::Tensor& r : call.routing.dispatcher->rows(here)) leaves.push_back(r.detach().requires_grad_(true));
     const size_t n_rows = leaves.size();
     leaves.push_back(probs.narrow(0, a, b - a));
     RegionInputs in = region_inputs(leaves);
@@ -73,14 +74,14 @@ void replay_last_to_first(const ChunkedCall& call, const at::Tensor& x, const at
     {
       at::AutoGradMode grad_on(true);
       const std::vector<at::Tensor> rows(in.tensors.begin(), in.tensors.begin() + int64_t(n_rows));
-      out = moe_from_rows(here, rows, in.tensors.back(), *call.weights, call.routing);
+      out = call.routing.dispatcher->from_rows(here, rows, in.tensors.back(), *call.weights, call.routing);
     }
     in.tensors.clear();
     at::Tensor gy = g_out.defined() ? g_out.narrow(0, a, b - a) : at::Tensor();
     backward_into_leaves({std::move(out.y), std::move(out.peer_loss)}, {std::move(gy), g_peer});
     TensorList& g = *in.grads;
     const std::vector<at::Tensor> row_grads(g.begin(), g.begin() + int64_t(n_rows));
-    gx.narrow(0, a, b - a).add_(rows_grad_to_tokens(here, row_grads, call.routing, x.options(), x.size(1)));
+    gx.narrow(0, a, b - a).add_(call.routing.dispatcher->rows_grad(here, row_grads, call.routing, x.options(), x.size(1)));
     if (g[n_rows].defined()) gp.narrow(0, a, b - a).copy_(g[n_rows]);
   }
 }
@@ -103,8 +104,8 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
       for (int64_t c = 0; c < call->chunks; ++c) {
         auto [a, b] = call->range(c, n);
         if (a == b) continue;
-        Combined out = moe_range(x.narrow(0, a, b - a), probs.narrow(0, a, b - a), *call->weights, call->routing, a, b,
-                                 call->chunk(routed, c));
+        Combined out = call->routing.dispatcher->moe_range(x.narrow(0, a, b - a), probs.narrow(0, a, b - a),
+                                                          *call->weights, call->routing, a, b, call->chunk(routed, c));
         y.narrow(0, a, b - a).copy_(out.y);
         peer_loss += out.peer_loss;
       }
@@ -134,7 +135,8 @@ struct ChunkedMoe : torch::autograd::Function<ChunkedMoe> {
       Combined out;
       {
         at::AutoGradMode grad_on(true);
-        out = moe_range(in.tensors[0], in.tensors[1], *call.weights, call.routing, a, b, call.chunk(routed, c));
+        out = call.routing.dispatcher->moe_range(in.tensors[0], in.tensors[1], *call.weights, call.routing, a, b,
+                                                call.chunk(routed, c));
       }
       in.tensors.clear();
       at::Tensor gy = !g_out.defined() ? at::Tensor() : call.chunks > 1 ? g_out.narrow(0, a, b - a) : g_out;
