@@ -37,17 +37,21 @@ ParamsOf<CapacityParams> params() {
   using P = CapacityParams;
   using S = StrategyShape;
   return {nest(&P::shape, bind(&S::capacity_factor,
-                                named(number_param("capacity_factor",
-                                                   "capacity = ceil(tokens*topk/experts*capacity_factor) per expert "
-                                                   "and sending rank",
-                                                   1.0, 1e-6, 1e6)))),
-          bind(&P::policy, named(enum_param("drop_policy",
-                                            "'probs' drops the lowest-probability assignments, 'position' the latest "
-                                            "tokens",
-                                            DropPolicy::Probs))),
-          nest(&P::shape, bind(&S::pad_to_capacity, bool_param("pad", "pad each expert's input to capacity", false))),
-          nest(&P::shape, bind<S>(choice_param("recompute", "'none' stores activations, 'full' recomputes each layer",
-                                               "none", {"none", "full"}),
+                                said(named(number_param("capacity_factor",
+                                                        "capacity = ceil(tokens*topk/experts*capacity_factor) per "
+                                                        "expert and sending rank",
+                                                        1.0, 1e-6, 1e6)),
+                                     "factor {v:g}"))),
+          bind(&P::policy, said(named(enum_param("drop_policy",
+                                                 "'probs' drops the lowest-probability assignments, 'position' the "
+                                                 "latest tokens",
+                                                 DropPolicy::Probs)),
+                                "drops by {v}", {{"probs", "drops lowest prob."}, {"position", "drops by position"}})),
+          nest(&P::shape, bind(&S::pad_to_capacity, said(bool_param("pad", "pad each expert's input to capacity", false),
+                                                         "", {{"true", "padded"}, {"false", ""}}))),
+          nest(&P::shape, bind<S>(said(choice_param("recompute", "'none' stores activations, 'full' recomputes each layer",
+                                                    "none", {"none", "full"}),
+                                       "recompute {v}", {{"none", "no recompute"}}),
                                   [](const nlohmann::json& v, S& s) { s.recompute_layer = v == "full"; }))};
 }
 
@@ -118,7 +122,7 @@ class Capacity : public Strategy {
   int64_t assignments_ = 0, dropped_ = 0, local_rows_ = 0, local_kept_ = 0;
 };
 
-MEMFINE_REGISTER_STRATEGY(with_counters(
+MEMFINE_REGISTER_STRATEGY(drawn(with_counters(
     coded("capacity", "capacity capping (Megatron-Core semantics): drop assignments beyond each expert's capacity",
           params(),
           [](const StrategySpec& s, const CapacityParams& p) { return std::unique_ptr<Strategy>(new Capacity(s, p)); }),
@@ -129,7 +133,7 @@ MEMFINE_REGISTER_STRATEGY(with_counters(
       "measured train"},
      {"kept_row_fraction", "number", "",
       "of the rows this rank's experts would compute dropless, the share they do (the model FLOPs' rows)",
-      "measured train"}}));
+      "measured train"}}), "#e377c2", "X"));
 
 }  // namespace
 }  // namespace memfine

@@ -17,13 +17,16 @@ namespace {
 
 ParamsOf<StrategyShape> params() {
   using S = StrategyShape;
-  return {bind(&S::chunks, named(int_param("chunks",
-                                            "token chunks of each rank's own tokens (every rank runs the same count)",
-                                            2, 1, int64_t(1) << 30))),
-          bind<S>(choice_param("recompute",
-                               "'full' keeps each layer's input and replays its chunks last to first in backward (the "
-                               "published fused forward/backward); 'none' stores every chunk",
-                               "full", {"full", "none"}),
+  return {bind(&S::chunks, said(named(int_param("chunks",
+                                                 "token chunks of each rank's own tokens (every rank runs the same "
+                                                 "count)",
+                                                 2, 1, int64_t(1) << 30)),
+                                "{v} chunks", {{"1", "1 chunk"}})),
+          bind<S>(said(choice_param("recompute",
+                                    "'full' keeps each layer's input and replays its chunks last to first in backward "
+                                    "(the published fused forward/backward); 'none' stores every chunk",
+                                    "full", {"full", "none"}),
+                       "recompute {v}", {{"none", "no recompute"}}),
                   [](const nlohmann::json& v, S& s) {
                     if (v != "full") return;
                     s.recompute_layer = true;
@@ -41,7 +44,7 @@ StrategyInfo info() {
                             s.dispatch_ahead = true;
                             return s;
                           });
-  return checked(i, params(), [](const StrategyShape& s, const ExperimentConfig& c) {
+  return checked(drawn(i, "#d62728", "<"), params(), [](const StrategyShape& s, const ExperimentConfig& c) {
     check_moe_chunks(s.chunks, c);
     return std::string();
   });

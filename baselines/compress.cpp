@@ -54,7 +54,7 @@ StrategyInfo info() {
   });
 }
 
-MEMFINE_REGISTER_STRATEGY(with_counters(info(), Offloader::encoding_counter_fields()));
+MEMFINE_REGISTER_STRATEGY(drawn(with_counters(info(), Offloader::encoding_counter_fields()), "#9467bd", "h"));
 
 }  // namespace
 }  // namespace memfine

@@ -6,14 +6,14 @@
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped(
+MEMFINE_REGISTER_STRATEGY(drawn(shaped(
     "full_recompute", "recompute each whole decoder layer in backward (the paper's baseline)",
     ParamsOf<StrategyShape>{skip_dead_param()},
     [](StrategyShape s) {
       s.recompute_layer = true;
       return s;
     },
-    Role::Baseline));
+    Role::Baseline), "#1f77b4", "s"));
 
 }  // namespace
 }  // namespace memfine

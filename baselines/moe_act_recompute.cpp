@@ -9,14 +9,14 @@
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped("moe_act_recompute",
+MEMFINE_REGISTER_STRATEGY(drawn(shaped("moe_act_recompute",
                                  "Megatron's selective recompute of the expert activation (moe_act): store all but "
                                  "SiLU(a)*b, recomputed in backward",
                                  {}, [](const StrategySpec&) {
                                    StrategyShape s;
                                    s.experts = ExpertStorage::ActRecomputed;
                                    return s;
-                                 }));
+                                 }), "#17becf", "v"));
 
 }  // namespace
 }  // namespace memfine

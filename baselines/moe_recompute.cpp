@@ -6,11 +6,11 @@
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped("moe_recompute", "store attention, recompute the MoE block as a whole in backward",
+MEMFINE_REGISTER_STRATEGY(drawn(shaped("moe_recompute", "store attention, recompute the MoE block as a whole in backward",
                                  ParamsOf<StrategyShape>{skip_dead_param()}, [](StrategyShape s) {
                                    s.moe = MoeMode::RecomputedBlock;
                                    return s;
-                                 }));
+                                 }), "#8c564b", "^"));
 
 }  // namespace
 }  // namespace memfine

@@ -10,18 +10,19 @@
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped(
+MEMFINE_REGISTER_STRATEGY(drawn(shaped(
     "moeblaze",
     "MoEBlaze-style buffer-free experts: index-only dispatch, z kept and SiLU recomputed, combine into the output",
     ParamsOf<StrategyShape>{
-        bind(&StrategyShape::keep_act, bool_param("keep_act", "also keep SiLU(a)*b instead of recomputing it", false)),
+        bind(&StrategyShape::keep_act, said(bool_param("keep_act", "also keep SiLU(a)*b instead of recomputing it", false),
+                                            "", {{"true", "keeps act"}, {"false", ""}})),
         bind(&StrategyShape::block_rows,
              int_param("block_rows", "rows per block of an expert's forward and backward, the tile of a fused kernel",
                        256, 1, int64_t(1) << 30))},
     [](StrategyShape s) {
       s.experts = ExpertStorage::BufferFree;
       return s;
-    }));
+    }), "#bcbd22", "P"));
 
 }  // namespace
 }  // namespace memfine

@@ -5,9 +5,9 @@
 namespace memfine {
 namespace {
 
-MEMFINE_REGISTER_STRATEGY(shaped(
+MEMFINE_REGISTER_STRATEGY(drawn(shaped(
     "no_recompute", "store all activations (no recomputation)", {}, [](const StrategySpec&) { return StrategyShape{}; },
-    Role::Reference));
+    Role::Reference), "#7f7f7f", "o"));
 
 }  // namespace
 }  // namespace memfine

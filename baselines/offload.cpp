@@ -18,10 +18,13 @@ ParamsOf<StrategyShape> params() {
   using S = StrategyShape;
   ParamsOf<S> p;
   p.add(nest(&S::offload, offload_params({"core_attn", "expert_fc1"})));
-  p.add(bind(&S::experts, enum_param("experts",
-                                     "how each expert keeps its activations: 'stored' or 'moe_act' (SiLU(a)*b "
-                                     "recomputed in backward, as moe_act_recompute)",
-                                     ExpertStorage::Stored, {ExpertStorage::Stored, ExpertStorage::ActRecomputed})));
+  std::map<std::string, std::string> experts_words = experts_phrases();
+  experts_words.erase("buffer_free");  // not one of its choices
+  p.add(bind(&S::experts, said(enum_param("experts",
+                                          "how each expert keeps its activations: 'stored' or 'moe_act' (SiLU(a)*b "
+                                          "recomputed in backward, as moe_act_recompute)",
+                                          ExpertStorage::Stored, {ExpertStorage::Stored, ExpertStorage::ActRecomputed}),
+                               experts_phrase(), experts_words)));
   p.add(moe_chunks_param("the rest of the layer stored"));
   // Compress what is offloaded: the codes go to the host.
   p.add(nest(&S::offload, codec_params(StoredAs::Plain)));
@@ -48,7 +51,7 @@ std::vector<FieldSpec> counters() {
   return c;
 }
 
-MEMFINE_REGISTER_STRATEGY(with_counters(info(), counters()));
+MEMFINE_REGISTER_STRATEGY(drawn(with_counters(info(), counters()), "#2ca02c", "*"));
 
 }  // namespace
 }  // namespace memfine

@@ -21,11 +21,15 @@ namespace {
 ParamsOf<StashSpec> params() {
   using S = StashSpec;
   return {bind(&S::rank_capacity,
-               named(number_param("capacity_factor",
-                                  "a rank's fixed buffers hold this x the mean rows a layer (tokens x topk); more reruns",
-                                  1.5, 1e-3, 1e6))),
+               said(named(number_param("capacity_factor",
+                                       "a rank's fixed buffers hold this x the mean rows a layer (tokens x topk); "
+                                       "more reruns",
+                                       1.5, 1e-3, 1e6)),
+                    "capacity {v:g}")),
           bind(&S::page_rows, int_param("page_rows", "rows per page", 64, 1, int64_t(1) << 30)),
-          bind(&S::device_factor, number_param("device_factor", "device pages for this x a step's mean rows", 1.10, 0, 1e6)),
+          bind(&S::device_factor,
+               said(number_param("device_factor", "device pages for this x a step's mean rows", 1.10, 0, 1e6),
+                    "device {v:g}")),
           bind(&S::host_factor,
                number_param("host_factor", "host pages for this x a step's mean rows, beyond the device's", 0, 0, 1e6))};
 }
@@ -77,7 +81,7 @@ class PagedStash : public Strategy {
   bool rerun_ = false;
 };
 
-MEMFINE_REGISTER_STRATEGY(with_counters(
+MEMFINE_REGISTER_STRATEGY(drawn(with_counters(
     coded("paged_stash",
           "Paged Stash (Megatron-Core): experts' saved tensors in pages of a pool sized from the mean rows, host "
           "spill; an overflowing rank reruns the step dropless without the stash",
@@ -96,7 +100,7 @@ MEMFINE_REGISTER_STRATEGY(with_counters(
      {"first_pass_peak_bytes", "integer", "bytes", "a step that reran: its first pass's peak above the step's start",
       "measured train"},
      {"rerun_peak_bytes", "integer", "bytes", "a step that reran: the rerun's own peak above the step's start",
-      "measured train"}}));
+      "measured train"}}), "#393b79", ">"));
 
 }  // namespace
 }  // namespace memfine

@@ -27,10 +27,11 @@ class ExpertProbe : public Strategy {
   json own_step_counters() const override { return {{"expert_rows", g_expert_rows.load()}}; }
 };
 
-MEMFINE_REGISTER_STRATEGY(with_counters(
+MEMFINE_REGISTER_STRATEGY(drawn(with_counters(
     coded("expert_probe", "tests only: stores everything, runs its own SwiGLU expert and counts the rows it saw", {},
           [](const StrategySpec& s) { return std::unique_ptr<Strategy>(new ExpertProbe(s)); }),
-    {{"expert_rows", "integer", "rows", "the rows its experts computed in the last step", "measured train"}}));
+    {{"expert_rows", "integer", "rows", "the rows its experts computed in the last step", "measured train"}}),
+    "#8c6d31", "d"));
 
 }  // namespace
 }  // namespace memfine

@@ -1,6 +1,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <filesystem>
 #include <fstream>
 
@@ -229,6 +231,27 @@ TEST(Strategies, MemFineNeverAboveFullRecompute) {
 
 namespace memfine {
 namespace {
+
+// Figures draw and say a strategy as it declares itself (`memfine schema --json`'s looks): every
+// registered one has a colour and a marker of its own, and each parameter's declared words for a
+// value are words for one of the values it accepts.
+TEST(Strategies, EachDeclaresHowFiguresDrawAndSayIt) {
+  std::set<std::string> colours, markers;
+  for (const auto& [name, info] : strategy_registry()) {
+    EXPECT_EQ(info.colour.size(), 7u) << name << ": " << info.colour;
+    EXPECT_FALSE(info.marker.empty()) << name;
+    EXPECT_TRUE(colours.insert(info.colour).second) << name << " shares its colour";
+    EXPECT_TRUE(markers.insert(info.marker).second) << name << " shares its marker";
+    for (const Param& p : info.params)
+      for (const auto& [value, words] : p.phrases) {
+        try {
+          p.read(YAML::Load(value));
+        } catch (const std::invalid_argument& e) {
+          ADD_FAILURE() << name << "." << p.name << ": words for '" << value << "', which it refuses: " << e.what();
+        }
+      }
+  }
+}
 
 // A strategy is its own file's: no code of the harness (core/ outside core/strategy/) names a
 // registered strategy, so a new one reaches run, predict, project and every table untouched.

@@ -20,20 +20,30 @@ nlohmann::json field_json(const FieldSpec& f) {
   return j;
 }
 
+// How figures draw a strategy and say its parameters (StrategyInfo::colour, Param::phrase).
+nlohmann::json look_json(const StrategyInfo& info) {
+  nlohmann::json params = nlohmann::json::object();
+  for (const auto& p : info.params)
+    if (!p.phrase.empty() || !p.phrases.empty()) params[p.name] = {{"phrase", p.phrase}, {"phrases", p.phrases}};
+  return {{"colour", info.colour}, {"marker", info.marker}, {"params", params}};
+}
+
 int schema(const Args& a) {
   if (a.has("--json")) {
     nlohmann::json fields = nlohmann::json::object(), counters = nlohmann::json::object();
-    nlohmann::json strategies = nlohmann::json::array();
+    nlohmann::json strategies = nlohmann::json::array(), looks = nlohmann::json::object();
     for (const auto& f : record_schema()) fields[f.key] = field_json(f);
     for (const auto& [name, info] : strategy_registry()) {
       strategies.push_back(name);
       for (const auto& f : info.counters) counters[name][f.key] = field_json(f);
+      looks[name] = look_json(info);
     }
     nlohmann::json projection = nlohmann::json::object();
     for (const auto& f : projection_schema()) projection[f.key] = field_json(f);
     std::cout << nlohmann::json{{"fields", fields},
                                 {"counters", counters},
                                 {"strategies", strategies},
+                                {"looks", looks},
                                 {"projection", projection}}
                      .dump(1)
               << "\n";
@@ -64,7 +74,7 @@ predict --json's lines), with its JSON type, unit and meaning, then each registe
 counters and every field of memfine project --json's lines, as a Markdown table; --json for programs
 (scripts/plots/schema.json, which the plotting package reads, is this output).
 )",
-          {{"--json", "", "one JSON object: fields, counters by strategy, the strategies registered, and projection"}},
+          {{"--json", "", "one JSON object: fields, counters by strategy, the strategies registered, how figures draw and say each, and projection"}},
           0,
           0,
           schema};

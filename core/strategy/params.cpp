@@ -52,6 +52,12 @@ Param named(Param p) {
   return p;
 }
 
+Param said(Param p, std::string phrase, std::map<std::string, std::string> phrases) {
+  p.phrase = std::move(phrase);
+  p.phrases = std::move(phrases);
+  return p;
+}
+
 StrategySpec resolve_params(const StrategySpec& spec, const std::vector<Param>& params,
                             std::vector<ParamProblem>& problems) {
   StrategySpec out = spec;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -26,6 +27,11 @@ struct Param {
   // Named in the label even at its default (capacity's factor, memfine's chunks): what a reader of
   // a table needs to tell the rows apart. Other parameters appear only when they differ from it.
   bool named = false;
+  // How a figure says it in words (scripts/plots/names.py): a Python format template of the value
+  // `v` ("{v} chunks", "factor {v:g}"; `{modules}` is a list of modules in words), and words for
+  // particular values by their label text ("auto": "MACT"; "" says nothing). Empty: "name v".
+  std::string phrase;
+  std::map<std::string, std::string> phrases;
 };
 
 // The common kinds.
@@ -44,6 +50,8 @@ Param enum_param(std::string name, std::string help, E fallback, std::vector<E> 
 }
 // The same with `named` set.
 Param named(Param p);
+// The same with how a figure says it (Param::phrase, Param::phrases).
+Param said(Param p, std::string phrase, std::map<std::string, std::string> phrases = {});
 
 // Each value of a written integer, number, boolean or string: YAML's own scalar types only
 // (`!!binary 4` or a custom tag is not a number).

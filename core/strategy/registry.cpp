@@ -30,6 +30,11 @@ StrategyInfo coded(std::string name, std::string description, std::vector<Param>
   return info;
 }
 
+StrategyInfo drawn(StrategyInfo info, std::string colour, std::string marker) {
+  info.colour = std::move(colour), info.marker = std::move(marker);
+  return info;
+}
+
 StrategyInfo with_counters(StrategyInfo info, std::vector<FieldSpec> counters) {
   info.counters = std::move(counters);
   return info;

@@ -38,6 +38,9 @@ struct StrategyInfo {
   // The counters its records carry (Strategy::record_counters), declared as the record schema's
   // fields are (core/record/schema.h): `memfine schema` lists them, the runner refuses one undeclared.
   std::vector<FieldSpec> counters;
+  // How figures draw it: its family's colour and marker, the same in every figure
+  // (scripts/plots/style.py reads them from `memfine schema --json`).
+  std::string colour = "", marker = "";
 };
 
 // A strategy that is its shape.
@@ -69,6 +72,8 @@ StrategyInfo checked(StrategyInfo info, ParamsOf<P> params, F check) {
 
 // The same with its counters declared.
 StrategyInfo with_counters(StrategyInfo info, std::vector<FieldSpec> counters);
+// The same with how figures draw it: a colour ("#1f77b4") and a matplotlib marker ("s").
+StrategyInfo drawn(StrategyInfo info, std::string colour, std::string marker);
 
 const std::map<std::string, StrategyInfo>& strategy_registry();
 // The counter `key` of strategy `name` as it declares it; nullptr where it does not.

@@ -22,6 +22,7 @@ std::vector<Bound<OffloadSpec>> offload_params(std::vector<std::string> default_
   Param modules{"modules", "the modules whose saved activations leave the device (Megatron's names): " + names,
                 "a list of module names", read, json(default_modules)};
   using O = OffloadSpec;
+  modules = said(modules, "{modules}");
   return {bind<O>(named_modules ? named(modules) : modules,
                   [](const json& v, O& o) {
                     for (const auto& n : v) o.add(module_named(n.get<std::string>()));
@@ -31,10 +32,14 @@ std::vector<Bound<OffloadSpec>> offload_params(std::vector<std::string> default_
           bind(&O::margin, int_param("margin", "the last N layers keep theirs (their backward comes first)", 0, 0, 1 << 20)),
           bind(&O::prefetch,
                int_param("prefetch", "backward brings a layer's tensors back this many layers ahead", 1, 0, 1 << 20)),
-          bind(&O::h2d_gbps, number_param("h2d_gbps", "host-to-device bandwidth (GB/s) the copy times are modelled with",
-                                          35, 1e-3, 1e5)),
-          bind(&O::d2h_gbps, number_param("d2h_gbps", "device-to-host bandwidth (GB/s) the copy times are modelled with",
-                                          53, 1e-3, 1e5))};
+          bind(&O::h2d_gbps,
+               said(number_param("h2d_gbps", "host-to-device bandwidth (GB/s) the copy times are modelled with", 35,
+                                 1e-3, 1e5),
+                    "{v:g} GB/s")),
+          bind(&O::d2h_gbps,
+               said(number_param("d2h_gbps", "device-to-host bandwidth (GB/s) the copy times are modelled with", 53,
+                                 1e-3, 1e5),
+                    "{v:g} GB/s"))};
 }
 
 std::vector<Bound<OffloadSpec>> codec_params(StoredAs fallback) {
@@ -43,31 +48,37 @@ std::vector<Bound<OffloadSpec>> codec_params(StoredAs fallback) {
   if (plain) formats.insert(formats.begin(), StoredAs::Plain);
   using O = OffloadSpec;
   return {bind(&O::stored_as,
-               enum_param("format",
-                          std::string(plain ? "none (as they are) or encoded: " : "") +
-                              "fp8_e4m3 (3 mantissa bits, largest 448), fp8_e5m2 (2 bits, largest 57344) or bf16 "
-                              "(ATen's bfloat16), decoded for backward (lossy: its gradient error is its result)",
-                          fallback, formats)),
-          bind(&O::scale, enum_param("scale", "FP8's scale: one per saved tensor, or one per block of `rows` rows",
-                                     CodecScale::Tensor)),
+               said(enum_param("format",
+                               std::string(plain ? "none (as they are) or encoded: " : "") +
+                                   "fp8_e4m3 (3 mantissa bits, largest 448), fp8_e5m2 (2 bits, largest 57344) or "
+                                   "bf16 (ATen's bfloat16), decoded for backward (lossy: its gradient error is its "
+                                   "result)",
+                               fallback, formats),
+                    "{v}", {{"fp8_e5m2", "FP8 E5M2"}, {"fp8_e4m3", "FP8 E4M3"}, {"bf16", "bf16"}})),
+          bind(&O::scale,
+               said(enum_param("scale", "FP8's scale: one per saved tensor, or one per block of `rows` rows",
+                               CodecScale::Tensor),
+                    "scale {v}", {{"tensor", "scale per tensor"}, {"rows", "scale per row"}})),
           bind(&O::rows, int_param("rows", "rows of a saved tensor (its last dimension) per scale, with scale: rows",
                                    128, 1, int64_t(1) << 30))};
 }
 
 Bound<StrategyShape> skip_dead_param() {
   return bind(&StrategyShape::skip_dead,
-              bool_param("skip_dead",
+              said(bool_param("skip_dead",
                          "the probabilities weigh the experts' activation (Megatron's arrangement, the same sums) and "
                          "the replay for backward skips the experts' second GEMM and the combine, whose outputs "
                          "backward never reads (Megatron-LM PR #7416); on real ranks the probabilities travel with the "
                          "rows and the way back is skipped too (ATen kernels)",
-                         false));
+                         false),
+                   "", {{"true", "skips unused fc2+combine"}, {"false", ""}}));
 }
 
 Bound<StrategyShape> moe_chunks_param(const std::string& rest) {
   return bind<StrategyShape>(
-      int_param("chunks", "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk (MemFine's "
-                "FCDA), " + rest, 1, 1, int64_t(1) << 30),
+      said(int_param("chunks", "1: the MoE stored; more: in this many token chunks, recomputed chunk by chunk "
+                     "(MemFine's FCDA), " + rest, 1, 1, int64_t(1) << 30),
+           "{v} chunks", {{"1", "1 chunk"}}),
       [](const json& v, StrategyShape& s) {
         s.chunks = v.get<int64_t>();
         if (s.chunks > 1) s.moe = MoeMode::Chunked;

@@ -4,6 +4,7 @@
 // stored format of 8-bit storage, MemFine's chunks composed with another strategy, and skip_dead
 // for those that recompute.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ std::vector<Bound<OffloadSpec>> offload_params(std::vector<std::string> default_
 // The stored format (`format`, with `fallback` its default: StoredAs::Plain, "none", keeps
 // tensors as they are and is offered only then), FP8's `scale` and `rows`.
 std::vector<Bound<OffloadSpec>> codec_params(StoredAs fallback);
+
+// How a figure says an `experts` choice (Param::phrase, Param::phrases).
+inline std::string experts_phrase() { return "experts {v}"; }
+inline std::map<std::string, std::string> experts_phrases() {
+  return {{"stored", ""}, {"buffer_free", "buffer-free experts"}, {"moe_act", "act recomputed"}};
+}
 
 // `skip_dead` of a recomputing strategy (StrategyShape::skip_dead).
 Bound<StrategyShape> skip_dead_param();

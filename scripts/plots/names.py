@@ -14,39 +14,25 @@ def _modules(mods):
     return "+".join(_MODULE.get(m, m) for m in mods) if mods else "no modules"
 
 
+def _text(v):
+    """A value as labels write it: the key of a parameter's declared phrases."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ",".join(map(_text, v)) + "]"
+    return str(v)
+
+
 def _phrase(name, k, v):
-    """One parameter in words ('' where it says nothing beside the family's name)."""
-    if k == "chunks":
-        return "MACT" if v == "auto" else f"{v} chunk{'s' if v != 1 else ''}"
-    if k == "experts":
-        return {"stored": "", "buffer_free": "buffer-free experts", "moe_act": "act recomputed"}.get(v, f"experts {v}")
-    if k == "store_when_fits":
-        return "store when it fits" if v else ""
-    if k == "objective":
-        return "planning for time" if v == "time" else ""
-    if k == "keep_act":
-        return "keeps act" if v else ""
-    if k == "capacity_factor":
-        return f"factor {v:g}" if name == "capacity" else f"capacity {v:g}"
-    if k == "device_factor":
-        return f"device {v:g}"
-    if k == "drop_policy":
-        return {"probs": "drops lowest prob.", "position": "drops by position"}.get(v, f"drops by {v}")
-    if k == "pad":
-        return "padded" if v else ""
-    if k == "format":
-        return {"fp8_e5m2": "FP8 E5M2", "fp8_e4m3": "FP8 E4M3", "bf16": "bf16"}.get(v, str(v))
-    if k == "scale":
-        return f"scale per {v.rstrip('s')}" if isinstance(v, str) else f"scale {v}"
-    if k == "recompute":
-        return "no recompute" if v == "none" else f"recompute {v}"
-    if k == "skip_dead":
-        return "skips unused fc2+combine" if v else ""
-    if k == "modules":
-        return _modules(v)
-    if k in ("h2d_gbps", "d2h_gbps"):
-        return f"{v:g} GB/s"
-    return f"{k.replace('_', ' ')} {v}"
+    """One parameter in words ('' where it says nothing beside the family's name), as the strategy
+    declares it (Param::phrase and phrases, in `memfine schema --json`'s looks)."""
+    said = R.SCHEMA.get("looks", {}).get(name, {}).get("params", {}).get(k)
+    if said is not None and _text(v) in said["phrases"]:
+        return said["phrases"][_text(v)]
+    if said is None or not said["phrase"]:
+        return f"{k.replace('_', ' ')} {v}"
+    words = {"modules": _modules(v)} if "{modules}" in said["phrase"] else {}
+    return said["phrase"].format(v=v, **words)
 
 
 def strategy(label):

@@ -25,14 +25,11 @@ plt.rcParams.update({"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "
                      "axes.titlepad": 4, "legend.handlelength": 2.4, "savefig.dpi": DPI})
 SMALL = 7  # the smallest text a figure has (points, at its saved size)
 
-# One colour and one marker per family (a strategy's registered name), the same in every figure.
+# One colour and one marker per family (a strategy's registered name), the same in every figure, as each
+# strategy declares them where it is registered (`memfine schema --json`'s looks).
 # Nothing else in a figure (reference lines, budgets, layers) takes a family's hue: they are black or grey.
-FAMILY = {"no_recompute": "#7f7f7f", "full_recompute": "#1f77b4", "moe_recompute": "#8c564b",
-          "moe_act_recompute": "#17becf", "memfine": "#ff7f0e", "moeblaze": "#bcbd22", "capacity": "#e377c2",
-          "offload": "#2ca02c", "compress": "#9467bd", "chunked_ep": "#d62728", "paged_stash": "#393b79"}
-MARKER = {"no_recompute": "o", "full_recompute": "s", "moe_recompute": "^", "moe_act_recompute": "v",
-          "memfine": "D", "moeblaze": "P", "capacity": "X", "offload": "*", "compress": "h", "chunked_ep": "<",
-          "paged_stash": ">"}
+FAMILY = {n: look["colour"] for n, look in R.SCHEMA.get("looks", {}).items() if look.get("colour")}
+MARKER = {n: look["marker"] for n, look in R.SCHEMA.get("looks", {}).items() if look.get("marker")}
 # A family's variants: its colour lighter (+) or darker (-) by a step of this ladder, and a dash of their own
 # where lines are drawn. Step 0 is the family's own label.
 LADDER = (0.0, 0.45, -0.3, 0.7, -0.62, 0.22, -0.15, 0.85)

@@ -46,10 +46,11 @@ Param chunks_param() {
     if (v < 1) throw std::invalid_argument("must be 1 or more, or 'auto', got " + std::to_string(v));
     return v;
   };
-  return named(Param{"chunks",
-                     "number of token chunks, 'auto' (MACT: per layer and step, from the budget), or a list with one "
-                     "count per layer, 0 storing that layer whole (a fixed plan)",
-                     "an integer >= 1, 'auto' or a list of integers >= 0", read, 1});
+  return said(named(Param{"chunks",
+                           "number of token chunks, 'auto' (MACT: per layer and step, from the budget), or a list "
+                           "with one count per layer, 0 storing that layer whole (a fixed plan)",
+                           "an integer >= 1, 'auto' or a list of integers >= 0", read, 1}),
+              "{v} chunks", {{"auto", "MACT"}, {"1", "1 chunk"}});
 }
 // How the chunk count is given: a count, MACT's per step (`auto`), or a fixed plan per layer.
 enum class ChunkMode { Fixed, Auto, PerLayer };
@@ -209,28 +210,33 @@ ParamsOf<MemfineParams> params() {
                                                 "auto: 'implementation' (this code's byte-level model) or 'paper' "
                                                 "(Eq. 8-9)",
                                                 MactModel::Implementation))),
-      nest(&P::mact, bind(&M::store_when_fits, bool_param("store_when_fits",
-                                                          "auto: store without recomputation when the model says "
-                                                          "that fits",
-                                                          false))),
+      nest(&P::mact, bind(&M::store_when_fits,
+                          said(bool_param("store_when_fits",
+                                          "auto: store without recomputation when the model says that fits", false),
+                               "", {{"true", "store when it fits"}, {"false", ""}}))),
       nest(&P::mact, bind(&M::headroom, number_param("headroom",
                                                      "auto: share of the budget's activation room kept free for the "
                                                      "model's error",
                                                      0.05, 0, 0.99))),
       // How each expert keeps its activations, in every chunk and in a layer stored whole.
       nest(&P::mact, nest(&M::stored, bind(&S::experts,
-                                           enum_param("experts",
-                                                      "how each expert keeps its activations inside a chunk: 'stored', "
-                                                      "'moe_act' (Megatron's selective recompute of SiLU(a)*b) or "
-                                                      "'buffer_free' (MoEBlaze-style, as the moeblaze strategy)",
-                                                      ExpertStorage::Stored)))),
+                                           said(enum_param("experts",
+                                                           "how each expert keeps its activations inside a chunk: "
+                                                           "'stored', 'moe_act' (Megatron's selective recompute of "
+                                                           "SiLU(a)*b) or 'buffer_free' (MoEBlaze-style, as the "
+                                                           "moeblaze strategy)",
+                                                           ExpertStorage::Stored),
+                                                experts_phrase(), experts_phrases())))),
       nest(&P::mact,
-           nest(&M::stored, bind(&S::keep_act, bool_param("keep_act", "experts: buffer_free: also keep SiLU(a)*b", false)))),
-      nest(&P::mact, bind(&M::objective, enum_param("objective",
-                                                    "auto: 'memory' (smallest bin that fits, the paper's MACT) or "
-                                                    "'time' (the plan of least predicted time, by the experiment's "
-                                                    "cost_model, that fits: per layer stored or a bin)",
-                                                    Objective::Memory)))};
+           nest(&M::stored, bind(&S::keep_act, said(bool_param("keep_act", "experts: buffer_free: also keep SiLU(a)*b", false),
+                                                    "", {{"true", "keeps act"}, {"false", ""}})))),
+      nest(&P::mact, bind(&M::objective, said(enum_param("objective",
+                                                         "auto: 'memory' (smallest bin that fits, the paper's MACT) "
+                                                         "or 'time' (the plan of least predicted time, by the "
+                                                         "experiment's cost_model, that fits: per layer stored or a "
+                                                         "bin)",
+                                                         Objective::Memory),
+                                              "", {{"time", "planning for time"}, {"memory", ""}})))};
   // Offloading in the layers a plan stores whole (chunks 0, store_when_fits, objective: time):
   // MACT then stores, offloaded, a layer it would otherwise recompute in chunks.
   for (Bound<OffloadSpec> o : offload_params({}, false)) {
@@ -286,7 +292,7 @@ std::vector<FieldSpec> counters() {
   return c;
 }
 
-MEMFINE_REGISTER_STRATEGY(with_counters(
+MEMFINE_REGISTER_STRATEGY(drawn(with_counters(
     checked(coded("memfine",
                   "MemFine FCDA: MoE dispatch->experts->combine in token chunks, recomputed chunk by chunk; rest of "
                   "the layer recomputed",
@@ -295,7 +301,7 @@ MEMFINE_REGISTER_STRATEGY(with_counters(
                     return std::unique_ptr<Strategy>(new MemFine(s, p));
                   }),
             params(), check_point),
-    counters()));
+    counters()), "#ff7f0e", "D"));
 
 }  // namespace
 }  // namespace memfine
