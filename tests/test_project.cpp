@@ -443,7 +443,7 @@ TEST(Project, TheOverlapPairsEachAllToAllWithTheOtherMicroBatchsCompute) {
   set.dispatcher = Dispatcher::DeepEp;
   auto at = [&]() { return estimate(m, hw, l, *strategy("no_recompute"), set); };
   auto unpaired = [&](const Estimate& e, double exposed) { return paired * exposed + (1 - paired) * e.all_to_all; };
-  hw.deepep_nvlink_gb_s = 1e6;  // all-to-alls far shorter than the compute
+  hw.dispatch_rates[Dispatcher::DeepEp].nvlink_gb_s = 1e6;  // all-to-alls far shorter than the compute
   Estimate e = at();
   EXPECT_NEAR(e.comm, unpaired(e, 0.2 * e.all_to_all), 1e-6 * e.all_to_all);
   set.dispatcher = Dispatcher::AllToAll;
@@ -457,7 +457,7 @@ TEST(Project, TheOverlapPairsEachAllToAllWithTheOtherMicroBatchsCompute) {
   EXPECT_NEAR(e.comm, unpaired(e, (1 - 0.3655) * e.all_to_all), 1e-6 * e.all_to_all);
   set.framework.ep_overlap_hidden = 1;
   set.dispatcher = Dispatcher::DeepEp;
-  hw.deepep_nvlink_gb_s = 1e-3;  // far longer
+  hw.dispatch_rates[Dispatcher::DeepEp].nvlink_gb_s = 1e-3;  // far longer
   e = at();
   EXPECT_NEAR(e.comm, unpaired(e, e.all_to_all - e.compute), 1e-9 * e.all_to_all);
   l.global_batch = 2;  // one micro-batch: nothing to overlap with
@@ -749,7 +749,7 @@ TEST(Project, InsideANodeADispatcherSendsATokenOncePerGpu) {
   ModelConfig m = plain();
   m.topk = 8, m.experts = 64;
   Hardware hw = plain_gpu();  // NVLink at 100 GB/s
-  hw.deepep_nvlink_gb_s = 50;
+  hw.dispatch_rates[Dispatcher::DeepEp].nvlink_gb_s = 50;
   Layout l;
   l.ep = 8, l.dp = 8, l.global_batch = 8;  // one node
   ProjectSetting set;

@@ -58,6 +58,12 @@ struct GemmTable {
   bool empty() const { return tflops.empty(); }
 };
 
+// A dispatcher's measured all-to-all rate per GPU and direction, inside a node and across nodes
+// (GB/s, its own figure; 0: the link's rate).
+struct DispatchRate {
+  double nvlink_gb_s = 0, network_gb_s = 0;
+};
+
 struct Hardware {
   std::string name, source;
   double memory_gb = 0;
@@ -88,11 +94,9 @@ struct Hardware {
   // engine in backward (no Python); 0: launches are not priced.
   double host_forward_launch_us = 0, host_backward_launch_us = 0;
   double sms = 0;  // streaming multiprocessors: a dispatcher running on some slows what runs beside it
-  // Each dispatcher's measured all-to-all rate per GPU and direction, inside a node and across nodes
-  // (its own figure; 0: the link's rate above): NCCL's all-to-all, DeepEP's, HybridEP's.
-  double all_to_all_nvlink_gb_s = 0, all_to_all_network_gb_s = 0;
-  double deepep_nvlink_gb_s = 0, deepep_network_gb_s = 0;
-  double hybridep_nvlink_gb_s = 0, hybridep_network_gb_s = 0;
+  // Each dispatcher's measured all-to-all rates, by the dispatcher (hardware_keys.cpp names their
+  // keys); one absent has the links' rates.
+  std::map<Dispatcher, DispatchRate> dispatch_rates;
   // The dispatcher's rate (GB/s; 0: the link's).
   double dispatcher_gb_s(Dispatcher dispatcher, bool in_node) const;
   bool has_rates() const;  // enough to time a step

@@ -94,7 +94,7 @@ void expert_bias_traffic(FrameworkSetting& s) {
 // moe_hybridep_num_sms 24); AutoModel's DeepEP takes DeepEP's own default of 20 (Buffer.num_sms).
 void dispatcher_sms(FrameworkSetting& s) {
   if (s.profile == Profile::Memfine) return;
-  s.deepep_sms = 20, s.hybridep_sms = 24;
+  s.sms_of = {{Dispatcher::DeepEp, 20}, {Dispatcher::HybridEp, 24}};
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // holds beside its tensors and how it runs the all-to-all. Every default is the framework's own,
 // with its source in framework.cpp; what a run can change is listed as what the answer rests on.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -63,10 +64,11 @@ struct FrameworkSetting {
   // the backward's from the autograd engine; none where the framework's process is not timed this
   // way (memfine_layer: this suite's own measured layer).
   Launches forward, backward;
-  // The SMs the DeepEP and HybridEP dispatchers run on (NCCL's all-to-all: not priced).
-  double deepep_sms = 0, hybridep_sms = 0;
+  // The SMs each dispatcher runs on (NCCL's all-to-all: none priced).
+  std::map<Dispatcher, double> sms_of;
   double dispatcher_sms(Dispatcher dispatcher) const {
-    return dispatcher == Dispatcher::DeepEp ? deepep_sms : dispatcher == Dispatcher::HybridEp ? hybridep_sms : 0;
+    auto it = sms_of.find(dispatcher);
+    return it == sms_of.end() ? 0 : it->second;
   }
 };
 

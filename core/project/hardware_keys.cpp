@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "core/project/config.h"
 #include "core/config/sections.h"
@@ -41,6 +42,40 @@ std::vector<std::vector<double>> positive_rows(const YAML::Node& c, size_t width
 // A key holding a list of rows of `width` numbers above 0: `keep` checks them and stores them in the
 // hardware (false: the key is refused, saying what it `expects`).
 using KeepRows = std::function<bool(const std::vector<std::vector<double>>&, Hardware&)>;
+// Each dispatcher's keys: its prefix and what its rate inside a node is.
+struct DispatcherKeys {
+  const char* prefix;
+  const char* nvlink_help;
+};
+const std::map<Dispatcher, DispatcherKeys>& dispatcher_keys() {
+  static const std::map<Dispatcher, DispatcherKeys> k = {
+      {Dispatcher::AllToAll,
+       {"all_to_all", "NCCL's all-to-all (dispatcher `alltoall`), its measured rate inside a node (0: the link's)"}},
+      {Dispatcher::DeepEp, {"deepep", "DeepEP's dispatch and combine, measured, inside a node (0: the link's)"}},
+      {Dispatcher::HybridEp, {"hybridep", "HybridEP's dispatch and combine, measured, inside a node (0: the link's)"}}};
+  return k;
+}
+
+// `<prefix>_nvlink_gb_s` or `<prefix>_network_gb_s`: a dispatcher's rate in Hardware::dispatch_rates.
+Field<Hardware> rate_key(Dispatcher d, bool nvlink) {
+  const DispatcherKeys& k = dispatcher_keys().at(d);
+  const std::string key = std::string(k.prefix) + (nvlink ? "_nvlink_gb_s" : "_network_gb_s");
+  auto member = nvlink ? &DispatchRate::nvlink_gb_s : &DispatchRate::network_gb_s;
+  return {key,
+          "number, " + fields::range(0, 1e6),
+          "0",
+          nvlink ? k.nvlink_help : "and across nodes (0: the link's)",
+          [key, d, member](MapReader& r, Hardware& h) {
+            double v = h.dispatcher_gb_s(d, member == &DispatchRate::nvlink_gb_s);
+            r.read_number(key, v, 0, 1e6);
+            h.dispatch_rates[d].*member = v;
+          },
+          [d, member](const Hardware& h) {
+            auto it = h.dispatch_rates.find(d);
+            return nlohmann::json(it == h.dispatch_rates.end() ? 0.0 : it->second.*member);
+          }};
+}
+
 Field<Hardware> rows_key(const std::string& key, const std::string& type, const std::string& help, size_t width,
                          const std::string& expects, KeepRows keep, std::function<nlohmann::json(const Hardware&)> write) {
   return {key, type, "none", help,
@@ -143,15 +178,9 @@ bool Hardware::has_rates() const {
 }
 
 double Hardware::dispatcher_gb_s(Dispatcher dispatcher, bool in_node) const {
-  switch (dispatcher) {
-    case Dispatcher::DeepEp:
-      return in_node ? deepep_nvlink_gb_s : deepep_network_gb_s;
-    case Dispatcher::HybridEp:
-      return in_node ? hybridep_nvlink_gb_s : hybridep_network_gb_s;
-    case Dispatcher::AllToAll:
-      break;
-  }
-  return in_node ? all_to_all_nvlink_gb_s : all_to_all_network_gb_s;
+  auto it = dispatch_rates.find(dispatcher);
+  if (it == dispatch_rates.end()) return 0;
+  return in_node ? it->second.nvlink_gb_s : it->second.network_gb_s;
 }
 
 const Section<Hardware>& hardware_keys() {
@@ -186,15 +215,9 @@ const Section<Hardware>& hardware_keys() {
        number<H>("sms", &H::sms, 0, 1e6,
                  "the GPU's streaming multiprocessors: an overlapped dispatcher's SMs slow the compute beside it "
                  "(0: not priced)"),
-       number<H>("all_to_all_nvlink_gb_s", &H::all_to_all_nvlink_gb_s, 0, 1e6,
-                 "NCCL's all-to-all (dispatcher `alltoall`), its measured rate inside a node (0: the link's)"),
-       number<H>("all_to_all_network_gb_s", &H::all_to_all_network_gb_s, 0, 1e6, "and across nodes (0: the link's)"),
-       number<H>("deepep_nvlink_gb_s", &H::deepep_nvlink_gb_s, 0, 1e6,
-                 "DeepEP's dispatch and combine, measured, inside a node (0: the link's)"),
-       number<H>("deepep_network_gb_s", &H::deepep_network_gb_s, 0, 1e6, "and across nodes (0: the link's)"),
-       number<H>("hybridep_nvlink_gb_s", &H::hybridep_nvlink_gb_s, 0, 1e6,
-                 "HybridEP's dispatch and combine, measured, inside a node (0: the link's)"),
-       number<H>("hybridep_network_gb_s", &H::hybridep_network_gb_s, 0, 1e6, "and across nodes (0: the link's)")}};
+       rate_key(Dispatcher::AllToAll, true), rate_key(Dispatcher::AllToAll, false),
+       rate_key(Dispatcher::DeepEp, true), rate_key(Dispatcher::DeepEp, false),
+       rate_key(Dispatcher::HybridEp, true), rate_key(Dispatcher::HybridEp, false)}};
   return s;
 }
 
