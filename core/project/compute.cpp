@@ -5,6 +5,7 @@
 #include "core/model/flops.h"
 #include "core/project/profile.h"
 #include "core/project/rates.h"
+#include "core/util/format.h"
 
 namespace memfine {
 
@@ -92,6 +93,17 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
     c.modules_launches += st.dense * std::max(0.0, set.framework.forward.dense_ffn - 1);  // but its bias-dropout-add
   }
   if (again.core_attn && m.attention != "none") c.modules_again += core_t / 3, c.modules_launches += st.layers;
+  c.note = "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
+           attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
+           grouped_rate_note(hw) + "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
+           "residuals, rotary, permutes" +
+           (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
+           ", SwiGLU's product, the loss" +
+           (bias_row > 0 ? ", the experts' output biases added outside the GEMMs (" +
+                               four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
+                         : "") +
+           ") at " + four_digits(hw.hbm_gb_s) +
+           " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers";
   return c;
 }
 

@@ -3,6 +3,8 @@
 // rows per expert, the memory-bound kernels at the HBM rate, and what the framework's
 // --recompute-modules run again for backward.
 #pragma once
+#include <string>
+
 #include "core/moe/shape.h"
 #include "core/project/layout.h"
 #include "core/project/pipeline.h"
@@ -39,6 +41,9 @@ struct Compute {
   // What the framework's --recompute-modules run again for backward (none where the shape
   // recomputes the layer whole), and the kernels the host launches for it.
   double modules_again = 0, modules_launches = 0;
+  // How it was priced, as the projection's notes say it: the rates taken, the memory-bound kernels
+  // counted.
+  std::string note;
 };
 // `received`: the hottest rank's routed rows per micro-batch.
 Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,

@@ -77,7 +77,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
       step_time(m, hw, l, e.shape, set, received_on_average,
                 {memory.stage_params(), memory.stage_expert_params(), e.host_gb * 1e9, peak.layers_in_flight,
                  peak.encoded_bytes});
-  for (const auto& a : step_assumptions(m, hw, set, l)) e.assumptions.push_back(a);
+  for (const auto& a : t.notes) e.assumptions.push_back(a);
   e.compute = t.compute, e.chunk_overhead = t.chunk_overhead, e.recompute = t.recompute, e.comm = t.comm;
   e.all_to_all = t.all_to_all, e.offload_wait = t.offload_wait, e.bubble = t.bubble, e.step = t.step();
   e.optimizer = t.optimizer, e.launch = t.launch;

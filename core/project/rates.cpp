@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/util/format.h"
+
 namespace memfine {
 
 double curve_at(const std::vector<std::pair<double, double>>& c, double x) {
@@ -64,6 +66,39 @@ ExpertKernels expert_kernels(const Hardware& hw, double rows, double h, double g
   }
   if (hw.hbm_gb_s > 0) k.accumulate_s = 3 * h * g * accumulate_bytes / (hw.hbm_gb_s * 1e9);
   return k;
+}
+
+}  // namespace memfine
+
+namespace memfine {
+
+std::string grouped_rate_note(const Hardware& hw) {
+  std::string curve;
+  for (const auto& [rows, tflops] : hw.grouped_gemm_curve)
+    curve += (curve.empty() ? "" : ", ") + four_digits(tflops) + " at " + four_digits(rows);
+  if (curve.empty())
+    return four_digits(hw.grouped_gemm_small_tflops) + "-" + four_digits(hw.grouped_gemm_tflops) +
+           " by rows per expert (knee " + four_digits(hw.grouped_gemm_knee_rows) + ")";
+  return "by rows per expert on the preset's curve (" + curve + " rows)";
+}
+
+std::string attention_rate_note(const Hardware& hw, int64_t head_dim, bool sinks) {
+  return four_digits(hw.attention_tflops) +
+         (hw.attention_head_dim_curve.empty()
+              ? ""
+              : " at head dim 128, by head dim on the preset's curve (" + four_digits(attention_rate(hw, 64) / 1e12) +
+                    " at 64)") +
+         (sinks ? "; with the model's learnable sinks, the kernel Transformer Engine runs for them at " +
+                      four_digits(attention_rate(hw, double(head_dim), true) / 1e12) + " at its head dim " +
+                      std::to_string(head_dim) + " (the preset's sink curve)"
+                : "");
+}
+
+std::string gemm_rate_note(const Hardware& hw) {
+  if (hw.gemm_table.empty()) return "at " + four_digits(hw.gemm_tflops) + " TFLOP/s";
+  return "by shape on the preset's table (" + four_digits(gemm_rate(hw, 4096, 4096, 4096) / 1e12) +
+         " TFLOP/s at 4096 rows x 4096 x 4096, " + four_digits(gemm_rate(hw, 4096, 1024, 1024) / 1e12) +
+         " at 4096 x 1024 x 1024)";
 }
 
 }  // namespace memfine

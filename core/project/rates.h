@@ -2,6 +2,7 @@
 // figures (experiments/project/hardware.yaml names their sources): dense GEMMs by shape, the grouped
 // expert GEMM by rows per expert, attention by head dim and by the kernel a model's attention needs.
 #pragma once
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,16 +16,21 @@ double curve_at(const std::vector<std::pair<double, double>>& c, double x);
 // The grouped expert GEMM's rate (FLOP/s) at `rows` per expert: a measured curve, log-linear in
 // rows between its points; or the small shapes' rate rising linearly to the large shapes' at the knee.
 double grouped_rate(const Hardware& hw, double rows);
+// How it is taken, as the projection's notes say it.
+std::string grouped_rate_note(const Hardware& hw);
 
 // The attention kernel's rate (FLOP/s) at a head dim: attention_tflops (head dim 128) scaled by the
 // preset's head-dim curve, its value there over its value at 128; or attention_tflops alone. With
 // learnable softmax sinks (`sinks`), the kernel frameworks run for them instead: the preset's sink
 // curve at the head dim over the head-dim curve's value at 128 (the same benchmark's two kernels).
 double attention_rate(const Hardware& hw, double head_dim, bool sinks = false);
+// How it is taken for a model of `head_dim` (with its sinks' kernel where `sinks`).
+std::string attention_rate_note(const Hardware& hw, int64_t head_dim, bool sinks);
 
 // A dense GEMM's rate (FLOP/s) at m rows, n outputs, k inputs: the preset's table, linear in the
 // logarithms of m, n and k between its points and flat beyond them; or its one rate.
 double gemm_rate(const Hardware& hw, double m, double n, double k);
+std::string gemm_rate_note(const Hardware& hw);
 
 // One local expert's GEMMs of a micro-batch at `rows` (hidden h, expert width g; FC1 h to 2g for
 // SwiGLU's two halves, FC2 g to h), forward, data and weight gradients, on the dense GEMM table at

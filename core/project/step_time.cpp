@@ -33,10 +33,18 @@ double dispatch_groups(const Layout& l, const Hardware& hw) {
   return ep_in_node(l, hw) ? double(l.ep) : std::ceil(double(l.ep) / double(hw.gpus_per_node));
 }
 
+// Where a token's consecutive experts (expert_choice) put it: on so many of the GPUs (or nodes) of its group.
+std::string consecutive_note(const ModelConfig& m, const Hardware& hw, const Layout& l) {
+  const double groups = dispatch_groups(l, hw);
+  return ", a token's consecutive experts (expert_choice) on " +
+         four_digits(experts_reached(double(m.experts), double(m.topk), groups, true)) + " of " +
+         four_digits(groups) + (ep_in_node(l, hw) ? " GPUs" : " nodes");
+}
+
 // The expert-parallel dispatch and combine of one micro-batch on one stage (4 all-to-alls per MoE
-// layer: forward and backward, each way).
+// layer: forward and backward, each way); `note` says where it runs.
 double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,
-                     const ProjectSetting& set, double received) {
+                     const ProjectSetting& set, double received, std::string& note) {
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
   const bool in_node = ep_in_node(l, hw);
   Link ep_link = in_node ? nvlink(hw) : network(hw);
@@ -46,6 +54,8 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
   const bool node_aware = set.dispatcher != Dispatcher::AllToAll;  // DeepEP, HybridEP
   // Of a token's topk experts over `groups` (GPUs or nodes), the groups it reaches.
   auto reached = [&](double groups) { return experts_reached(double(m.experts), k, groups, set.consecutive_experts); };
+  note = std::string(in_node ? "NVLink" : node_aware ? "network, once per node (" + name_of(set.dispatcher) + ")" : "network") +
+         (set.consecutive_experts && node_aware ? consecutive_note(m, hw, l) : "");
   double one = 0;
   if (in_node) {
     // NCCL's all-to-all sends a row per expert, the other ranks' share over the link. DeepEP and
@@ -126,7 +136,17 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
 // once a MoE forward (and a replayed one): the launches after it up to the dispatch run with the
 // GPU waiting. `modules`: what the framework's recomputed modules launch again.
 double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, const FrameworkSetting& f,
-                   double modules, double on_gpu) {
+                   double modules, double on_gpu, std::string& note) {
+  const Launches& fw = f.forward;
+  note = hw.host_forward_launch_us > 0 && fw.attention + fw.moe > 0
+             ? "; the host launches a layer's kernels (" + four_digits(fw.attention) + " attention, " +
+                   four_digits(fw.moe) + " MoE in forward; " + four_digits(f.backward.attention) + " and " +
+                   four_digits(f.backward.moe) + " in backward) at " + four_digits(hw.host_forward_launch_us) +
+                   " us each from Python and " + four_digits(hw.host_backward_launch_us) +
+                   " from autograd: where that is longer than the GPU's micro-batch, the GPU waits for it; after the "
+                   "dispatcher's host synchronisation, " + four_digits(fw.moe_after_sync) +
+                   " launches a MoE forward with the GPU waiting"
+             : "; kernel launches not priced";
   const double layers = st.layers, dense = st.dense, moe = st.moe * moe_runs(s);
   auto stage = [&](const Launches& x) { return layers * x.attention + dense * x.dense_ffn + moe * x.moe; };
   const double fwd = hw.host_forward_launch_us * 1e-6;
@@ -144,6 +164,8 @@ namespace {
 struct RankTime {
   Compute c;
   double a2a = 0, comm = 0, recompute = 0, wait = 0, fsdp_exposed = 0, rerun = 0, launch = 0;
+  // How its communication and launches were priced, as the notes say it.
+  std::string a2a_note, overlap_note, tp_note, pp_note, launch_note;
   double per_micro() const { return c.total + recompute + comm + fsdp_exposed + wait + rerun + launch; }
 };
 
@@ -153,22 +175,26 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp), tokens_gpu = tokens / double(l.tp);
   RankTime t;
   const Compute& c = t.c = compute_of(m, hw, l, st, s, set, received);
-  const double a2a = t.a2a = all_to_all_of(m, hw, l, st, set, received);
+  const double a2a = t.a2a = all_to_all_of(m, hw, l, st, set, received, t.a2a_note);
   double tp_comm = l.tp > 1 ? 4 * st.layers * reduce_scatter_time(nvlink(hw), l.tp, tokens * h * kB) : 0;
   // Megatron's --tp-comm-overlap splits the GEMMs beside TP's collectives into pieces, each piece's
   // collective behind another's GEMM: what outlasts the dense GEMMs stays exposed.
   if (set.framework.tp_comm_overlap) tp_comm = std::max(0.0, tp_comm - c.dense);
+  t.tp_note = set.framework.tp_comm_overlap ? "behind the dense GEMMs where they are shorter" : "exposed";
   const Link dp_link = outer_link(hw, l);
   // A micro-batch's activation sent on and its gradient sent back: exposed, or, where the framework
   // overlaps the interleaved schedule's, once a virtual stage behind the micro-batch's compute.
   const double send = l.pp > 1 ? send_time(dp_link, tokens_gpu * h * kB) : 0;
-  const double pp_comm = l.vpp > 1 && set.framework.p2p_overlap_interleaved
-                             ? std::max(0.0, 2 * double(l.vpp) * send - c.total)
-                             : 2 * send;
+  const bool pp_hidden = l.vpp > 1 && set.framework.p2p_overlap_interleaved;
+  const double pp_comm = pp_hidden ? std::max(0.0, 2 * double(l.vpp) * send - c.total) : 2 * send;
+  t.pp_note = pp_hidden ? "; pipeline sends behind the virtual stages' compute" : "; pipeline sends exposed";
   double a2a_exposed = a2a;
   if (set.framework.ep_overlap && micro > 1) {
     const double paired = paired_share(l, rank, micro);
     a2a_exposed = paired * overlapped_a2a(hw, st, set, c, a2a) + (1 - paired) * a2a;
+    t.overlap_note = ", each beside a compute of another micro-batch in Megatron's 1F1B pairs (the warmup's and "
+                     "cooldown's passes alone), at most " + four_digits(100 * set.framework.ep_overlap_hidden) +
+                     "% of it hidden, slowed by the dispatcher's SMs";
   }
   // ChunkedEP: chunk i+1's dispatch runs behind chunk i's experts, in the forward and in a replay
   // for backward; all but the first chunk's, where the experts' forward is at least as long.
@@ -203,7 +229,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Paged Stash where the hottest rank overflows: every step runs twice, the second without the stash.
   t.rerun = stash_reruns(s.stash, received, tokens * double(m.topk) / double(l.tp)) ? c.total + t.comm : 0;
   const double on_gpu = c.total + t.recompute + t.comm + t.fsdp_exposed + t.wait + t.rerun;
-  t.launch = launch_wait(hw, st, s, set.framework, c.modules_launches, on_gpu);
+  t.launch = launch_wait(hw, st, s, set.framework, c.modules_launches, on_gpu, t.launch_note);
   return t;
 }
 
@@ -233,9 +259,12 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
                       (expert_dp > 1 ? reduce_scatter_time(dp_link, int64_t(expert_dp), expert_grads) : 0);
   const double dp_exposed = std::max(0.0, dp_t - per_micro * 2 / 3);
   StepParts p;
+  std::string optimizer_note;
   // The optimizer step: what it moves through memory at the HBM rate (memory-bound kernels).
   if (hw.hbm_gb_s > 0) {
     const FrameworkSetting& f = set.framework;
+    optimizer_note = "; the optimizer step moves " + four_digits(f.optimizer_bytes) + " bytes a parameter of " +
+                     (f.optimizer_sharded ? "its shard" : "the rank") + " at the HBM rate, once a step";
     const double shard = f.optimizer_sharded ? mem.stage_params / double(l.dp * l.cp) + mem.stage_expert_params / expert_dp
                                              : mem.stage_params + mem.stage_expert_params;
     p.optimizer = (shard * f.optimizer_bytes + (mem.stage_params + mem.stage_expert_params) * f.grad_zero_bytes) /
@@ -247,93 +276,17 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   p.all_to_all = double(micro) * slowest.a2a;
   p.launch = double(micro) * slowest.launch;
   p.bubble = double(l.grad_accumulation) * pipeline_bubble_time(per_rank, l.vpp);  // a fill and drain per schedule
+  // The notes of the terms priced above (the slowest rank's, which set the step).
+  p.notes = {"compute: " + c.note + optimizer_note + slowest.launch_note,
+             "pipeline: each rank's layers, MTP modules and output layer (" +
+                 (set.pipeline_layout.empty() ? std::string("the layers split evenly in order")
+                                              : "the layout " + set.pipeline_layout) +
+                 "); the slowest rank's micro-batches set the step, the others' are the fill and drain",
+             "communication: the all-to-all (4 per MoE layer, " + slowest.a2a_note + slowest.overlap_note +
+                 ") exposed; TP's sequence-parallel collectives " + slowest.tp_note + slowest.pp_note +
+                 "; CP's ring and DP's gradient reduce-scatter and weight all-gather hidden behind compute but for "
+                 "the last micro-batch"};
   return p;
-}
-
-namespace {
-
-// Where a token's consecutive experts (expert_choice) put it: on so many of the GPUs (or nodes) of its group.
-std::string consecutive_note(const ModelConfig& m, const Hardware& hw, const Layout& l) {
-  const double groups = dispatch_groups(l, hw);
-  return ", a token's consecutive experts (expert_choice) on " +
-         four_digits(experts_reached(double(m.experts), double(m.topk), groups, true)) + " of " +
-         four_digits(groups) + (ep_in_node(l, hw) ? " GPUs" : " nodes");
-}
-
-}  // namespace
-
-std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set,
-                                          const Layout& l) {
-  // The grouped GEMM's rate as grouped_rate() takes it: the measured curve where the preset has one.
-  std::string grouped;
-  for (const auto& [rows, tflops] : hw.grouped_gemm_curve)
-    grouped += (grouped.empty() ? "" : ", ") + four_digits(tflops) + " at " + four_digits(rows);
-  grouped = grouped.empty() ? four_digits(hw.grouped_gemm_small_tflops) + "-" + four_digits(hw.grouped_gemm_tflops) +
-                                  " by rows per expert (knee " + four_digits(hw.grouped_gemm_knee_rows) + ")"
-                            : "by rows per expert on the preset's curve (" + grouped + " rows)";
-  const Launches& fw = set.framework.forward;
-  const std::string launches =
-      hw.host_forward_launch_us > 0 && fw.attention + fw.moe > 0
-          ? "; the host launches a layer's kernels (" + four_digits(fw.attention) + " attention, " +
-                four_digits(fw.moe) + " MoE in forward; " + four_digits(set.framework.backward.attention) + " and " +
-                four_digits(set.framework.backward.moe) + " in backward) at " + four_digits(hw.host_forward_launch_us) +
-                " us each from Python and " + four_digits(hw.host_backward_launch_us) +
-                " from autograd: where that is longer than the GPU's micro-batch, the GPU waits for it; after the "
-                "dispatcher's host synchronisation, " + four_digits(fw.moe_after_sync) +
-                " launches a MoE forward with the GPU waiting"
-          : "; kernel launches not priced";
-  const std::string dense = hw.gemm_table.empty()
-                                ? "at " + four_digits(hw.gemm_tflops) + " TFLOP/s"
-                                : "by shape on the preset's table (" + four_digits(gemm_rate(hw, 4096, 4096, 4096) / 1e12) +
-                                      " TFLOP/s at 4096 rows x 4096 x 4096, " +
-                                      four_digits(gemm_rate(hw, 4096, 1024, 1024) / 1e12) + " at 4096 x 1024 x 1024)";
-  const std::string attention =
-      four_digits(hw.attention_tflops) +
-      (hw.attention_head_dim_curve.empty()
-           ? ""
-           : " at head dim 128, by head dim on the preset's curve (" + four_digits(attention_rate(hw, 64) / 1e12) +
-                 " at 64)") +
-      (on_sink_curve(m, hw, set)
-           ? "; with the model's learnable sinks, the kernel Transformer Engine runs for them at " +
-                 four_digits(attention_rate(hw, double(m.head_dim), true) / 1e12) + " at its head dim " +
-                 std::to_string(m.head_dim) + " (the preset's sink curve)"
-           : "");
-  return {"compute: dense GEMMs " + dense + ", attention at " + attention + ", grouped expert GEMMs " + grouped +
-              "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, residuals, rotary, "
-              "permutes" +
-              std::string(sorts_rows(set) ? " and, where a rank holds several experts, the all-to-all "
-                                            "dispatcher's sorts of its rows"
-                                          : "") +
-              ", SwiGLU's product, the loss" +
-              std::string(m.expert_bias && set.framework.expert_bias_bytes > 0
-                              ? ", the experts' output biases added outside the GEMMs (" +
-                                    four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
-                              : "") +
-              ") at " +
-              four_digits(hw.hbm_gb_s) +
-              " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers; "
-              "the optimizer step moves " + four_digits(set.framework.optimizer_bytes) + " bytes a parameter of " +
-              (set.framework.optimizer_sharded ? "its shard" : "the rank") + " at the HBM rate, once a step" + launches,
-          "pipeline: each rank's layers, MTP modules and output layer (" +
-              (set.pipeline_layout.empty() ? std::string("the layers split evenly in order")
-                                           : "the layout " + set.pipeline_layout) +
-              "); the slowest rank's micro-batches set the step, the others' are the fill and drain",
-          "communication: the all-to-all (4 per MoE layer, " +
-              std::string(ep_in_node(l, hw)                 ? "NVLink"
-                          : set.dispatcher != Dispatcher::AllToAll ? "network, once per node (" + name_of(set.dispatcher) + ")"
-                                                          : "network") +
-              (set.consecutive_experts && set.dispatcher != Dispatcher::AllToAll ? consecutive_note(m, hw, l) : "") +
-              (set.framework.ep_overlap
-                   ? ", each beside a compute of another micro-batch in Megatron's 1F1B pairs (the warmup's and "
-                     "cooldown's passes alone), at most " + four_digits(100 * set.framework.ep_overlap_hidden) +
-                         "% of it hidden, slowed by the dispatcher's SMs"
-                   : "") +
-              ") exposed; TP's sequence-parallel collectives " +
-              (set.framework.tp_comm_overlap ? "behind the dense GEMMs where they are shorter" : "exposed") +
-              (set.framework.p2p_overlap_interleaved && l.vpp > 1 ? "; pipeline sends behind the virtual stages' compute"
-                                                                    : "; pipeline sends exposed") +
-              "; CP's ring and DP's gradient "
-              "reduce-scatter and weight all-gather hidden behind compute but for the last micro-batch"};
 }
 
 }  // namespace memfine

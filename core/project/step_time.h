@@ -18,6 +18,8 @@ struct StepParts {
   double compute = 0, chunk_overhead = 0, recompute = 0, comm = 0, all_to_all = 0, offload_wait = 0, bubble = 0;
   double optimizer = 0;  // the optimizer step, once a step after the last micro-batch
   double launch = 0;     // the GPU waiting for the host to launch its kernels (the host is the slower)
+  // What each part assumes, written where it was priced: the table's notes.
+  std::vector<std::string> notes;
   double step() const { return compute + chunk_overhead + recompute + comm + offload_wait + bubble + optimizer + launch; }
 };
 
@@ -31,9 +33,5 @@ struct StepMemory {
 // Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.
 StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
                     const ProjectSetting& set, double received, const StepMemory& mem);
-
-// What it assumes, for the table's notes.
-std::vector<std::string> step_assumptions(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set,
-                                          const Layout& l);
 
 }  // namespace memfine
