@@ -643,6 +643,25 @@ class Validation(unittest.TestCase):
         self.assertIn("2 runs, 1 over 25%", said)
 
 
+class FirstProjections(unittest.TestCase):
+    """scripts/first_projections.py: a run's error in speed whichever figure its source gives (a
+    shorter step is faster), and the summary counts what the validation table counts: neither a
+    calibration source nor a known regression."""
+
+    def test_errors_and_what_is_counted(self):
+        import first_projections as F
+        self.assertAlmostEqual(F.throughput_error({"tokens_per_s_gpu": 110}, {"tokens_per_s_gpu": 100}), 0.10)
+        self.assertAlmostEqual(F.throughput_error({"step_s": 10}, {"step_s": 11}), 0.10)
+        self.assertIsNone(F.throughput_error({"peak_gb": 1}, {"peak_gb": 1}))
+        pub = lambda **extra: dict({"values": {"tokens_per_s_gpu": 100}}, **extra)
+        current = {("a", "s"): {"tokens_per_s_gpu": 105, "published": pub()},
+                   ("b", "s"): {"tokens_per_s_gpu": 100, "published": pub(calibration="fitted on it")},
+                   ("c", "s"): {"tokens_per_s_gpu": 100, "published": pub(known_issue="a regression")}}
+        first = {k: {"tokens_per_s_gpu": 150} for k in current}
+        self.assertEqual(F.summary(first, current), "1 counted runs: median throughput error 50.0% at their first "
+                                                    "projection, 5.0% now; over 25%: 1 first, 0 now")
+
+
 class TraceSummary(unittest.TestCase):
     """scripts/trace_summary.py on a made-up profiler trace: overlapping kernels count once in the
     GPU's busy time, a synchronisation counts as a host wait, and a file with no events is refused."""
