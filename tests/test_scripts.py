@@ -572,6 +572,23 @@ class Validation(unittest.TestCase):
         finally:
             shutil.rmtree(d)
 
+    def test_a_runs_first_projection_is_set_beside_its_error(self):
+        now = self.row("a", 1050.0, None)
+        now["case_file"] = "experiments/project/validation/a.yaml"
+        first = {"case_file": now["case_file"], "strategy": "no_recompute", "tokens_per_s_gpu": 1400.0}
+        d = tempfile.mkdtemp()
+        try:
+            for name, rec in (("project_validation.jsonl", now), ("project_first.jsonl", first)):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(json.dumps(rec) + "\n")
+            rows = validation.runs(d)
+        finally:
+            shutil.rmtree(d)
+        self.assertAlmostEqual(rows[0]["first_error"], 40.0)
+        self.assertEqual(validation.table_rows(rows)[0][6], "+40.0%")
+        self.assertIn("first projection (before any change made after it entered the set): median absolute error "
+                      "40.0% over 1 runs; 1 over 25%", "\n".join(validation.verdict_lines(validation.summary(rows))))
+
     def test_evidence_is_quoted_beside_a_miss_only(self):
         rows = {r["case"]: r for r in self.runs(self.row("miss", 1500.0, "a trace says so"),
                                                   self.row("hit", 1050.0, "a trace says so"),

@@ -75,7 +75,11 @@ def validation(src, out_dir):
              "Errors: projected over published, less 1, in speed (a step time's error is the speed's). The 'why' "
              "column reads the projection's own step parts: a hypothesis, not a measurement; after \"the source "
              "measured\" it quotes what the run's own source profiled or compared (its file's published.evidence), "
-             "never an input to the projection."] + V.verdict_lines(s)
+             "never an input to the projection.",
+             "'At its first projection': the run's throughput error as the projection first committed for it "
+             "said it, before any change made after the run entered the set (results/model/project_first.jsonl, "
+             "`scripts/python scripts/first_projections.py`, from the results' git history), against the same "
+             "published figure."] + V.verdict_lines(s)
     paths = S.write_table(out_dir, "project_validation", "memfine project against published training runs",
                           V.header(), V.table_rows(runs), notes, formats=("md", "csv"))
     made += _load(os.path.join(model_dir, "project_checkpoint.jsonl"))
