@@ -947,6 +947,27 @@ TEST(Project, BadFilesAreRefusedAtTheirLines) {
   std::remove(file.c_str());
 }
 
+// A strategy whose projection is an earlier row's at the same layout (MACT planning no chunks is
+// full_recompute) is shown once and named under the table; one that differs keeps its row.
+TEST(Project, ARowWithAnEarlierRowsFiguresIsShownOnce) {
+  ProjectConfig c;
+  c.name = "t", c.model_name = "m", c.hardware.name = "h";
+  Estimate a;
+  a.strategy = "full_recompute", a.fit = "yes", a.fits = true, a.step = 1;
+  Estimate b = a, d = a;
+  b.strategy = "memfine(chunks=auto)", b.chunks = 1;
+  d.strategy = "no_recompute", d.step = 2;
+  ProjectResult r;
+  r.ranked = {a, b, d};
+  const std::string t = project_table(c, r);
+  EXPECT_NE(t.find("\n= memfine(chunks=auto) projects as full_recompute (the same figures at the same layout; 1 row "
+                   "not shown)"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("memfine(chunks=auto) "), t.find("= memfine(chunks=auto) ") + 2) << t;  // no row of its own
+  EXPECT_NE(t.find("no_recompute"), std::string::npos) << t;
+}
+
 // A validation case's published figures are read apart from the projection's keys and refused at
 // their lines alike: a strategy the file does not project, an unknown quantity.
 TEST(Project, PublishedFiguresAreReadApartAndRefusedAtTheirLines) {

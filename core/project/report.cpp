@@ -94,12 +94,27 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   std::string out = heading(c, r) + "\n";
   Grid dropless = ranked_grid(), capped = ranked_grid();
   capped.title = "capacity capping (drops assignments: another model, not ranked with the above):";
+  // A row with an earlier row's figures at the same layout (MACT planning no chunks is
+  // full_recompute) is shown once, and named under the table.
+  std::map<std::vector<std::string>, std::string> shown;  // layout and figures -> the strategy shown
+  std::map<std::pair<std::string, std::string>, int64_t> alike;  // (strategy, as which) -> rows
   for (const auto& e : r.ranked) {
     Grid& g = e.drops ? capped : dropless;
-    if (int64_t(g.rows.size()) < (e.drops ? 3 : c.top)) g.rows.push_back(row_of(e, int64_t(g.rows.size()) + 1));
+    if (int64_t(g.rows.size()) >= (e.drops ? 3 : c.top)) continue;
+    std::vector<std::string> row = row_of(e, int64_t(g.rows.size()) + 1);
+    std::vector<std::string> figures(row.begin() + 1, row.end());
+    figures[1] = figures[8] = "";  // the strategy and its chunk count aside
+    if (auto [it, fresh] = shown.emplace(figures, e.strategy); !fresh) {
+      ++alike[{e.strategy, it->second}];
+      continue;
+    }
+    g.rows.push_back(row);
   }
   out += text(dropless);
   if (!capped.rows.empty()) out += text(capped);
+  for (const auto& [who, rows] : alike)
+    out += "= " + who.first + " projects as " + who.second + " (the same figures at the same layout; " +
+           std::to_string(rows) + " row" + (rows > 1 ? "s" : "") + " not shown)\n";
   if (dropless.rows.empty()) out += nearest(c, r);
   // Why the others were rejected, counted.
   std::map<std::string, int64_t> reasons;
