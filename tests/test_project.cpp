@@ -948,7 +948,8 @@ TEST(Project, BadFilesAreRefusedAtTheirLines) {
 }
 
 // A strategy whose projection is an earlier row's at the same layout (MACT planning no chunks is
-// full_recompute) is shown once and named under the table; one that differs keeps its row.
+// full_recompute) is shown once and named under the table; one that differs keeps its row; a
+// lossy one is ranked apart.
 TEST(Project, ARowWithAnEarlierRowsFiguresIsShownOnce) {
   ProjectConfig c;
   c.name = "t", c.model_name = "m", c.hardware.name = "h";
@@ -966,6 +967,13 @@ TEST(Project, ARowWithAnEarlierRowsFiguresIsShownOnce) {
       << t;
   EXPECT_EQ(t.find("memfine(chunks=auto) "), t.find("= memfine(chunks=auto) ") + 2) << t;  // no row of its own
   EXPECT_NE(t.find("no_recompute"), std::string::npos) << t;
+  // A lossy one is ranked apart, as capacity capping is, even when it is the fastest.
+  Estimate l = a;
+  l.strategy = "compress", l.lossy = true, l.step = 0.5;
+  r.ranked = {l, a};
+  const std::string u = project_table(c, r);
+  EXPECT_LT(u.find("full_recompute"), u.find("lossy storage")) << u;
+  EXPECT_LT(u.find("lossy storage"), u.find("compress")) << u;
 }
 
 // A validation case's published figures are read apart from the projection's keys and refused at

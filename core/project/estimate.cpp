@@ -37,6 +37,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
                   const ProjectSetting& set) {
   Estimate e;
   e.layout = l, e.strategy = s.label(), e.name = s.spec().name, e.drops = !s.dropless();
+  e.lossy = s.lossy();
   e.held_overload = set.held_overload;
   // Rows the hottest rank's experts receive per micro-batch; a capacity caps its overload.
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);

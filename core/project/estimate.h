@@ -17,6 +17,7 @@ struct Estimate {
   Layout layout;
   std::string strategy, name;  // its label and registered name ("" for a layout rejected before any)
   bool drops = false;          // it drops assignments (capacity capping): another model, ranked apart
+  bool lossy = false;          // it stores activations in narrower codes: its gradients differ, ranked apart
   double held_overload = 1;  // the rows kept, over the balanced share (core/project/project.h Overload::held)
   StrategyShape shape;         // the shape it runs a layer with here
   bool fits = false;          // what it needs (reserved, and the process's own) is within the usable memory

@@ -92,18 +92,22 @@ std::string nearest(const ProjectConfig& c, const ProjectResult& r) {
 
 std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   std::string out = heading(c, r) + "\n";
-  Grid dropless = ranked_grid(), capped = ranked_grid();
+  Grid dropless = ranked_grid(), lossy = ranked_grid(), capped = ranked_grid();
+  lossy.title =
+      "lossy storage (activations kept in narrower codes: its gradients differ from the plain computation's by "
+      "design, their error measured by `memfine run` as grad_err; not ranked with the above):";
   capped.title = "capacity capping (drops assignments: another model, not ranked with the above):";
-  // A row with an earlier row's figures at the same layout (MACT planning no chunks is
-  // full_recompute) is shown once, and named under the table.
+  // A row with an earlier row's figures at the same layout in the same table (MACT planning no
+  // chunks is full_recompute) is shown once, and named under the tables.
   std::map<std::vector<std::string>, std::string> shown;  // layout and figures -> the strategy shown
   std::map<std::pair<std::string, std::string>, int64_t> alike;  // (strategy, as which) -> rows
   for (const auto& e : r.ranked) {
-    Grid& g = e.drops ? capped : dropless;
-    if (int64_t(g.rows.size()) >= (e.drops ? 3 : c.top)) continue;
+    Grid& g = e.drops ? capped : e.lossy ? lossy : dropless;
+    if (int64_t(g.rows.size()) >= (&g == &dropless ? c.top : 3)) continue;
     std::vector<std::string> row = row_of(e, int64_t(g.rows.size()) + 1);
     std::vector<std::string> figures(row.begin() + 1, row.end());
-    figures[1] = figures[8] = "";  // the strategy and its chunk count aside
+    figures[1] = figures[8] = "";  // the strategy and its chunk count aside, its table kept
+    figures.push_back(e.drops ? "drops" : e.lossy ? "lossy" : "");
     if (auto [it, fresh] = shown.emplace(figures, e.strategy); !fresh) {
       ++alike[{e.strategy, it->second}];
       continue;
@@ -111,6 +115,7 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
     g.rows.push_back(row);
   }
   out += text(dropless);
+  if (!lossy.rows.empty()) out += text(lossy);
   if (!capped.rows.empty()) out += text(capped);
   for (const auto& [who, rows] : alike)
     out += "= " + who.first + " projects as " + who.second + " (the same figures at the same layout; " +
