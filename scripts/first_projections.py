@@ -11,10 +11,13 @@ tuning set). Runs that enter later get theirs when their first projection is com
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from plots import validation as V  # noqa: E402
 SRC = "results/model/project_validation.jsonl"
 # What a first projection keeps of its line: where it was made, and what the checks compare.
 KEPT = ("case_file", "strategy", "git_commit", "date", "fits", "fit", "need_gb", "peak_gb", "reserved_gb",
@@ -40,11 +43,9 @@ def published_runs(lines):
 
 
 def throughput_error(r, values):
-    """The projection's speed over the published, less 1 (as the validation table's)."""
-    for q in ("tokens_per_s_gpu", "step_s", "model_tflops_gpu"):
-        if q in values and r.get(q):
-            return values[q] / r[q] - 1 if q == "step_s" else r[q] / values[q] - 1
-    return None
+    """The projection's speed over the published, less 1: the validation table's error, as a share."""
+    e = V._speed_error(r, values)
+    return None if e is None else e / 100
 
 
 def summary(first, current):
@@ -60,7 +61,7 @@ def summary(first, current):
             errs.append((abs(e1), abs(e2)))
     if not errs:
         return "no counted run"
-    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2
+    med = statistics.median
     return (f"{len(errs)} counted runs: median throughput error {100 * med([a for a, _ in errs]):.1f}% at their first "
             f"projection, {100 * med([b for _, b in errs]):.1f}% now; over 25%: {sum(a > 0.25 for a, _ in errs)} first, "
             f"{sum(b > 0.25 for _, b in errs)} now")

@@ -65,11 +65,7 @@ Field<Hardware> rate_key(Dispatcher d, bool nvlink) {
           "number, " + fields::range(0, 1e6),
           "0",
           nvlink ? k.nvlink_help : "and across nodes (0: the link's)",
-          [key, d, member](MapReader& r, Hardware& h) {
-            double v = h.dispatcher_gb_s(d, member == &DispatchRate::nvlink_gb_s);
-            r.read_number(key, v, 0, 1e6);
-            h.dispatch_rates[d].*member = v;
-          },
+          [key, d, member](MapReader& r, Hardware& h) { r.read_number(key, h.dispatch_rates[d].*member, 0, 1e6); },
           [d, member](const Hardware& h) {
             auto it = h.dispatch_rates.find(d);
             return nlohmann::json(it == h.dispatch_rates.end() ? 0.0 : it->second.*member);
