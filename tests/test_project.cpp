@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "core/project/pipeline.h"
 #include "core/project/project.h"
 #include "core/project/report.h"
+#include "core/record/table.h"
 #include "core/project/step_time.h"
 #include "core/strategy/registry.h"
 
@@ -182,8 +184,15 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   }
   EXPECT_EQ(models.at("deepseek_v3").model.moe_layers(), 58);
   EXPECT_EQ(models.at("deepseek_v3").model.attention, "mla");
-  for (const char* h : {"h100_80gb", "h200", "a100_80gb", "memfine_64gb"}) ASSERT_TRUE(hardware.count(h)) << h;
+  for (const char* h : {"h100_80gb", "h200", "h800", "a100_80gb", "memfine_64gb"}) ASSERT_TRUE(hardware.count(h)) << h;
   EXPECT_EQ(hardware.at("h200").memory_gb, 141);
+  // A preset that extends another has the other's keys and its own over them.
+  EXPECT_EQ(hardware.at("h800").memory_gb, 80);
+  EXPECT_EQ(hardware.at("h800").nvlink_gb_s, 200);
+  EXPECT_EQ(hardware.at("h800").hbm_gb_s, hardware.at("h100_80gb").hbm_gb_s);
+  EXPECT_EQ(hardware.at("h200").gemm_table.tflops, hardware.at("h100_80gb").gemm_table.tflops);
+  EXPECT_GT(hardware.at("h200").hbm_gb_s, hardware.at("h100_80gb").hbm_gb_s);
+  EXPECT_FALSE(hardware.at("h800").source.empty());
 
   std::vector<std::string> bad;
   Problems p{"m.yaml", bad};
@@ -267,7 +276,8 @@ TEST(Project, RanksByGoodputAndSaysWhyTheRestFail) {
     EXPECT_GT(e.goodput.ettr, 0);
     EXPECT_LE(e.goodput.ettr, 1);
     EXPECT_NEAR(e.step,
-                e.compute + e.chunk_overhead + e.recompute + e.comm + e.offload_wait + e.bubble + e.optimizer + e.launch,
+                e.compute + e.chunk_overhead + e.recompute + e.comm + e.offload_wait + e.bubble + e.optimizer + e.launch +
+                    e.calibration,
                 1e-9 * e.step);
     EXPECT_GT(e.optimizer, 0);
   }
@@ -834,32 +844,32 @@ TEST(Project, AnExpertGroupOfOneNodesRanksStaysOnNvlinkWhateverTp) {
   EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 4 * 16 * across, 1e-12);
 }
 
-// Every published run of the validation set (experiments/project/validation/, the learned-routing
-// pairs aside): its layout ran, so it is projected to fit at usable_memory 1.0; and a published
-// peak is within 10% of the projected one. Every field of its JSON lines is declared
-// (projection_schema: the writer refuses one it does not declare).
-TEST(Project, PublishedLayoutsFitAndTheirPeaksAreWithinTenPercent) {
-  int runs = 0, peaks = 0;
+// Every case of the validation set (experiments/project/validation/) projects each strategy it
+// publishes figures or an out-of-memory run of, and every field of its JSON lines is declared
+// (projection_schema: the writer refuses one it does not declare). Whether they fit and how near
+// their peaks come is the validation's report (paper_figures/project_validation.md), not a test: a
+// check set is not a tuning set.
+TEST(Project, EveryValidationCaseProjectsItsPublishedStrategies) {
+  int runs = 0, negatives = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kExperiments + "/project/validation")) {
     const std::string file = entry.path().string(), stem = entry.path().stem().string();
-    if (entry.path().extension() != ".yaml" || stem.rfind("pair_", 0) == 0) continue;
+    if (entry.path().extension() != ".yaml") continue;
     const ProjectConfig c = load_project(file, default_presets_dir(file));
     const ProjectResult r = run_project(c);
     const Published published = load_published(c);
     EXPECT_NO_THROW(project_json(c, r, published, {{"git_commit", "0"}, {"date", "now"}})) << stem;
     EXPECT_THROW(project_json(c, r, published, {{"speed", "fast"}}), std::logic_error) << stem;
     for (const auto& [label, values] : published.values) {
-      const auto e =
-          std::find_if(r.ranked.begin(), r.ranked.end(), [&](const Estimate& x) { return x.strategy == label; });
-      ASSERT_NE(e, r.ranked.end()) << stem << " " << label << " does not fit";
+      auto is = [&](const Estimate& x) { return x.strategy == label; };
+      EXPECT_TRUE(std::any_of(r.ranked.begin(), r.ranked.end(), is) ||
+                  std::any_of(r.rejected.begin(), r.rejected.end(), is))
+          << stem << " " << label;
       ++runs;
-      if (!values.count("peak_gb")) continue;
-      EXPECT_NEAR(e->peak_gb, values.at("peak_gb"), 0.1 * values.at("peak_gb")) << stem << " " << label;
-      ++peaks;
+      negatives += published.out_of_memory.count(label) > 0;
     }
   }
   EXPECT_GE(runs, 12);
-  EXPECT_GE(peaks, 5);
+  EXPECT_GE(negatives, 3);
 }
 
 // A wrong key, an unknown preset and a strategy it does not model are refused at their lines.
@@ -1009,7 +1019,116 @@ TEST(Project, PublishedFiguresAreReadApartAndRefusedAtTheirLines) {
   EXPECT_EQ(p.values.at("full_recompute").at("tokens_per_s_gpu"), 865);
   EXPECT_EQ(published_of(p, "full_recompute")["source"], "a table");
   EXPECT_TRUE(published_of(p, "memfine").is_null());
+  // A run that ran out of memory is a negative case, with no figure beside it.
+  {
+    std::ofstream(file) << "model: deepseek_v3\nhardware: h100_80gb\ngpus: 1024\nglobal_batch: 8192\n"
+                           "strategies: [full_recompute]\npublished:\n  source: an issue\n"
+                           "  full_recompute: {out_of_memory: true}\n";
+  }
+  const Published oom = load_published(load_project(file, kExperiments + "/project"));
+  EXPECT_EQ(published_of(oom, "full_recompute")["out_of_memory"], true);
+  {
+    std::ofstream(file) << "model: deepseek_v3\nhardware: h100_80gb\ngpus: 1024\nglobal_batch: 8192\n"
+                           "strategies: [full_recompute]\npublished:\n  source: an issue\n"
+                           "  full_recompute: {out_of_memory: true, peak_gb: 70}\n";
+  }
+  try {
+    load_published(load_project(file, kExperiments + "/project"));
+    ADD_FAILURE() << "a figure beside out_of_memory was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("published_project.yaml:8: published.full_recompute: a run that ran out"),
+              std::string::npos)
+        << e.what();
+  }
   std::remove(file.c_str());
+}
+
+
+// `extends:` follows a chain; a loop, an unknown name and itself are refused at their lines.
+TEST(Presets, APresetExtendsAnotherAndALoopIsRefused) {
+  const std::string file = ::testing::TempDir() + "/extends_hardware.yaml";
+  {
+    std::ofstream(file) << "a:\n  memory_gb: 80\n  gpus_per_node: 4\n"
+                           "b:\n  extends: a\n  memory_gb: 141\n"
+                           "c:\n  extends: b\n  gpus_per_node: 2\n"
+                           "d:\n  extends: e\n"
+                           "e:\n  extends: d\n"
+                           "f:\n  extends: nowhere\n";
+  }
+  std::vector<std::string> problems;
+  const auto h = read_hardware_presets(file, problems);
+  EXPECT_EQ(h.at("c").memory_gb, 141);
+  EXPECT_EQ(h.at("c").gpus_per_node, 2);
+  EXPECT_EQ(h.at("b").gpus_per_node, 4);
+  std::string all;
+  for (const auto& x : problems) all += x + "\n";
+  EXPECT_NE(all.find("extends_hardware.yaml:11: d.extends: a loop"), std::string::npos) << all;
+  EXPECT_NE(all.find("extends_hardware.yaml:15: f.extends: 'nowhere' is not another preset"), std::string::npos) << all;
+  EXPECT_NE(all.find("extends_hardware.yaml:15: f.memory_gb: missing"), std::string::npos) << all;  // at its own line
+  EXPECT_EQ(all.find(":1: "), std::string::npos) << all;  // none at a merged map's no-line
+  std::remove(file.c_str());
+}
+
+// errors.yaml beside the presets puts a range on every answer and calibrates the speed: the range
+// holds the point, a need whose range crosses the limit is borderline, the calibration is a part of
+// the step; without the file, no range.
+TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
+  const std::string dir = ::testing::TempDir() + "/errors_presets";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"models.yaml", "hardware.yaml"})
+    std::filesystem::copy_file(kExperiments + "/project/" + f, dir + "/" + f,
+                               std::filesystem::copy_options::overwrite_existing);
+  const std::string file = kExperiments + "/project_qwen3_30b_a3b.yaml";
+  const ProjectConfig bare = load_project(file, dir);
+  EXPECT_TRUE(bare.errors.file.empty());
+  const ProjectResult plain = run_project(bare);
+  ASSERT_FALSE(plain.ranked.empty());
+  EXPECT_TRUE(plain.ranked.front().tokens_per_s_gpu_range.empty());
+  EXPECT_EQ(project_json(bare, plain).find("tokens_per_s_gpu_range"), std::string::npos);
+
+  std::ofstream(dir + "/errors.yaml") << "speed:\n  level: 0.8\n  runs: 30\n  low: 0.5\n  high: 1.25\n"
+                                         "  held_out_coverage: 0.8\n  held_out_half_width: 0.3\n"
+                                         "speed_calibration: 0.8\nmemory:\n  level: 0.8\n  runs: 4\n  half: 0.2\n";
+  const ProjectConfig c = load_project(file, dir);
+  EXPECT_EQ(c.errors.speed_calibration, 0.8);
+  const ProjectResult r = run_project(c);
+  ASSERT_FALSE(r.ranked.empty());
+  const Estimate& e = r.ranked.front();
+  ASSERT_EQ(e.tokens_per_s_gpu_range.size(), 2u);
+  EXPECT_NEAR(e.tokens_per_s_gpu_range[0], 0.5 * e.tokens_per_s_gpu, 1e-9 * e.tokens_per_s_gpu);
+  EXPECT_NEAR(e.tokens_per_s_gpu_range[1], 1.25 * e.tokens_per_s_gpu, 1e-9 * e.tokens_per_s_gpu);
+  ASSERT_EQ(e.need_gb_range.size(), 2u);
+  EXPECT_NEAR(e.need_gb_range[1], 1.2 * e.need_gb, 1e-9 * e.need_gb);
+  // The calibration is the step's part: the speed is 0.8 of the uncalibrated one at the same layout.
+  for (const auto& p : plain.ranked)
+    if (p.layout.text() == e.layout.text() && p.strategy == e.strategy) {
+      EXPECT_NEAR(e.tokens_per_s_gpu, 0.8 * p.tokens_per_s_gpu, 1e-9 * p.tokens_per_s_gpu);
+      EXPECT_NEAR(e.calibration, p.step * (1 / 0.8 - 1), 1e-9 * p.step);
+    }
+  // A need within 20% under the limit has its range across it: borderline.
+  for (const auto& x : r.ranked)
+    if (x.need_gb * 1.2 > 80 && x.need_gb < 80 * 0.999) EXPECT_EQ(x.fit, "borderline") << x.layout.text();
+  const std::string json = project_json(c, r);
+  EXPECT_NE(json.find("\"tokens_per_s_gpu_range\":["), std::string::npos);
+  EXPECT_NE(json.find("\"need_gb_range\":["), std::string::npos);
+  // Without --wide the table keeps within 120 columns and shows the range.
+  const std::string table = project_table(c, r);
+  std::istringstream lines(table);
+  bool in_table = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("#  layout", 0) == 0) in_table = true;
+    if (line.empty()) in_table = false;
+    if (in_table) EXPECT_LE(columns(line), kNarrowColumns) << line;
+  }
+  EXPECT_NE(table.find("range"), std::string::npos);
+  std::ofstream(dir + "/errors.yaml") << "speed: {low: 2}\nspeed_calibration: 0.8\nmemory: {half: 0.1}\n";
+  try {
+    load_project(file, dir);
+    ADD_FAILURE() << "a low above 1 was accepted";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_NE(std::string(x.what()).find("errors.yaml:1: speed.low"), std::string::npos) << x.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -586,8 +586,9 @@ class Validation(unittest.TestCase):
             shutil.rmtree(d)
         self.assertAlmostEqual(rows[0]["first_error"], 40.0)
         self.assertEqual(validation.table_rows(rows)[0][6], "+40.0%")
-        self.assertIn("first projection (before any change made after it entered the set): median absolute error "
-                      "40.0% over 1 runs; 1 over 25%", "\n".join(validation.verdict_lines(validation.summary(rows))))
+        said = validation.verdict_lines(validation.summary(rows))
+        self.assertIn("first projection (what the projection said before any change made after the run entered the "
+                      "set): median absolute error 40.0% over 1 runs; 1 over 25%", said[0])  # the headline first
 
     def test_evidence_is_quoted_beside_a_miss_only(self):
         rows = {r["case"]: r for r in self.runs(self.row("miss", 1500.0, "a trace says so"),
@@ -626,10 +627,37 @@ class Validation(unittest.TestCase):
     def test_every_layout_counts_for_fit_the_pairs_too(self):
         pair = self.row("pair_x_learned", 1000.0, None)
         pair["fits"], pair["need_gb"] = False, 82.5
+        pair["fit"] = "no"
         s = validation.summary(self.runs(self.row("hit", 1050.0, None), pair))
         self.assertEqual(s["fit"], (1, 2))
-        self.assertIn("1 of 2 published layouts projected to fit", validation.verdict_lines(s)[0])
-        self.assertIn("projected not to fit: pair_x_learned (82.5 GB)", validation.verdict_lines(s)[0])
+        said = " ".join(validation.verdict_lines(s))
+        self.assertIn("1 of 2 published layouts that ran projected to fit", said)
+        self.assertIn("projected not to fit: pair_x_learned (82.5 GB)", said)
+
+    def test_a_run_out_of_memory_is_a_negative_case_in_the_matrix(self):
+        oom = self.row("oom", 1000.0, None)
+        oom["published"] = {"source": "an issue", "values": {}, "out_of_memory": True}
+        oom["fits"], oom["fit"], oom["need_gb"] = False, "no", 95.0
+        missed = self.row("missed", 1000.0, None)
+        missed["published"] = {"source": "an issue", "values": {}, "out_of_memory": True}
+        s = validation.summary(self.runs(self.row("hit", 1050.0, None), oom, missed))
+        self.assertEqual(s["fit"], (1, 1))  # only what ran is checked for fitting
+        self.assertEqual(s["matrix"][("out of memory", "no")], 1)
+        self.assertEqual(s["matrix"][("out of memory", "yes")], 1)
+        self.assertEqual(s["matrix"][("ran", "yes")], 1)
+        self.assertIn("| out of memory | 1 | 0 | 1 |", validation.fit_matrix(s))
+        self.assertIn("of 2 that ran out of memory (oom, missed), 1 projected not to fit", " ".join(validation.verdict_lines(s)))
+
+    def test_the_range_holds_the_published_figure_or_not(self):
+        inside = self.row("inside", 1100.0, None)  # published 1000: 0.909 of the projection
+        inside["tokens_per_s_gpu_range"] = [880.0, 1320.0]
+        outside = self.row("outside", 1500.0, None)  # 0.667 of it
+        outside["tokens_per_s_gpu_range"] = [1200.0, 1800.0]
+        rows = {r["case"]: r for r in self.runs(inside, outside)}
+        self.assertTrue(rows["inside"]["range"][0])
+        self.assertFalse(rows["outside"]["range"][0])
+        self.assertAlmostEqual(rows["inside"]["range"][1], 0.2)
+        self.assertEqual(validation.summary(list(rows.values()))["range"][:2], (1, 2))
 
     def test_a_calibration_source_is_shown_but_not_counted(self):
         calibrated = self.row("calibrated", 3000.0, None)

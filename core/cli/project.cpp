@@ -23,7 +23,7 @@ int project_file(const Args& a) {
   pc.gpus = a.integer("--gpus", pc.gpus);  // the parser held both to the file's own ranges
   pc.global_batch = a.integer("--global-batch", pc.global_batch);
   const ProjectResult r = run_project(pc);
-  std::cout << (a.has("--json") ? project_json(pc, r, published, made_stamp()) : project_table(pc, r));
+  std::cout << (a.has("--json") ? project_json(pc, r, published, made_stamp()) : project_table(pc, r, a.has("--wide")));
   return 0;
 }
 
@@ -44,6 +44,7 @@ Nothing is run; each part's model prints its assumptions. experiments/README.md 
 exit status: 0, or 2 for a file with problems (FILE:LINE: key.path: problem).
 )",
           {{"--json", "", "one JSON line per layout and strategy (fitting ones ranked first) instead"},
+           {"--wide", "", "every column (memory and the step in parts, TFLOP/s, ETTR), labels in full"},
            {"--gpus", "N", "the cluster's GPU count instead of the file's (a sweep over cluster sizes)", 1, true, 1,
             int64_t(1) << 24},
            {"--global-batch", "N", "sequences per step instead of the file's", 1, true, 1, int64_t(1) << 30},

@@ -132,6 +132,7 @@ ProjectSetting project_setting(const ProjectConfig& c) {
   s.consecutive_experts = c.expert_choice == ExpertChoice::Consecutive;
   s.pipeline_layout = c.pipeline_layout;
   s.framework = framework_setting(c);
+  s.errors = c.errors;
   s.element_bytes = c.dtype == "float32" ? 4 : 2;
   return s;
 }

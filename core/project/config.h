@@ -150,6 +150,20 @@ struct FrameworkConfig {
   std::vector<std::string> recompute_modules;
 };
 
+// How sure the projection is, from its validation (errors.yaml beside the presets, written by
+// scripts/projection_errors.py): each answer's range and the one calibrated constant. Not read
+// (no errors.yaml): no range, no calibration.
+struct ProjectionErrors {
+  std::string file;                      // "" when none was read
+  double level = 0.8;                    // the share of published runs a range is to hold
+  double speed_low = 1, speed_high = 1;  // tokens/s a GPU: the calibrated projection x [low, high]
+  double speed_calibration = 1;          // published over projected speed: multiplies every speed
+  double memory_half = 0;                // the need: x [1 - half, 1 + half]
+};
+
+// errors.yaml of `presets_dir`, appending problems as "FILE:LINE: key: what"; none there: not read.
+ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vector<std::string>& problems);
+
 struct ProjectConfig {
   std::string name, file;
   std::string presets_dir;  // where `model` and `hardware` presets are looked up
@@ -175,6 +189,7 @@ struct ProjectConfig {
   // Megatron's --pipeline-model-parallel-layout ("Et*3|(tt|)*29m|L"); "": layers split evenly in order.
   std::string pipeline_layout;
   FrameworkConfig framework;
+  ProjectionErrors errors;  // of the presets' folder
   SearchSpace search;
   // Every registered strategy at its defaults when the file names none (core/project/check.h).
   std::vector<StrategySpec> strategies;
@@ -202,9 +217,10 @@ bool is_project_file(const std::string& file);
 // Every preset of a file; problems as "FILE:LINE: name.key: what is wrong".
 std::map<std::string, ModelPreset> read_model_presets(const std::string& path, std::vector<std::string>& problems);
 std::map<std::string, Hardware> read_hardware_presets(const std::string& path, std::vector<std::string>& problems);
-// One written out (a preset, or a project file's `model:` or `hardware:` map), at key `path`.
-ModelConfig read_model_preset(const YAML::Node& n, const std::string& path, Problems& p);
-Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p);
+// One written out (a preset, or a project file's `model:` or `hardware:` map), at key `path`; a
+// preset file's may say `extends:` (the preset it starts from, merged before).
+ModelConfig read_model_preset(const YAML::Node& n, const std::string& path, Problems& p, bool in_presets = false);
+Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p, bool in_presets = false);
 
 // The key tables, for the key reference (`memfine keys project`, `memfine keys hardware`).
 const Section<ProjectConfig>& project_keys();

@@ -56,7 +56,10 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.reserved_gb = peak.reserved / 1e9, e.need_gb = peak.need / 1e9;
   e.activation_gb = (peak.bytes - peak.static_bytes) / 1e9;
   e.fits = peak.need <= usable;
-  const double margin = set.framework.margin * peak.bytes;
+  // Borderline: within the framework's margin of the limit, or the need's range across it.
+  const ProjectionErrors& err = set.errors;
+  if (!err.file.empty()) e.need_gb_range = {e.need_gb * (1 - err.memory_half), e.need_gb * (1 + err.memory_half)};
+  const double margin = std::max(set.framework.margin * peak.bytes, err.memory_half * peak.need);
   e.fit = peak.need > usable + margin ? "no" : peak.need < usable - margin ? "yes" : "borderline";
   if (!e.fits) {
     std::ostringstream o;
@@ -82,6 +85,9 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.compute = t.compute, e.chunk_overhead = t.chunk_overhead, e.recompute = t.recompute, e.comm = t.comm;
   e.all_to_all = t.all_to_all, e.offload_wait = t.offload_wait, e.bubble = t.bubble, e.step = t.step();
   e.optimizer = t.optimizer, e.launch = t.launch;
+  // The one calibrated constant: the parts leave out what the validation's runs took beside them.
+  e.calibration = e.step * (1 / err.speed_calibration - 1);
+  e.step += e.calibration;
   e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
   e.expert_tflops = grouped_rate(hw, e.expert_rows) / 1e12;
   if (!hw.gemm_table.empty()) {
@@ -96,6 +102,16 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   }
   e.tokens_per_s_gpu = double(l.global_batch) * double(m.seq) / e.step / double(l.gpus());
   e.model_tflops_gpu = e.tokens_per_s_gpu * token_flops(m).training() / 1e12;
+  if (!err.file.empty()) {
+    e.tokens_per_s_gpu_range = {e.tokens_per_s_gpu * err.speed_low, e.tokens_per_s_gpu * err.speed_high};
+    e.assumptions.push_back(
+        "how sure (" + err.file + ", scripts/projection_errors.py): speed x " + four_digits(err.speed_calibration) +
+        ", the median of published over projected speed on the validation's runs (a calibrated constant: "
+        "`calibration` of the step's parts); ranges at " + four_digits(100 * err.level) +
+        "%, split conformal over the runs' first projections: tokens/s x [" + four_digits(err.speed_low) + ", " +
+        four_digits(err.speed_high) + "], the need x [" + four_digits(1 - err.memory_half) + ", " +
+        four_digits(1 + err.memory_half) + "]");
+  }
   add_goodput(e, m, hw, set);
   return e;
 }

@@ -21,15 +21,21 @@ struct Estimate {
   double held_overload = 1;  // the rows kept, over the balanced share (core/project/project.h Overload::held)
   StrategyShape shape;         // the shape it runs a layer with here
   bool fits = false;          // what it needs (reserved, and the process's own) is within the usable memory
-  std::string fit;            // "yes", "no", or "borderline": within the framework's margin of the limit
+  // "yes", "no", or "borderline": within the framework's margin of the limit, or its range across it
+  std::string fit;
   std::string why;            // why it does not fit (or "")
   std::string hottest_stage;  // "first", "last" or "only": the pipeline rank whose memory is given
   double static_gb = 0, activation_gb = 0, peak_gb = 0, host_gb = 0;  // the hottest GPU, allocated
   double reserved_gb = 0, need_gb = 0;  // the allocator's reserve; with what the process holds beside
+  // The range the validation's errors give (core/project/config.h ProjectionErrors); empty without.
+  std::vector<double> need_gb_range, tokens_per_s_gpu_range;
   int64_t chunks = 0;  // the MoE's chunk count where it runs in chunks (MACT: its choice); 0: not chunked
   // Seconds per step, by part.
   double compute = 0, recompute = 0, comm = 0, bubble = 0, offload_wait = 0, optimizer = 0, step = 0;
   double launch = 0;          // the GPU waiting for the host's kernel launches
+  // What the validation says the parts leave out: the step over the calibrated constant, less the
+  // parts (ProjectionErrors::speed_calibration).
+  double calibration = 0;
   double chunk_overhead = 0;  // MemFine's chunks: their expert GEMMs at fewer rows per expert
   double all_to_all = 0;      // of comm: the expert-parallel dispatch and combine
   // The step time's grouped expert GEMMs: the rows a local expert's GEMMs run at and their rate there

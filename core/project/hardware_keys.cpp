@@ -217,7 +217,7 @@ const Section<Hardware>& hardware_keys() {
   return s;
 }
 
-Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p) {
+Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p, bool in_presets) {
   Hardware h;
   h.name = path;
   if (!n.IsMap()) {
@@ -225,6 +225,7 @@ Hardware read_hardware(const YAML::Node& n, const std::string& path, Problems& p
     return h;
   }
   MapReader r(n, path, p);
+  if (in_presets) r.child("extends");  // merged by core/project/presets.cpp
   read_section(hardware_keys(), r, h);
   r.check_unknown();
   if (!n["memory_gb"].IsDefined()) p.add(n, r.key("memory_gb"), "missing");

@@ -34,6 +34,7 @@ struct ProjectSetting {
   bool consecutive_experts = false;     // a token's top-k are consecutive experts (expert_choice)
   std::string pipeline_layout;          // Megatron's layout string; "": even (core/project/pipeline.h)
   FrameworkSetting framework;
+  ProjectionErrors errors;   // the answers' ranges and the speed's calibration
   double element_bytes = 2;  // an activation's element: bf16 (the default) or float32's 4
 };
 

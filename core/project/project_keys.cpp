@@ -355,7 +355,45 @@ ProjectConfig parse_project(const std::string& file, const std::string& presets_
               " estimates; at most " + std::to_string(kMostProjectEstimates) + " (narrow an axis)");
   if (c.name.empty()) c.name = c.model_name;
   if (r.child("model").IsMap()) c.model_name = c.name + "'s model";
+  c.errors = read_projection_errors(presets_dir, problems);
   return c;
+}
+
+ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vector<std::string>& problems) {
+  ProjectionErrors e;
+  const std::string file = presets_dir + "/errors.yaml";
+  if (!std::ifstream(file).good()) return e;
+  if (const std::string why = yaml_file_problem(file); !why.empty()) {
+    problems.push_back(why);
+    return e;
+  }
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::Exception& x) {
+    problems.push_back(file + ":" + std::to_string(x.mark.line + 1) + ": " + x.msg);
+    return e;
+  }
+  Problems p{file, problems};
+  if (!root.IsMap()) {
+    problems.push_back(file + ": expected the map scripts/projection_errors.py writes");
+    return e;
+  }
+  MapReader r(root, "", p);
+  r.read_number("speed_calibration", e.speed_calibration, 0.1, 10);
+  MapReader speed(r.child("speed"), "speed", p), memory(r.child("memory"), "memory", p);
+  speed.read_number("level", e.level, 0.01, 0.99);
+  speed.read_number("low", e.speed_low, 0.01, 1);
+  speed.read_number("high", e.speed_high, 1, 100);
+  double ignored = 0;
+  for (const char* k : {"runs", "held_out_coverage", "held_out_half_width"}) speed.read_number(k, ignored, 0, 1e9);
+  memory.read_number("half", e.memory_half, 0, 1);
+  for (const char* k : {"level", "runs"}) memory.read_number(k, ignored, 0, 1e9);
+  for (auto* m : {&r, &speed, &memory}) m->check_unknown();
+  for (const char* k : {"speed", "memory", "speed_calibration"})
+    if (!root[k].IsDefined()) p.add(root, k, "missing");
+  e.file = file;
+  return e;
 }
 
 ProjectConfig read_project(const std::string& file, const std::string& presets_dir) {

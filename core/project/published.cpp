@@ -30,9 +30,12 @@ bool is_text(const std::string& k) {
 }
 
 // One strategy's measured quantities.
-void read_values(const YAML::Node& n, const std::string& key, std::map<std::string, double>& q, Problems& p) {
-  if (!n.IsMap()) return p.add(n, key, "expected a map of measured quantities (tokens_per_s_gpu, peak_gb, ...)");
+void read_values(const YAML::Node& n, const std::string& key, std::map<std::string, double>& q, bool& oom,
+                 Problems& p) {
+  if (!n.IsMap())
+    return p.add(n, key, "expected a map of measured quantities (tokens_per_s_gpu, peak_gb, ..., out_of_memory)");
   MapReader qr(n, key, p);
+  qr.read("out_of_memory", oom, "true or false");
   for (const char* k : {"tokens_per_s_gpu", "model_tflops_gpu", "step_s", "peak_gb", "reserved_gb"}) {
     double v = -1;
     if (n[k].IsDefined()) qr.read_number(k, v, 1e-9, 1e12);
@@ -80,8 +83,14 @@ Published load_published(const ProjectConfig& c) {
       if (strategy.empty() || is_text(strategy)) continue;
       pr.child(strategy);
       std::map<std::string, double> q;
-      read_values(kv.second, "published." + strategy, q, p);
-      if (const std::string label = file_label(strategy, labels, kv.first, p); !label.empty()) out.values[label] = q;
+      bool oom = false;
+      read_values(kv.second, "published." + strategy, q, oom, p);
+      if (oom && !q.empty())
+        p.add(kv.second, "published." + strategy, "a run that ran out of memory has no measured figures");
+      if (const std::string label = file_label(strategy, labels, kv.first, p); !label.empty()) {
+        out.values[label] = q;
+        if (oom) out.out_of_memory.insert(label);
+      }
     }
     pr.check_unknown();
   }
@@ -97,6 +106,7 @@ json published_of(const Published& p, const std::string& label) {
   auto it = p.values.find(label);
   if (it == p.values.end()) return nullptr;
   json j = {{"source", p.source}, {"values", it->second}};
+  if (p.out_of_memory.count(label)) j["out_of_memory"] = true;
   for (const auto& [key, field] : texts())
     if (!(p.*field).empty()) j[key] = p.*field;
   return j;

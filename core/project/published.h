@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/project/config.h"
@@ -25,6 +26,9 @@ struct Published {
   // By strategy label (the file's strategies' own), by quantity: tokens_per_s_gpu,
   // model_tflops_gpu, step_s, peak_gb (allocated), reserved_gb.
   std::map<std::string, std::map<std::string, double>> values;
+  // The labels whose run the source saw run out of memory (`out_of_memory: true`): fit's negative
+  // cases, with no figure beside.
+  std::set<std::string> out_of_memory;
 };
 
 // The `published:` of the project file `c` was loaded from, its strategies resolved to the labels

@@ -37,37 +37,64 @@ std::string heading(const ProjectConfig& c, const ProjectResult& r) {
   return o.str();
 }
 
-Grid ranked_grid() {
+// Without `wide`, within 120 columns: memory and speed with their ranges, the parts left to --wide.
+Grid ranked_grid(bool wide) {
   Grid g;
-  g.header = {"#",     "layout", "strategy", "fit",     "need",     "alloc",     "static",   "act",
-              "host",  "chunk",  "step",     "compute", "overhead", "comm",      "bubble",   "tok/s/GPU",
-              "balanced", "TFLOP/s", "ETTR", "goodput"};
-  g.units = {"", "", "", "", "GB", "GB", "GB", "GB", "GB", "", "s", "s", "s", "s", "s", "", "", "", "", "tok/s/GPU"};
+  if (wide) {
+    g.header = {"#",       "layout",   "strategy", "fit",  "need",      "alloc", "static",   "act",
+                "host",    "chunk",    "step",     "compute", "overhead", "comm", "bubble",   "tok/s/GPU",
+                "range",   "balanced", "TFLOP/s",  "ETTR", "goodput"};
+    g.units = {"", "", "", "", "GB", "GB", "GB", "GB", "GB", "", "s", "s", "s", "s", "s", "", "", "", "", "", "tok/s/GPU"};
+  } else {
+    g.header = {"#", "layout", "strategy", "fit", "need", "step", "tok/s/GPU", "range", "balanced", "goodput"};
+    g.units = {"", "", "", "", "GB", "s", "", "", "", "tok/s/GPU"};
+  }
   g.left = 3;
   return g;
 }
 
-std::vector<std::string> row_of(const Estimate& e, int64_t n) {
-  return {std::to_string(n),
-          e.layout.text(),
-          e.strategy + (e.drops ? "*" : ""),
+std::string range_text(const std::vector<double>& r) {
+  return r.size() == 2 ? fmt_double("%.0f", r[0]) + "-" + fmt_double("%.0f", r[1]) : "-";
+}
+
+// The need with its range's half-width ("71.4±4.2").
+std::string need_text(const Estimate& e) {
+  return fmt_double("%.1f", e.need_gb) +
+         (e.need_gb_range.size() == 2 ? "\u00b1" + fmt_double("%.1f", (e.need_gb_range[1] - e.need_gb_range[0]) / 2) : "");
+}
+
+// What a row says of its layout, bar the strategy's name and chunk count: two strategies with the
+// same figures at the same layout are one row.
+std::vector<std::string> figures_of(const Estimate& e) {
+  return {e.layout.text(),
           e.fit,
-          fmt_double("%.1f", e.need_gb),
+          need_text(e),
           fmt_double("%.1f", e.peak_gb),
           fmt_double("%.1f", e.static_gb),
           fmt_double("%.1f", e.activation_gb),
           fmt_double("%.1f", e.host_gb),
-          e.chunks > 0 ? std::to_string(e.chunks) : "-",
           fmt_double("%.2f", e.step),
-          fmt_double("%.2f", e.compute + e.optimizer + e.launch),
+          fmt_double("%.2f", e.compute + e.optimizer + e.launch + e.calibration),
           fmt_double("%.2f", e.recompute + e.chunk_overhead + e.offload_wait),
           fmt_double("%.2f", e.comm),
           fmt_double("%.2f", e.bubble),
           fmt_double("%.0f", e.tokens_per_s_gpu),
+          range_text(e.tokens_per_s_gpu_range),
           fmt_double("%.0f", e.balanced_tokens_per_s_gpu),
           fmt_double("%.0f", e.model_tflops_gpu),
           fmt_double("%.3f", e.goodput.ettr),
-          fmt_double("%.0f", e.goodput.tokens_per_s)};
+          fmt_double("%.0f", e.goodput.tokens_per_s),
+          e.drops ? "drops" : e.lossy ? "lossy" : ""};
+}
+
+std::vector<std::string> row_of(const Estimate& e, int64_t n, bool wide) {
+  const std::vector<std::string> f = figures_of(e);
+  const std::string label = e.strategy + (e.drops ? "*" : "");
+  if (wide)
+    return {std::to_string(n), f[0], label, f[1], f[2], f[3], f[4], f[5], f[6],
+            e.chunks > 0 ? std::to_string(e.chunks) : "-",
+            f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15], f[16], f[17]};
+  return {std::to_string(n), f[0], label, f[1], f[2], f[7], f[12], f[13], f[14], f[17]};
 }
 
 // Nothing dropless fits: the nearest misses, so the reader sees how far off the cluster is.
@@ -90,12 +117,16 @@ std::string nearest(const ProjectConfig& c, const ProjectResult& r) {
 
 }  // namespace
 
-std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
-  std::string out = heading(c, r) + "\n";
-  Grid dropless = ranked_grid(), lossy = ranked_grid(), capped = ranked_grid();
-  lossy.title =
+std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool wide) {
+  std::string out;
+  std::istringstream head(heading(c, r));
+  for (std::string line; std::getline(head, line);) out += fold(line, kNarrowColumns) + "\n";
+  out += "\n";
+  Grid dropless = ranked_grid(wide), lossy = ranked_grid(wide), capped = ranked_grid(wide);
+  lossy.title = fold(
       "lossy storage (activations kept in narrower codes: its gradients differ from the plain computation's by "
-      "design, their error measured by `memfine run` as grad_err; not ranked with the above):";
+      "design, their error measured by `memfine run` as grad_err; not ranked with the above):",
+      kNarrowColumns);
   capped.title = "capacity capping (drops assignments: another model, not ranked with the above):";
   // A row with an earlier row's figures at the same layout in the same table (MACT planning no
   // chunks is full_recompute) is shown once, and named under the tables.
@@ -104,17 +135,15 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   for (const auto& e : r.ranked) {
     Grid& g = e.drops ? capped : e.lossy ? lossy : dropless;
     if (int64_t(g.rows.size()) >= (&g == &dropless ? c.top : 3)) continue;
-    std::vector<std::string> row = row_of(e, int64_t(g.rows.size()) + 1);
-    std::vector<std::string> figures(row.begin() + 1, row.end());
-    figures[1] = figures[8] = "";  // the strategy and its chunk count aside, its table kept
-    figures.push_back(e.drops ? "drops" : e.lossy ? "lossy" : "");
-    if (auto [it, fresh] = shown.emplace(figures, e.strategy); !fresh) {
+    if (auto [it, fresh] = shown.emplace(figures_of(e), e.strategy); !fresh) {
       ++alike[{e.strategy, it->second}];
       continue;
     }
-    g.rows.push_back(row);
+    g.rows.push_back(row_of(e, int64_t(g.rows.size()) + 1, wide));
   }
-  out += text(dropless);
+  if (!wide)
+    for (Grid* g : {&dropless, &lossy, &capped}) fit_width(*g, kNarrowColumns, {{2, 24}});
+  if (!dropless.rows.empty() || (lossy.rows.empty() && capped.rows.empty())) out += text(dropless);
   if (!lossy.rows.empty()) out += text(lossy);
   if (!capped.rows.empty()) out += text(capped);
   for (const auto& [who, rows] : alike)
@@ -127,17 +156,27 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r) {
   out += "\nrejected:";
   if (reasons.empty()) out += " none";
   for (const auto& [why, count] : reasons) out += "\n  " + std::to_string(count) + " x " + why;
-  out +=
-      "\n\nneed = alloc (what the tensors take) with the allocator's reserve and what the process holds beside "
-      "(CUDA context, NCCL), against the usable memory; fit: borderline within the framework's margin of it\n"
-      "compute = the kernels, the optimizer step and the GPU's wait for the host's launches; "
-      "overhead = recomputation (with its all-to-alls), MemFine's chunks, offloading's copy wait and encoding's "
-      "passes over memory (8-bit storage); comm = "
-      "exposed communication; balanced = tok/s/GPU with balanced routing; goodput = ETTR x tok/s/GPU\n"
-      "* drops assignments (capacity capping): another model, not comparable with the dropless rows\n";
+  out += "\n\n";
+  const std::vector<std::string> notes = {
+      "need = the tensors (alloc) with the allocator's reserve and what the process holds beside (CUDA context, "
+      "NCCL), against the usable memory, \u00b1 its range; fit: borderline within the framework's margin of it or "
+      "its range across it",
+      "range = the tokens/s a GPU that " +
+          (c.errors.file.empty() ? std::string("the validation's errors give (no errors.yaml beside the presets: none)")
+                                 : four_digits(100 * c.errors.level) +
+                                       "% of the validation's runs fell within at their first projection (" +
+                                       c.errors.file + ")") +
+          "; balanced = tok/s/GPU with balanced routing; goodput = ETTR x tok/s/GPU",
+      wide ? "compute = the kernels, the optimizer step, the GPU's wait for the host's launches and the calibration; "
+             "overhead = recomputation (with its all-to-alls), MemFine's chunks, offloading's copy wait and encoding's "
+             "passes over memory (8-bit storage); comm = exposed communication"
+           : "--wide: memory and the step in parts (alloc, static, act, host, chunk, compute, overhead, comm, bubble), "
+             "TFLOP/s, ETTR; labels in full",
+      "* drops assignments (capacity capping): another model, not comparable with the dropless rows"};
+  for (const auto& n : notes) out += fold(n, kNarrowColumns) + "\n";
   if (!r.ranked.empty()) {
     out += "assumptions (each part's model):\n";
-    for (const auto& a : r.ranked.front().assumptions) out += "  - " + a + "\n";
+    for (const auto& a : r.ranked.front().assumptions) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
   return out;
 }
@@ -155,7 +194,8 @@ const std::vector<FieldSpec>& projection_schema() {
       {"name", "string", "", "the registered strategy", k},
       {"drops", "boolean", "", "the strategy drops assignments (capacity capping): another model", k},
       {"fits", "boolean", "", "the need is within the usable memory", k},
-      {"fit", "string", "", "`yes`, `no`, or `borderline` (within the framework's margin of the limit)", k},
+      {"fit", "string", "",
+       "`yes`, `no`, or `borderline` (within the framework's margin of the limit, or need_gb_range across it)", k},
       {"framework", "string", "", "the framework whose memory and time are priced (framework.name)", k},
       {"ep_overlap", "boolean", "", "the all-to-all overlapped with another micro-batch's compute", k},
       {"tp_comm_overlap", "boolean", "", "TP's collectives behind the GEMMs", k},
@@ -175,16 +215,24 @@ const std::vector<FieldSpec>& projection_schema() {
       {"host_gb", "number", "GB", "offloaded to the host", k},
       {"reserved_gb", "number", "GB", "with the allocator's reserve", k},
       {"need_gb", "number", "GB", "with what the process holds beside (CUDA context, NCCL): against the limit", k},
+      {"need_gb_range", "list", "GB",
+       "[low, high] of the need: the range the validation's peaks hold at errors.yaml's level (none without it)", k},
       {"chunks", "integer", "", "the MoE's chunk count where it runs in chunks (0: not chunked)", k},
       {"step_s", "number", "s", "one training step", k},
       {"step_parts_s", "object", "s",
-       "compute, recompute, comm, bubble, offload_wait, chunk_overhead, optimizer and launch", k},
+       "compute, recompute, comm, bubble, offload_wait, chunk_overhead, optimizer, launch and calibration (what "
+       "the validation's calibrated constant adds: errors.yaml speed_calibration)",
+       k},
       {"all_to_all_s", "number", "s", "the step's all-to-all, exposed or not", k},
       {"expert_gemm", "object", "",
        "the routed experts' GEMMs: rows per expert and TFLOP/s on the curve (table_tflops, accumulated_tflops: "
        "the GEMM table's at one expert's shape)",
        k},
       {"tokens_per_s_gpu", "number", "tokens/s", "tokens a GPU trains per second", k},
+      {"tokens_per_s_gpu_range", "list", "tokens/s",
+       "[low, high]: the range that held the validation's published runs at their first projection at "
+       "errors.yaml's level (none without it)",
+       k},
       {"balanced_tokens_per_s_gpu", "number", "tokens/s", "the same with balanced routing", k},
       {"model_tflops_gpu", "number", "TFLOP/s", "model FLOPs a GPU does per second (no recomputation counted)", k},
       {"goodput", "object", "",
@@ -251,16 +299,18 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
     if (!e.strategy.empty()) {
       j["peak_gb"] = e.peak_gb, j["static_gb"] = e.static_gb, j["activation_gb"] = e.activation_gb,
       j["host_gb"] = e.host_gb, j["reserved_gb"] = e.reserved_gb, j["need_gb"] = e.need_gb;
+      if (!e.need_gb_range.empty()) j["need_gb_range"] = e.need_gb_range;
       j["chunks"] = e.chunks, j["step_s"] = e.step;
       j["step_parts_s"] = {
           {"compute", e.compute}, {"recompute", e.recompute},       {"comm", e.comm},
           {"bubble", e.bubble},   {"offload_wait", e.offload_wait}, {"chunk_overhead", e.chunk_overhead},
-          {"optimizer", e.optimizer}, {"launch", e.launch}};
+          {"optimizer", e.optimizer}, {"launch", e.launch}, {"calibration", e.calibration}};
       j["all_to_all_s"] = e.all_to_all;
       j["expert_gemm"] = {{"rows", e.expert_rows}, {"tflops", e.expert_tflops}};
       if (e.expert_table_tflops > 0) j["expert_gemm"]["table_tflops"] = e.expert_table_tflops;
       if (e.expert_accumulated_tflops > 0) j["expert_gemm"]["accumulated_tflops"] = e.expert_accumulated_tflops;
       j["tokens_per_s_gpu"] = e.tokens_per_s_gpu, j["balanced_tokens_per_s_gpu"] = e.balanced_tokens_per_s_gpu;
+      if (!e.tokens_per_s_gpu_range.empty()) j["tokens_per_s_gpu_range"] = e.tokens_per_s_gpu_range;
       j["model_tflops_gpu"] = e.model_tflops_gpu;
       j["goodput"] = {{"ettr", e.goodput.ettr},
                       {"mttf_h", e.goodput.mttf},

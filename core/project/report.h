@@ -15,7 +15,7 @@ namespace memfine {
 // the records'; the plots read the same declaration). The writer refuses a field it does not declare.
 const std::vector<FieldSpec>& projection_schema();
 
-std::string project_table(const ProjectConfig& c, const ProjectResult& r);
+std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool wide = false);
 // `published`'s figures ride with their strategy's lines; `stamp`'s keys (the commit and date the
 // projection was made at) are added to each line.
 std::string project_json(const ProjectConfig& c, const ProjectResult& r, const Published& published = {},

@@ -164,29 +164,6 @@ std::string saturation_note(const std::vector<RecordView>& rs) {
   return "";
 }
 
-// The table's width without --wide.
-constexpr size_t kNarrow = 120;
-
-// Labels cut just enough that the rows fit `width` columns: the strategy's (column 1) down to 24
-// characters first, then the point's (column 0) down to 16.
-void fit_columns(Grid& g, size_t width) {
-  auto widest = [&](size_t c) {
-    size_t w = c < g.header.size() ? g.header[c].size() : 0;
-    for (const auto& row : g.rows) w = std::max(w, c < row.size() ? row[c].size() : 0);
-    return w;
-  };
-  size_t total = g.header.empty() ? 0 : g.header.size() - 1;
-  for (size_t c = 0; c < g.header.size(); ++c) total += widest(c);
-  for (const auto& [column, least] : {std::pair<size_t, size_t>{1, 24}, {0, 16}}) {
-    const size_t w = widest(column);
-    if (total <= width || w <= least) continue;
-    const size_t to = std::max(least, w - (total - width));
-    for (auto& row : g.rows)
-      if (column < row.size()) row[column] = cut(row[column], to);
-    total -= w - widest(column);
-  }
-}
-
 // Which of the optional columns a table shows: all with --wide; else those that say something.
 struct Columns {
   bool chunks = true, dropped = true, statics = true;
@@ -216,6 +193,26 @@ std::vector<std::string> run_row(const RecordView& r, const RecordView* base, bo
 }
 
 }  // namespace
+
+void fit_width(Grid& g, size_t width, const std::vector<std::pair<size_t, size_t>>& cuts) {
+  auto widest = [&](size_t c) {
+    size_t w = c < g.header.size() ? columns(g.header[c]) : 0;
+    if (c < g.units.size()) w = std::max(w, columns(g.units[c]));
+    for (const auto& row : g.rows) w = std::max(w, c < row.size() ? columns(row[c]) : 0);
+    return w;
+  };
+  size_t total = g.header.empty() ? 0 : g.header.size() - 1;
+  for (size_t c = 0; c < g.header.size(); ++c) total += widest(c);
+  for (const auto& [column, least] : cuts) {
+    const size_t w = widest(column);
+    if (total <= width || w <= least) continue;
+    const size_t to = std::max(least, w - (total - width));
+    for (auto& row : g.rows)
+      if (column < row.size()) row[column] = cut(row[column], to);
+    total -= w - widest(column);
+  }
+}
+
 
 Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
   const std::vector<RecordView> rs = views(records);
@@ -306,8 +303,8 @@ Grid run_grid(const std::vector<json>& records, size_t earlier, bool wide) {
                       (offload_any ? " (offloading's host peak and modelled copy ms among them)" : ""));
   if (verified_any) g.notes.push_back(verified_note(rs));
   if (!wide) {
-    fit_columns(g, kNarrow);
-    for (auto& n : g.notes) n = fold(n, kNarrow);
+    fit_width(g, kNarrowColumns, {{1, 24}, {0, 16}});
+    for (auto& n : g.notes) n = fold(n, kNarrowColumns);
   }
   return g;
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace memfine {
@@ -21,6 +22,14 @@ struct Grid {
   bool last_left = false;          // so is the last (a free-text column)
 };
 std::string text(const Grid& g);
+// Columns a cell takes on a terminal: its UTF-8 characters (a "±" is two bytes, one column).
+size_t columns(const std::string& s);
+
+// A table's width without --wide.
+constexpr size_t kNarrowColumns = 120;
+// Cells of the text columns `cuts` ({column, least width}, in that order) cut with "..." just
+// enough that the rows fit `width` columns, none below its least width.
+void fit_width(Grid& g, size_t width, const std::vector<std::pair<size_t, size_t>>& cuts);
 std::string markdown(const Grid& g);
 
 // `memfine run`'s: one row per point and strategy (and rank): status, s', chunks, dropped share,

@@ -79,7 +79,7 @@ def validation(src, out_dir):
              "'At its first projection': the run's throughput error as the projection first committed for it "
              "said it, before any change made after the run entered the set (results/model/project_first.jsonl, "
              "`scripts/python scripts/first_projections.py`, from the results' git history), against the same "
-             "published figure."] + V.verdict_lines(s)
+             "published figure."] + V.verdict_lines(s) + ["", "Fit:", ""] + V.fit_matrix(s)
     paths = S.write_table(out_dir, "project_validation", "memfine project against published training runs",
                           V.header(), V.table_rows(runs), notes, formats=("md", "csv"))
     made += _load(os.path.join(model_dir, "project_checkpoint.jsonl"))
@@ -207,6 +207,7 @@ def report_lines(model_dir, here_src=None):
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
     out += V.verdict_lines(s)
+    out += ["", *V.fit_matrix(s)]
     out += ["", *markdown(V.header(), V.table_rows(runs))]
     other = other_rows(model_dir)
     mem = [float(r[4].rstrip("%")) for r in other if "(GB)" in r[1]]

@@ -2,7 +2,10 @@
 by scripts/project_cases.py into results/model/project_validation.jsonl): for each published run
 three checks, each decided by the numbers:
   fit         a layout that ran must be projected to fit at usable_memory 1.0 (borderline: within the
-              framework's margin of the limit, on either side); every row counts, the pairs' too
+              framework's margin of the limit, on either side); every row counts, the pairs' too; a
+              layout the source saw run out of memory (published `out_of_memory: true`) is a negative
+              case: fit is reported as a confusion matrix (ran / out of memory against yes /
+              borderline / no)
   peak        a published peak (allocated, or reserved) within 10%
   throughput  tokens/s per GPU (or the step time; TFLOP/s under the source's FLOP convention where only
               that is given) within 10% at the median, none over 25%
@@ -13,12 +16,16 @@ or `published.known_issue` (a regression the framework's own release notes name 
 configuration) is shown with its time but not counted in the throughput check; the verdict also
 gives the check with the known-issue rows counted. Beside each run's throughput error, its error at
 its first projection (results/model/project_first.jsonl, scripts/first_projections.py): what the
-projection said before any change made after the run entered the set."""
+projection said before any change made after the run entered the set; and whether the range
+`memfine project` gives (tokens_per_s_gpu_range, from experiments/project/errors.yaml) holds the
+published figure."""
 import json
 import os
+import re
 import statistics
 
 from . import records as R
+from . import tables as T
 
 PEAK_GOAL, MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 10.0, 25.0, 15.0
 
@@ -128,7 +135,8 @@ def runs(model_dir):
             continue
         values = pub["values"]
         case = os.path.splitext(os.path.basename(r.get("case_file", r["project"])))[0]
-        row = {"case": case, "pair": case.startswith("pair_"), "framework": r.get("framework", "?"),
+        row = {"case": case, "pair": case.startswith("pair_"), "ran": not pub.get("out_of_memory"),
+               "framework": r.get("framework", "?"),
                "layout": _layout(r), "strategy": r["strategy"], "fit": r.get("fit", "yes" if r["fits"] else "no"),
                "fits": r["fits"], "need_gb": r.get("need_gb", r["peak_gb"]), "source": pub["source"],
                "commit": r.get("git_commit", "?"), "calibration": pub.get("calibration", ""),
@@ -143,6 +151,12 @@ def runs(model_dir):
             # A shorter step is a faster run: the error is in speed, as for the others.
             err = _speed_error(r, values)
             row["throughput"] = (quantity, ours, theirs, err)
+            span = r.get("tokens_per_s_gpu_range")
+            if span and r.get("tokens_per_s_gpu"):
+                # The range as a share of the projection, against the published speed as one.
+                low, high = span[0] / r["tokens_per_s_gpu"], span[1] / r["tokens_per_s_gpu"]
+                ratio = 1 / (1 + err / 100)
+                row["range"] = (low <= ratio <= high, (high - low) / 2)
             if (r.get("case_file"), r["strategy"]) in first:
                 row["first_error"] = _speed_error(first[(r.get("case_file"), r["strategy"])], values)
             if row["calibration"]:
@@ -180,6 +194,26 @@ def _throughput_check(errors):
             sum(abs(e) > WORST_GOAL for e in errors), len(errors))
 
 
+ERRORS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                      "experiments", "project", "errors.yaml")
+
+
+def held_out(path=ERRORS):
+    """errors.yaml's leave-one-out figures of the range on the first projections: (coverage, half-width,
+    runs), or None without the file."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        text = f.read()
+    speed = text[text.index("speed:"):text.index("speed_calibration:")]
+    got = {k: float(re.search(rf"^  {k}: ([0-9.]+)$", speed, re.M).group(1))
+           for k in ("held_out_coverage", "held_out_half_width", "runs", "level")}
+    return got["held_out_coverage"], got["held_out_half_width"], int(got["runs"]), got["level"]
+
+
+FIT_ROWS, FIT_COLUMNS = ("ran", "out of memory"), ("yes", "borderline", "no")
+
+
 def summary(rows):
     """The checks' verdicts over the published runs."""
     thr = [r["throughput"][3] for r in rows if "throughput" in r and not r["calibration"] and not r["known_issue"]]
@@ -189,12 +223,21 @@ def summary(rows):
     median, over_worst, _ = _throughput_check(thr)
     peaks = [r["peak"][3] for r in rows if "peak" in r]
     pr = pairs(rows)
+    ran = [r for r in rows if r["ran"]]
+    matrix = {(a, b): 0 for a in FIT_ROWS for b in FIT_COLUMNS}
+    for r in rows:
+        matrix[(FIT_ROWS[0] if r["ran"] else FIT_ROWS[1], r["fit"])] += 1
+    ranged = [r["range"] for r in rows if "range" in r and not r["calibration"] and not r["known_issue"]]
     return {
         "runs": len(rows),
-        # Every layout ran, the learned-routing pairs' as well: each is checked for fit.
-        "fit": (sum(r["fits"] for r in rows), len(rows)),
-        "misfits": [(r["case"], r["need_gb"]) for r in rows if not r["fits"]],
-        "borderline": sum(r["fit"] == "borderline" for r in rows),
+        # Every layout that ran, the learned-routing pairs' as well: each is checked for fit.
+        "fit": (sum(r["fits"] for r in ran), len(ran)),
+        "misfits": [(r["case"], r["need_gb"]) for r in ran if r["fit"] == "no"],
+        "matrix": matrix,
+        "negatives": [r for r in rows if not r["ran"]],
+        "range": (sum(h for h, _ in ranged), len(ranged), statistics.median(w for _, w in ranged) if ranged else None),
+        "held_out": held_out(),
+        "borderline": sum(r["fit"] == "borderline" for r in ran),
         "peaks": peaks,
         "peaks_within": sum(abs(e) <= PEAK_GOAL for e in peaks),
         "throughput": thr,
@@ -236,13 +279,39 @@ def header():
             "why it misses (the projection's own parts)"]
 
 
+def fit_matrix(s):
+    """Fit as a confusion matrix: what the source saw (rows) against what the projection said."""
+    return T.markdown(["the source saw"] + [f"projected {c}" for c in FIT_COLUMNS],
+                      [[a] + [str(s["matrix"][(a, b)]) for b in FIT_COLUMNS] for a in FIT_ROWS])
+
+
 def verdict_lines(s):
-    """The checks in words, each against its goal."""
+    """The checks in words, each against its goal; the first-projection figures first: the errors a
+    run new to the projection saw."""
     fit = s["fit"]
-    lines = [f"- Fit: {fit[0]} of {fit[1]} published layouts projected to fit at usable_memory 1.0 "
-             f"({s['borderline']} of them borderline: within the framework's margin of the limit)"
-             + (f"; projected not to fit: {', '.join(f'{c} ({g:.1f} GB)' for c, g in s['misfits'])}"
-                if s["misfits"] else "") + "."]
+    lines = []
+    if s["first"][2]:
+        lines.append(f"- Throughput at each run's first projection (what the projection said before any change "
+                     f"made after the run entered the set): median absolute error {s['first'][0]:.1f}% over "
+                     f"{s['first'][2]} runs; {s['first'][1]} over {WORST_GOAL:g}%.")
+    if s.get("held_out"):
+        cov, half, n, level = s["held_out"]
+        lines.append(f"- Range (`tokens_per_s_gpu_range`, {100 * level:.0f}% split conformal over the first "
+                     f"projections' errors, experiments/project/errors.yaml): leave-one-out on {n} first "
+                     f"projections it held {100 * cov:.1f}% of the published figures (goal at least 80%), median "
+                     f"half-width {100 * half:.1f}% (goal at most 20%)"
+                     + (f"; on today's projections of the {s['range'][1]} counted runs (in-sample: the calibration "
+                        f"was fitted on them) it holds {s['range'][0]}, median half-width {100 * s['range'][2]:.1f}%"
+                        if s["range"][1] else "") + ".")
+    lines.append(f"- Fit: {fit[0]} of {fit[1]} published layouts that ran projected to fit at usable_memory 1.0 "
+                 f"({s['borderline']} of them borderline: within the framework's margin of the limit)"
+                 + (f"; projected not to fit: {', '.join(f'{c} ({g:.1f} GB)' for c, g in s['misfits'])}"
+                    if s["misfits"] else "") + "; "
+                 + (f"of {len(s['negatives'])} that ran out of memory ({', '.join(r['case'] for r in s['negatives'])}), "
+                    f"{s['matrix'][('out of memory', 'no')]} projected not to fit, "
+                    f"{s['matrix'][('out of memory', 'borderline')]} borderline, "
+                    f"{s['matrix'][('out of memory', 'yes')]} to fit (the matrix below)."
+                    if s["negatives"] else "no run that ran out of memory is in the set."))
     if s["peaks"]:
         lines.append(f"- Peak memory: {s['peaks_within']} of {len(s['peaks'])} published peaks within {PEAK_GOAL:g}% "
                      f"(errors {', '.join(f'{e:+.1f}%' for e in s['peaks'])}).")
@@ -254,10 +323,6 @@ def verdict_lines(s):
                      + (f"; not counted, as known regressions of their framework: {', '.join(s['known_issue'])} "
                         f"(counted, the median is {s['with_known_issues'][0]:.1f}% over {s['with_known_issues'][2]} "
                         f"runs, {s['with_known_issues'][1]} over {WORST_GOAL:g}%)" if s["known_issue"] else "") + ".")
-    if s["first"][2]:
-        lines.append(f"- Throughput at each run's first projection (before any change made after it entered the "
-                     f"set): median absolute error {s['first'][0]:.1f}% over {s['first'][2]} runs; "
-                     f"{s['first'][1]} over {WORST_GOAL:g}%.")
     for base, ours, theirs, e in s["pairs"]:
         lines.append(f"- Learned routing, {base}: learned over force-balanced {ours:.3f} projected, {theirs:.3f} "
                      f"measured ({e:+.1f}%; goal within {PAIR_GOAL:g}%).")
