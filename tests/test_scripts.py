@@ -706,6 +706,22 @@ class FirstProjections(unittest.TestCase):
         self.assertEqual(F.summary(first, current), "1 counted runs: median throughput error 50.0% at their first "
                                                     "projection, 5.0% now; over 25%: 1 first, 0 now")
 
+    def test_every_validation_run_has_its_first_projection(self):
+        """A run enters the validation set with its first projection committed (issue: a check set is not
+        a tuning set): every published run of the committed projections has one."""
+        root = os.path.dirname(HERE)
+        model = os.path.join(root, "results", "model")
+        first = validation._first(model)
+        cases = {os.path.join("experiments/project/validation", f) for f in
+                 os.listdir(os.path.join(root, "experiments", "project", "validation")) if f.endswith(".yaml")}
+        with open(os.path.join(model, "project_validation.jsonl")) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+        projected = {r["case_file"] for r in lines}
+        self.assertEqual(sorted(cases - projected), [], "validation files without a committed projection")
+        missing = [(r["case_file"], r["strategy"]) for r in lines
+                   if r.get("published") and r.get("strategy") and (r["case_file"], r["strategy"]) not in first]
+        self.assertEqual(missing, [], "runs without a first projection: scripts/python scripts/first_projections.py")
+
 
 class TraceSummary(unittest.TestCase):
     """scripts/trace_summary.py on a made-up profiler trace: overlapping kernels count once in the
