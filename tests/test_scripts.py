@@ -723,6 +723,22 @@ class FirstProjections(unittest.TestCase):
         self.assertEqual(missing, [], "runs without a first projection: scripts/python scripts/first_projections.py")
 
 
+class ProjectionErrors(unittest.TestCase):
+    """scripts/projection_errors.py: split conformal's interval at 80% from the data's order
+    statistics, none past the data."""
+
+    def test_intervals(self):
+        import projection_errors as P
+        xs = [i / 10 for i in range(-10, 10)]  # 20 values
+        lo, hi = P.equal_tails(xs)
+        self.assertEqual((lo, hi), (xs[1], xs[18]))  # floor(21 x 0.1) = 2nd, ceil(21 x 0.9) = 19th
+        self.assertIsNone(P.equal_tails(xs[:5]))  # 5 runs cannot give an 80% two-sided range
+        self.assertEqual(P.symmetric([0.1, -0.3, 0.2, 0.05]), 0.3)  # ceil(5 x 0.8) = 4th of 4
+        self.assertIsNone(P.symmetric([0.1, 0.2, 0.3]))
+        cov, half = P.leave_one_out(xs, P.equal_tails)
+        self.assertGreaterEqual(cov, 0.8)
+
+
 class TraceSummary(unittest.TestCase):
     """scripts/trace_summary.py on a made-up profiler trace: overlapping kernels count once in the
     GPU's busy time, a synchronisation counts as a host wait, and a file with no events is refused."""

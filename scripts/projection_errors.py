@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""How sure `memfine project` is, from its validation: writes experiments/project/errors.yaml, which
+`memfine project` reads beside its presets to put a range on every answer.
+
+- speed: the range of tokens/s a GPU (and step time) is split conformal at 80%, equal tails, from
+  the residuals log(published / projected) of every run's FIRST projection
+  (results/model/project_first.jsonl: what the projection said before any change made after the
+  run entered the set), both framework families pooled (the FSDP family has too few runs for an
+  80% range of its own: split conformal needs 9), known regressions left out. The residuals are
+  centred on their median: the range's spread is theirs, its centre the calibrated projection's.
+- speed_calibration: the one calibration term, named as one: the median of published / projected
+  over the counted runs of the projection as committed before the term (results/model/
+  project_validation.jsonl at the commit named in the file: calibration sources and known
+  regressions left out); `memfine project` multiplies its speed by it. It is judged leave-one-out
+  (each run's error with the term fitted on the others) and on runs that enter after it.
+- memory: the range of the need is symmetric: split conformal at 80% of |log(published peak /
+  projected peak)| over the first projections of the runs that published a peak (allocated, else
+  reserved).
+
+    scripts/python scripts/projection_errors.py [--check]   # --check: fail if the file is stale (77: no history)
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from plots import validation as V  # noqa: E402
+
+FIRST = "results/model/project_first.jsonl"
+CURRENT = "results/model/project_validation.jsonl"
+OUT = "experiments/project/errors.yaml"
+LEVEL = 0.8
+# The commit of CURRENT the calibration term is fitted on: the projection as it stood before the term
+# (fixed, so that later results, calibrated, never refit it).
+BEFORE = "dfabd24"
+
+
+def lines(path, commit=None):
+    if commit:
+        text = subprocess.run(["git", "-C", ROOT, "show", f"{commit}:{path}"], check=True, capture_output=True,
+                              text=True).stdout
+    else:
+        with open(os.path.join(ROOT, path)) as f:
+            text = f.read()
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def key(r):
+    return r["case_file"], r["strategy"]
+
+
+def speed_ratio(r, values):
+    """published over projected speed, or None."""
+    e = V._speed_error(r, values)
+    return None if e is None else 1 / (1 + e / 100)
+
+
+def peak_ratio(r, values):
+    """published over projected peak: allocated where the source gives it, else reserved (as the
+    validation's peak check reads them), or None."""
+    for key in ("peak_gb", "reserved_gb"):
+        if key in values and r.get(key):
+            return values[key] / r[key]
+    return None
+
+
+def equal_tails(xs, level=LEVEL):
+    """Split conformal's equal-tailed interval of `xs` at `level`: (low, high), None past the data."""
+    xs, n = sorted(xs), len(xs)
+    lo, hi = math.floor((n + 1) * (1 - level) / 2), math.ceil((n + 1) * (1 + level) / 2)
+    return (xs[lo - 1], xs[hi - 1]) if lo >= 1 and hi <= n else None
+
+
+def symmetric(xs, level=LEVEL):
+    """Split conformal's bound on |x| at `level`, None past the data."""
+    xs, n = sorted(abs(x) for x in xs), len(xs)
+    k = math.ceil((n + 1) * level)
+    return xs[k - 1] if k <= n else None
+
+
+def measure():
+    current = {key(r): r for r in lines(CURRENT) if r.get("published") and r.get("strategy")}
+    first = {key(r): r for r in lines(FIRST)}
+    speed, peaks, names = [], [], []
+    for k, r in sorted(first.items()):
+        now = current.get(k)
+        if now is None or now["published"].get("known_issue"):
+            continue
+        values = now["published"]["values"]
+        if (s := speed_ratio(r, values)) is not None:
+            speed.append(math.log(s))
+            names.append(k)
+        if (p := peak_ratio(r, values)) is not None:
+            peaks.append(math.log(p))
+    # Which runs count is today's word (a run marked calibration since is left out).
+    before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
+    counted = [math.log(s) for k, r in sorted(before.items())
+               if k in current and not current[k]["published"].get("known_issue")
+               and not current[k]["published"].get("calibration")
+               and (s := speed_ratio(r, current[k]["published"]["values"])) is not None]
+    return speed, peaks, counted, names
+
+
+def leave_one_out(xs, interval):
+    """Share of xs inside the interval from the others, and the intervals' median half-width (share)."""
+    held, widths = 0, []
+    for i, x in enumerate(xs):
+        iv = interval(xs[:i] + xs[i + 1:])
+        if iv is None:
+            continue
+        lo, hi = iv
+        held += lo <= x <= hi
+        widths.append((math.exp(hi) - math.exp(lo)) / 2)
+    return (held / len(widths), statistics.median(widths)) if widths else (None, None)
+
+
+def render():
+    speed, peaks, counted, _ = measure()
+    centre = statistics.median(speed)
+    lo, hi = equal_tails([x - centre for x in speed])
+    mem = symmetric(peaks)
+    calibration = math.exp(statistics.median(counted))
+    cov, width = leave_one_out(speed, equal_tails)
+    mcov, mwidth = leave_one_out(peaks, lambda xs: (lambda b: b and (-b, b))(symmetric(xs)))
+    loo_memory = (f"; leave-one-out held {mcov:.0%}" if mcov is not None else
+                  f" (too few to leave one out: {LEVEL:.0%} needs {round(LEVEL / (1 - LEVEL))} others)")
+    loo = []
+    for i, x in enumerate(counted):
+        c = statistics.median(counted[:i] + counted[i + 1:])
+        loo.append(abs(math.exp(c - x) - 1))  # projected x calibration over published, less 1
+    raw = [abs(math.exp(-x) - 1) for x in counted]
+    return f"""# How sure `memfine project` is, from its validation (generated: scripts/python scripts/projection_errors.py;
+# do not edit). `memfine project` reads it beside its presets: each answer's range, and the one
+# calibration term. From {FIRST} and {CURRENT} at {BEFORE}.
+speed:
+  # tokens/s a GPU: the calibrated projection x [low, high], split conformal at {LEVEL:.0%} (equal tails) over
+  # {len(speed)} runs' first-projection residuals log(published / projected), centred on their median
+  # ({math.exp(centre):.4f}), both framework families pooled, known regressions left out.
+  level: {LEVEL}
+  runs: {len(speed)}
+  low: {math.exp(lo):.4f}
+  high: {math.exp(hi):.4f}
+  # Leave-one-out on the first projections (each run's range from the others'): held {cov:.1%},
+  # median half-width {width:.1%}.
+  held_out_coverage: {cov:.4f}
+  held_out_half_width: {width:.4f}
+# A calibrated constant: the median of published / projected speed over the {len(counted)} counted runs
+# (neither calibration sources nor known regressions) of {CURRENT} at {BEFORE}, the projection
+# before the term; it multiplies every projected speed. Leave-one-out (fitted on the others): median
+# error {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
+speed_calibration: {calibration:.4f}
+memory:
+  # the need: x [1 - half, 1 + half], split conformal at {LEVEL:.0%} of |log(published peak / projected peak)|
+  # over the {len(peaks)} first projections with a published peak (allocated, else reserved){loo_memory}.
+  level: {LEVEL}
+  runs: {len(peaks)}
+  half: {math.exp(mem) - 1:.4f}
+"""
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="projection_errors.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="fail if the committed file differs from what the results give")
+    ap.add_argument("--out", default=os.path.join(ROOT, OUT))
+    a = ap.parse_args(argv)
+    try:
+        text = render()
+    except subprocess.CalledProcessError:
+        print(f"projection_errors: {CURRENT} at {BEFORE} is not in this checkout's history (a shallow clone?)",
+              file=sys.stderr)
+        return 77 if a.check else 1
+    if a.check:
+        with open(a.out) as f:
+            if f.read() != text:
+                print(f"projection_errors: {a.out} is stale: run scripts/python scripts/projection_errors.py", file=sys.stderr)
+                return 1
+        return 0
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, a.out)
+    print(f"projection_errors: wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
