@@ -631,7 +631,7 @@ class Validation(unittest.TestCase):
         s = validation.summary(self.runs(self.row("hit", 1050.0, None), pair))
         self.assertEqual(s["fit"], (1, 2))
         said = " ".join(validation.verdict_lines(s))
-        self.assertIn("1 of 2 published layouts that ran projected to fit", said)
+        self.assertIn("of 2 published layouts that ran, 1 projected to fit at usable_memory 1.0 and 0 borderline", said)
         self.assertIn("projected not to fit: pair_x_learned (82.5 GB)", said)
 
     def test_a_run_out_of_memory_is_a_negative_case_in_the_matrix(self):

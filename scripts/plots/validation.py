@@ -303,8 +303,10 @@ def verdict_lines(s):
                      + (f"; on today's projections of the {s['range'][1]} counted runs (in-sample: the calibration "
                         f"was fitted on them) it holds {s['range'][0]}, median half-width {100 * s['range'][2]:.1f}%"
                         if s["range"][1] else "") + ".")
-    lines.append(f"- Fit: {fit[0]} of {fit[1]} published layouts that ran projected to fit at usable_memory 1.0 "
-                 f"({s['borderline']} of them borderline: within the framework's margin of the limit)"
+    m = s["matrix"]
+    lines.append(f"- Fit: of {fit[1]} published layouts that ran, {m[('ran', 'yes')]} projected to fit at usable_memory "
+                 f"1.0 and {m[('ran', 'borderline')]} borderline (within the framework's margin of the limit, or "
+                 f"the need's range across it), {m[('ran', 'no')]} not"
                  + (f"; projected not to fit: {', '.join(f'{c} ({g:.1f} GB)' for c, g in s['misfits'])}"
                     if s["misfits"] else "") + "; "
                  + (f"of {len(s['negatives'])} that ran out of memory ({', '.join(r['case'] for r in s['negatives'])}), "
