@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli_testing.h"
+#include "megatron_trace.h"
 #include "core/record/committed_run.h"
 #include "core/record/results.h"
 
@@ -139,6 +140,49 @@ TEST(Cli, PerLayerChunkPlanIsChecked) {
   r = with("[-1]");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("count >= 0 for every layer"), std::string::npos) << r.err;
+}
+
+// A Megatron-Core routing trace (8 ranks, 3 steps, 2 layers, skewed) replays as the run's routing:
+// the record's expert counts at its step are the trace's, every dropless strategy verifies, MACT
+// plans its chunks from it under a budget.
+TEST(Cli, AMegatronTraceReplaysAsTheRunsRouting) {
+  const std::string trace = fresh_dir("megatron_trace_folder"), dir = fresh_dir("megatron_replay");
+  fs::create_directories(trace);
+  std::vector<std::vector<std::vector<int64_t>>> counts(3, std::vector<std::vector<int64_t>>(2));
+  for (int64_t step = 0; step < 3; ++step)
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      std::vector<int64_t> c(16, 8);
+      c[size_t((step + layer) % 16)] += 100 + 10 * step, c[size_t((3 * step + 5) % 16)] += 28 - 10 * step;
+      counts[size_t(step)][size_t(layer)] = c;
+    }
+  memfine::test_util::write_megatron_trace(trace, counts, 8, 16, 2);
+  const std::string file = write("megatron_replay.yaml", R"(name: megatron_replay
+seed: 2
+threads: 1
+warmup: 0
+repeats: 3
+verify: true
+model: {layers: 2, hidden: 16, heads: 2, kv_heads: 1, head_dim: 8, ffn_hidden: 16, experts: 16, topk: 2, seq: 16}
+parallel: {ep: 8}
+workload: {kind: trace, trace: )" + trace + R"(, schedule: trace, peak_step: 2}
+strategies:
+  - no_recompute
+  - full_recompute
+  - {name: memfine, chunks: auto}
+)");
+  Result r = run("run " + file + " --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto recs = memfine::read_results(dir + "/results.jsonl");
+  ASSERT_EQ(recs.size(), 3u);
+  for (const auto& rec : recs) {
+    EXPECT_EQ(rec["status"], "ok") << rec["strategy"];
+    EXPECT_EQ(rec["verified"], true) << rec["strategy"];
+    EXPECT_EQ(rec["expert_tokens_step"], 2);
+    for (size_t l = 0; l < 2; ++l) EXPECT_EQ(rec["expert_tokens"][l].get<std::vector<int64_t>>(), counts[2][l]);
+    if (rec["name"] == "memfine") EXPECT_TRUE(rec.contains("chunks")) << rec.dump();
+  }
+  fs::remove_all(trace);
+  fs::remove_all(dir);
 }
 
 TEST(Cli, SweepWritesWellFormedRecords) {

@@ -1,9 +1,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "megatron_trace.h"
 #include "scratch.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
@@ -129,6 +131,59 @@ TEST(Workload, TraceReplaysExactly) {
   EXPECT_EQ(*std::max_element(c1.begin(), c1.end()), 50);
   EXPECT_EQ(expert_counts(w, m, 2, 2, 1), layer0);  // layers beyond the trace cycle through it
   EXPECT_THROW(read_trace(path + ".missing", 0, 8), std::invalid_argument);
+}
+
+// Megatron-Core's router trace (a folder of router_trace_rank{r}.jsonl, or one of them) replays
+// exactly: each step's and layer's counts are the trace's, decoder layers in their order from
+// Megatron's numbers, MTP records apart; one of another model is refused saying what it has.
+TEST(Workload, MegatronTraceReplaysExactly) {
+  namespace fs = std::filesystem;
+  const std::string dir = memfine::test_util::scratch_root() + "/megatron_trace";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // 8 ranks of 16 tokens, top-2 of 16 experts: 256 assignments a layer, skewed differently each step.
+  std::vector<std::vector<std::vector<int64_t>>> counts(3, std::vector<std::vector<int64_t>>(2));
+  for (int64_t step = 0; step < 3; ++step)
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      std::vector<int64_t> c(16, 8);  // 128 spread evenly
+      c[size_t((step + layer) % 16)] += 100, c[size_t((3 * step + 5) % 16)] += 28;  // and 128 hot
+      counts[size_t(step)][size_t(layer)] = c;
+    }
+  memfine::test_util::write_megatron_trace(dir, counts, 8, 16, 2, 3, true);
+  ModelConfig m;
+  m.layers = 2, m.experts = 16, m.topk = 2, m.seq = 16, m.micro_batch = 1;
+  WorkloadConfig w;
+  w.kind = "trace", w.trace = dir, w.schedule = "trace";
+  EXPECT_NO_THROW(validate_workload(w, m, 8));
+  for (int64_t step = 0; step < 3; ++step)
+    for (int64_t layer = 0; layer < 2; ++layer)
+      EXPECT_EQ(expert_counts(w, m, 8, layer, 1, step), counts[size_t(step)][size_t(layer)]) << step << " " << layer;
+  // One rank's file alone: its share, scaled to the model's tokens.
+  w.trace = dir + "/router_trace_rank0.jsonl";
+  const auto one = expert_counts(w, m, 8, 0, 1, 0);
+  EXPECT_EQ(std::accumulate(one.begin(), one.end(), int64_t(0)), 256);
+  // Another model: top-k, layers and experts refused with what the trace has.
+  w.trace = dir;
+  auto refused = [&](ModelConfig other, const std::string& want) {
+    try {
+      validate_workload(w, other, 8);
+      ADD_FAILURE() << "accepted: " << want;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  ModelConfig k = m;
+  k.topk = 4;
+  refused(k, "routes each token to 2 experts; the model's topk is 4");
+  ModelConfig l = m;
+  l.layers = 3;
+  refused(l, "has 2 decoder MoE layers (8 ranks, 3 steps, its MTP records apart); the model has 3");
+  ModelConfig e = m;
+  e.experts = 8;
+  refused(e, "router_trace_rank");
+  std::ofstream(dir + "/router_trace_rank8.jsonl") << "{\"step\": 0, \"layer\": 3, \"rank\": 8}\n";
+  refused(m, "router_trace_rank8.jsonl:1: num_tokens: expected a whole number");
+  fs::remove_all(dir);
 }
 
 TEST(EmulatedRank, ReceivesWhatTheWorkloadRoutesToIt) {

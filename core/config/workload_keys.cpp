@@ -23,10 +23,12 @@ const Section<WorkloadConfig>& workload_keys() {
                  "fit on it"),
        text<W>(
            "trace", &W::trace, "path",
-           "trace: CSV `layer,expert,tokens`, or `step,layer,expert,tokens` as `memfine train --trace-out` writes "
-           "(relative to the YAML's folder); layers and steps the file lacks cycle through those it has; counts are "
-           "replayed exactly when they add up to `ep * seq * micro_batch * topk`, scaled otherwise. A regular file "
-           "of at most 256 MiB, whole integers, at most 2^40 tokens a row; no step or layer may route none"),
+           "trace: CSV `layer,expert,tokens`, or `step,layer,expert,tokens` as `memfine train --trace-out` writes, "
+           "or Megatron-Core's router trace (--moe-routing-trace-path: a folder of router_trace_rank{r}.jsonl or "
+           "one of them; its decoder layers in order, its MTP records apart; one whose top-k or MoE layers are not "
+           "the model's is refused) (relative to the YAML's folder); a CSV's layers and steps it lacks cycle through "
+           "those it has; counts are replayed exactly when they add up to `ep * seq * micro_batch * topk`, scaled "
+           "otherwise. At most 256 MiB, whole integers, at most 2^40 tokens a row; no step or layer may route none"),
        choice<W>(
            "schedule", &W::schedule, {"none", "figure5", "trace"},
            "`trace`: step s replays the trace's s-th step (`peak_step` picks the step at which the hottest rank is "

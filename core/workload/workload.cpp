@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "core/util/format.h"
+#include "core/workload/trace.h"
 
 namespace memfine {
 
@@ -79,109 +80,15 @@ std::vector<int64_t> counts_from_weights(const std::vector<double>& weights, int
 
 }  // namespace
 
-namespace {
-// A whole integer field ("1.9", "1e3" and "8\\0junk" are not): the trace counts rows exactly.
-bool parse_int(const std::string& text, int64_t& out) {
-  const char* s = text.c_str();
-  const char* stop = s + text.size();
-  while (*s == ' ') ++s;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s, &end, 10);
-  if (end == s || errno == ERANGE) return false;
-  while (*end == ' ' || *end == '\r') ++end;
-  if (end != stop) return false;  // strtoll stops at a NUL byte: the field must end there too
-  out = v;
-  return true;
-}
-}  // namespace
-
-namespace {
-
-// A trace file parsed: step -> layer -> its rows (expert, tokens), in memory in proportion to the
-// file (a file without a step column is all step 0), and where its largest expert id is (checked
-// against a model's experts when read).
-struct LayerRows {
-  std::vector<std::pair<int64_t, int64_t>> rows;
-  int64_t tokens = 0;
-  int first_line = 0;
-};
-struct ParsedTrace {
-  std::map<int64_t, std::map<int64_t, LayerRows>> by_step;
-  int64_t max_expert = -1;
-  int max_expert_line = 0;
-};
-
-ParsedTrace parse_trace(const std::string& path) {
-  ParsedTrace t;
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
-  std::string line;
-  int lineno = 0, columns = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.empty() || line[0] == '#') continue;
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
-    if (columns == 0) columns = int(cells.size());
-    if (lineno == 1 && line.find("layer") != std::string::npos) continue;  // header
-    if (int(cells.size()) != columns || (columns != 3 && columns != 4))
-      throw std::invalid_argument(path + ":" + std::to_string(lineno) +
-                                  ": expected 'layer,expert,tokens' or 'step,layer,expert,tokens' on every line");
-    int64_t v[4] = {0, 0, 0, 0};
-    for (int k = 0; k < columns; ++k)
-      if (!parse_int(cells[size_t(k)], v[4 - columns + k]))
-        throw std::invalid_argument(path + ":" + std::to_string(lineno) + ": not integers: '" + printable(line) + "'");
-    const int64_t step = v[0], layer = v[1], e = v[2], n = v[3];
-    const std::string at = path + ":" + std::to_string(lineno) + ": ";
-    if (n > (int64_t(1) << 40)) throw std::invalid_argument(at + "tokens " + std::to_string(n) + " is absurd");
-    if (e < 0 || n < 0 || step < 0 || layer < 0)
-      throw std::invalid_argument(at + "step, layer, expert and tokens must be >= 0");
-    if (e > t.max_expert) t.max_expert = e, t.max_expert_line = lineno;
-    LayerRows& l = t.by_step[step][layer];
-    if (l.rows.empty()) l.first_line = lineno;
-    l.rows.emplace_back(e, n);
-    l.tokens += n;
-    // A layer's assignments past 2^50 overflow what routing tables count in: refused, not wrapped.
-    if (l.tokens > (int64_t(1) << 50))
-      throw std::invalid_argument(at + "the tokens of step " + std::to_string(step) + ", layer " +
-                                  std::to_string(layer) + " add up past 2^50");
-  }
-  for (const auto& [step, layers] : t.by_step)
-    for (const auto& [layer, l] : layers)
-      if (l.tokens == 0)
-        throw std::invalid_argument(path + ":" + std::to_string(l.first_line) + ": step " + std::to_string(step) +
-                                    ", layer " + std::to_string(layer) +
-                                    " routes no tokens (its every row is 0): a routing to replay needs some");
-  if (t.by_step.empty()) throw std::invalid_argument("trace file '" + path + "' has no rows");
-  return t;
-}
-
-// Parsed once per file and version: a stepped replay reads it for every layer of every step.
-const ParsedTrace& trace_of(const std::string& path) {
-  // A regular file of bounded size: /dev/zero or a FIFO would read forever or block.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw std::invalid_argument("cannot read trace file '" + path + "': " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw std::invalid_argument("trace file '" + path + "' is not a regular file");
-  if (st.st_size > (int64_t(1) << 28)) throw std::invalid_argument("trace file '" + path + "' is larger than 256 MiB");
-  static std::map<std::string, std::pair<std::pair<int64_t, int64_t>, ParsedTrace>> cache;
-  const std::pair<int64_t, int64_t> version{int64_t(st.st_size),
-                                            int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-  auto it = cache.find(path);
-  if (it == cache.end() || it->second.first != version)
-    it = cache.insert_or_assign(path, std::make_pair(version, parse_trace(path))).first;
-  return it->second.second;
-}
-
-}  // namespace
 
 std::vector<int64_t> read_trace(const std::string& path, int64_t layer, int64_t experts, int64_t step) {
   const ParsedTrace& t = trace_of(path);
   if (t.max_expert >= experts)
-    throw std::invalid_argument(path + ":" + std::to_string(t.max_expert_line) + ": expert must be in [0, " +
-                                std::to_string(experts) + ")");
+    throw std::invalid_argument(
+        (t.megatron ? t.max_expert_where : path + ":" + std::to_string(t.max_expert_line) + ": ") +
+        (t.megatron ? "top_indices: expert " + std::to_string(t.max_expert) + " of a model with " +
+                          std::to_string(experts) + " experts"
+                    : "expert must be in [0, " + std::to_string(experts) + ")"));
   // Steps and layers the file lacks cycle through those it has, in order.
   auto pick = [](const auto& m, int64_t key) {
     auto it = m.find(key);
@@ -224,6 +131,18 @@ void validate_workload(const WorkloadConfig& w, const ModelConfig& m, int64_t ep
     if (w.schedule == "trace" && trace_steps(w.trace) < 2)
       throw std::invalid_argument("schedule 'trace' needs a trace with a step column ('step,layer,expert,tokens'); '" +
                                   w.trace + "' has one step");
+    // A Megatron trace is of one model: its top-k and its MoE layers are the model's or it is refused
+    // (a CSV's layers cycle, as written).
+    const ParsedTrace& t = trace_of(w.trace);
+    if (t.megatron && t.topk != m.topk)
+      throw std::invalid_argument("Megatron trace '" + w.trace + "' routes each token to " + std::to_string(t.topk) +
+                                  " experts; the model's topk is " + std::to_string(m.topk));
+    if (t.megatron && int64_t(t.layer_ids.size()) != m.moe_layers())
+      throw std::invalid_argument("Megatron trace '" + w.trace + "' has " + std::to_string(t.layer_ids.size()) +
+                                  " decoder MoE layers (" + std::to_string(t.ranks) + " ranks, " +
+                                  std::to_string(t.by_step.size()) + " steps" +
+                                  (t.mtp_records ? ", its MTP records apart" : "") + "); the model has " +
+                                  std::to_string(m.moe_layers()));
     auto c = read_trace(w.trace, 0, m.experts);
     if (std::accumulate(c.begin(), c.end(), int64_t(0)) == 0)
       throw std::invalid_argument("trace file '" + w.trace + "' routes no tokens");
