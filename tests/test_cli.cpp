@@ -185,6 +185,31 @@ strategies:
   fs::remove_all(dir);
 }
 
+// `memfine answer` of a fresh sweep over two imbalances: a row per point, a cell per budget, the
+// fastest verified dropless strategy and the runner-up with the U test's verdict; a folder without
+// a reference to size budgets against is refused.
+TEST(Cli, AnswerDecidesAFreshSweep) {
+  const std::string dir = fresh_dir("answer_sweep");
+  std::string yaml = std::string(kTiny).replace(std::string(kTiny).find("repeats: 1"), 10, "repeats: 4");
+  const std::string sweep = "  model.seq: [16, 32]";
+  yaml.replace(yaml.find(sweep), sweep.size(), "  workload.alpha: [0, 2.0]");
+  Result r = run("run " + write("answer.yaml", yaml) + " --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  Result a = run("answer " + dir + " --budgets 1,0.5");
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out.rfind("| overload (point) | budget 100% | budget 50% |\n|---|---|---|\n", 0), 0u) << a.out;
+  EXPECT_NE(a.out.find("x (zipf alpha 0) | `"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("x (zipf alpha 2) | `"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("; next `"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("(p "), std::string::npos) << a.out;
+  Result j = run("answer " + dir + " --json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_EQ(std::count(j.out.begin(), j.out.end(), '\n'), 8);  // 2 points x 4 budgets
+  EXPECT_EQ(run("answer " + dir + " --budgets 0").code, 2);
+  EXPECT_EQ(run("answer " + fresh_dir("answer_nothing")).code, 2);
+  fs::remove_all(dir);
+}
+
 TEST(Cli, SweepWritesWellFormedRecords) {
   const std::string dir = fresh_dir("sweep");
   Result r = run("run " + write("tiny.yaml", kTiny) + " --out " + dir);

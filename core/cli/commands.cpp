@@ -31,7 +31,7 @@ std::string overview() {
 const std::vector<Command>& commands() {
   static const std::vector<Command> all = {
       run_command(),        train_command(),      launch_command(), validate_command(), predict_command(),
-      project_command(),    checkpoint_command(), table_command(),  compare_command(),  plot_command(),
+      project_command(),    checkpoint_command(), table_command(),  compare_command(),  answer_command(), plot_command(),
       strategies_command(), keys_command(),       schema_command(), export_command()};
   return all;
 }

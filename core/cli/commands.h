@@ -24,6 +24,7 @@ Command project_command();
 Command checkpoint_command();
 Command table_command();
 Command compare_command();
+Command answer_command();
 Command plot_command();
 Command strategies_command();
 Command keys_command();
