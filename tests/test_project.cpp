@@ -1131,5 +1131,24 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
   std::filesystem::remove_all(dir);
 }
 
+// Memory across the first steps: an FSDP2 run's first step needs less than the steps after it by
+// Adam's moments, which its optimizer step creates; the table says which decides fit.
+TEST(Project, TheFirstStepNeedsLessThanTheStepsAfterIt) {
+  const std::string file = kExperiments + "/project/validation/automodel_qwen3_30b_8.yaml";
+  const ProjectConfig c = load_project(file, default_presets_dir(file));
+  const ProjectResult r = run_project(c);
+  ASSERT_FALSE(r.ranked.empty());
+  const Estimate& e = r.ranked.front();
+  EXPECT_GT(e.lazy_gb, 0);
+  EXPECT_LT(e.first_step_need_gb, e.need_gb);
+  // The moments are the difference (with the allocator's reserve on them).
+  EXPECT_NEAR(e.need_gb - e.first_step_need_gb, e.lazy_gb * e.reserved_gb / e.peak_gb, 0.02 * e.lazy_gb);
+  std::string t = project_table(c, r);
+  for (size_t at; (at = t.find("\n  ")) != std::string::npos;) t.replace(at, 3, " ");  // unfolded
+  EXPECT_NE(t.find("memory across steps (row 1): the first step needs"), std::string::npos) << t;
+  EXPECT_NE(t.find("the later steps decide fit"), std::string::npos) << t;
+  EXPECT_NE(project_json(c, r).find("\"first_step_need_gb\":"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace memfine

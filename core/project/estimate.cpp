@@ -55,6 +55,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.static_gb = peak.static_bytes / 1e9, e.peak_gb = peak.bytes / 1e9;
   e.reserved_gb = peak.reserved / 1e9, e.need_gb = peak.need / 1e9;
   e.activation_gb = (peak.bytes - peak.static_bytes) / 1e9;
+  e.first_step_need_gb = peak.first_step_need / 1e9, e.lazy_gb = peak.lazy_bytes / 1e9;
   e.fits = peak.need <= usable;
   // Borderline: within the framework's margin of the limit, or the need's range across it.
   const ProjectionErrors& err = set.errors;

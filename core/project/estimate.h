@@ -27,6 +27,9 @@ struct Estimate {
   std::string hottest_stage;  // "first", "last" or "only": the pipeline rank whose memory is given
   double static_gb = 0, activation_gb = 0, peak_gb = 0, host_gb = 0;  // the hottest GPU, allocated
   double reserved_gb = 0, need_gb = 0;  // the allocator's reserve; with what the process holds beside
+  // The first step's need (before its optimizer step creates Adam's moments) and those moments: the
+  // steps after it need need_gb, which fit is judged on.
+  double first_step_need_gb = 0, lazy_gb = 0;
   // The range the validation's errors give (core/project/config.h ProjectionErrors); empty without.
   std::vector<double> need_gb_range, tokens_per_s_gpu_range;
   int64_t chunks = 0;  // the MoE's chunk count where it runs in chunks (MACT: its choice); 0: not chunked

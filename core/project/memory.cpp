@@ -72,6 +72,14 @@ double StageMemory::static_of(const Stage& st) const {
          f.allocated_extra;
 }
 
+double StageMemory::lazy_of(const Stage& st) const {
+  const FrameworkSetting& f = set_.framework;
+  // FSDP's shard holds fp32 moments (8 of its fsdp_state_bytes); the distributed optimizer's, two
+  // of moment_bytes.
+  const double moments = f.fsdp ? std::min(8.0, f.fsdp_state_bytes) : 2 * f.moment_bytes;
+  return moments * (st.params / dp_shard_ + st.expert_params / expert_dp_);
+}
+
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
   return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recomputed);
 }
@@ -117,10 +125,12 @@ double StageMemory::offloaded(const Stage& st, const StrategyShape& s) const {
 
 StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
   Peak best;
+  double first = 0;
   for (size_t i = 0; i < stages_.size(); ++i) {
-    const double st = static_of(stages_[i]), b = st + activations(stages_[i], s);
+    const double st = static_of(stages_[i]), act = activations(stages_[i], s), b = st + act;
+    first = std::max(first, b - lazy_of(stages_[i]));
     if (i == 0 || b > best.bytes) {
-      best.bytes = b, best.static_bytes = st;
+      best.bytes = b, best.static_bytes = st, best.lazy_bytes = lazy_of(stages_[i]);
       const double moved = offloaded(stages_[i], s);
       best.host_bytes = moved * s.offload.host_fraction(set_.element_bytes);
       best.encoded_bytes = s.offload.encodes() ? moved : 0;
@@ -134,6 +144,7 @@ StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
   const FrameworkSetting& f = set_.framework;
   best.reserved = best.bytes * (1 + f.fragmentation);
   best.need = best.reserved + f.workspace;
+  best.first_step_need = first * (1 + f.fragmentation) + f.workspace;
   return best;
 }
 

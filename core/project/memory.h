@@ -33,6 +33,10 @@ class StageMemory {
     double encoded_bytes = 0;  // what encoding stores as codes (their size before it)
     double reserved = 0;                                 // what the caching allocator holds for them
     double need = 0;                                     // and with what the process holds beside
+    // The first step's need: before its optimizer step creates Adam's moments (lazily, as
+    // torch.optim's and the fused Adams' state is), which the steps after it hold; and those moments
+    // on the rank whose later need is the peak.
+    double first_step_need = 0, lazy_bytes = 0;
     double layers_in_flight = 1;  // its layers x the micro-batches it keeps in flight
     std::string stage;            // "first", "last", "only" or "rank N"
   };
@@ -54,6 +58,7 @@ class StageMemory {
   double activations(const Stage& st, const StrategyShape& s) const;
   double offloaded(const Stage& st, const StrategyShape& s) const;
   double static_of(const Stage& st) const;
+  double lazy_of(const Stage& st) const;  // Adam's moments of its shard, created at the first optimizer step
   ModelConfig m_;
   Layout l_;
   ProjectSetting set_;

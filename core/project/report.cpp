@@ -175,6 +175,14 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
       "* drops assignments (capacity capping): another model, not comparable with the dropless rows"};
   for (const auto& n : notes) out += fold(n, kNarrowColumns) + "\n";
   if (!r.ranked.empty()) {
+    const Estimate& top = r.ranked.front();
+    out += fold("memory across steps (row 1): the first step needs " + fmt_double("%.1f", top.first_step_need_gb) +
+                    " GB, the steps after it " + fmt_double("%.1f", top.need_gb) + " GB: +" +
+                    fmt_double("%.1f", top.need_gb - top.first_step_need_gb) +
+                    " GB of Adam's moments, created by the first optimizer step (lazily, as torch.optim's and the "
+                    "fused Adams' state is) and held after it; the later steps decide fit",
+                kNarrowColumns) +
+           "\n";
     out += "assumptions (each part's model):\n";
     for (const auto& a : r.ranked.front().assumptions) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
@@ -217,6 +225,14 @@ const std::vector<FieldSpec>& projection_schema() {
       {"need_gb", "number", "GB", "with what the process holds beside (CUDA context, NCCL): against the limit", k},
       {"need_gb_range", "list", "GB",
        "[low, high] of the need: the range the validation's peaks hold at errors.yaml's level (none without it)", k},
+      {"first_step_need_gb", "number", "GB",
+       "the first step's need: before its optimizer step creates Adam's moments (need_gb is the steps' after it, "
+       "which fit is judged on)",
+       k},
+      {"optimizer_state_created_gb", "number", "GB",
+       "Adam's moments on the hottest rank, created by the first optimizer step: what the later steps hold beside "
+       "the first's",
+       k},
       {"chunks", "integer", "", "the MoE's chunk count where it runs in chunks (0: not chunked)", k},
       {"step_s", "number", "s", "one training step", k},
       {"step_parts_s", "object", "s",
@@ -300,6 +316,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
       j["peak_gb"] = e.peak_gb, j["static_gb"] = e.static_gb, j["activation_gb"] = e.activation_gb,
       j["host_gb"] = e.host_gb, j["reserved_gb"] = e.reserved_gb, j["need_gb"] = e.need_gb;
       if (!e.need_gb_range.empty()) j["need_gb_range"] = e.need_gb_range;
+      j["first_step_need_gb"] = e.first_step_need_gb, j["optimizer_state_created_gb"] = e.lazy_gb;
       j["chunks"] = e.chunks, j["step_s"] = e.step;
       j["step_parts_s"] = {
           {"compute", e.compute}, {"recompute", e.recompute},       {"comm", e.comm},
