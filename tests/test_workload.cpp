@@ -183,6 +183,11 @@ TEST(Workload, MegatronTraceReplaysExactly) {
   refused(e, "router_trace_rank");
   std::ofstream(dir + "/router_trace_rank8.jsonl") << "{\"step\": 0, \"layer\": 3, \"rank\": 8}\n";
   refused(m, "router_trace_rank8.jsonl:1: num_tokens: expected a whole number");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/router_trace_rank0.jsonl")
+      << "{\"step\": 0, \"layer\": 1, \"rank\": 0, \"num_tokens\": 0, \"topk\": 2, \"top_indices\": []}\n";
+  refused(m, "router_trace_rank0.jsonl:1: step 0, decoder layer 1 routes no tokens");
   fs::remove_all(dir);
 }
 

@@ -188,6 +188,12 @@ ParsedTrace parse_megatron_trace(const std::vector<std::string>& files) {
     for (const auto& [e, n] : r.counts) l.rows.emplace_back(e, n);
     l.tokens += r.assignments;
   }
+  for (const auto& [step, layers] : t.by_step)
+    for (const auto& [layer, l] : layers)
+      if (l.tokens == 0)
+        throw std::invalid_argument(l.where + "step " + std::to_string(step) + ", decoder layer " +
+                                    std::to_string(t.layer_ids[size_t(layer)]) +
+                                    " routes no tokens on any rank: a routing to replay needs some");
   return t;
 }
 
