@@ -318,7 +318,10 @@ def verdict_lines(s):
         lines.append(f"- Peak memory: {s['peaks_within']} of {len(s['peaks'])} published peaks within {PEAK_GOAL:g}% "
                      f"(errors {', '.join(f'{e:+.1f}%' for e in s['peaks'])}).")
     if s["throughput"]:
-        lines.append(f"- Throughput: median absolute error {s['median']:.1f}% over {len(s['throughput'])} runs (goal at "
+        lines.append(f"- Throughput, today's projection"
+                     + (" (in sample: errors.yaml's speed_calibration was fitted on these runs; the first "
+                        "projections above are the out-of-sample figures)" if s.get("held_out") else "")
+                     + f": median absolute error {s['median']:.1f}% over {len(s['throughput'])} runs (goal at "
                      f"most {MEDIAN_GOAL:g}%); {s['over_worst']} over {WORST_GOAL:g}% (goal: none)"
                      + (f"; not counted, as calibration sources: {', '.join(s['calibration'])}" if s["calibration"]
                         else "")
