@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/workload/workload.h"
+
 namespace memfine::test_util {
 
 // counts[step][layer][expert] add up to ranks x tokens x topk each; no expert over ranks x tokens.
@@ -19,16 +21,14 @@ inline void write_megatron_trace(const std::string& dir, const std::vector<std::
   for (int64_t r = 0; r < ranks; ++r) out.emplace_back(dir + "/router_trace_rank" + std::to_string(r) + ".jsonl");
   for (size_t step = 0; step < counts.size(); ++step) {
     for (size_t layer = 0; layer < counts[step].size(); ++layer) {
-      // Slot j of the expert-sorted list is token j % all's column j / all: no token picks an expert twice.
-      std::vector<std::vector<int64_t>> ids(size_t(all), std::vector<int64_t>(size_t(topk), 0));
-      int64_t j = 0;
-      for (size_t e = 0; e < counts[step][layer].size(); ++e)
-        for (int64_t n = 0; n < counts[step][layer][e]; ++n, ++j) ids[size_t(j % all)][size_t(j / all)] = int64_t(e);
+      // The suite's own assignment: each token's distinct top-k realising the counts exactly.
+      const at::Tensor ids = assign_experts(counts[step][layer], all, topk, 1000 * step + layer);
+      const auto id = ids.accessor<int64_t, 2>();
       for (int64_t r = 0; r < ranks; ++r) {
         std::string rows;
         for (int64_t t = r * tokens; t < (r + 1) * tokens; ++t) {
           rows += rows.empty() ? "[" : ",[";
-          for (int64_t k = 0; k < topk; ++k) rows += (k ? "," : "") + std::to_string(ids[size_t(t)][size_t(k)]);
+          for (int64_t k = 0; k < topk; ++k) rows += (k ? "," : "") + std::to_string(id[t][k]);
           rows += "]";
         }
         out[size_t(r)] << "{\"step\": " << step << ", \"stage\": \"pre_dispatch\", \"block\": \"decoder\", \"layer\": "

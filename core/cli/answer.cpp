@@ -4,22 +4,19 @@
 // runner-up against it with the suite's one Mann-Whitney U test over their timed steps (core/util/
 // stats.h, as `memfine compare` decides). Lossy and capped strategies are answered apart: they
 // compute other gradients or another model.
+#include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <sstream>
 
 #include "core/cli/commands.h"
-#include "core/record/results.h"
-#include "core/record/schema.h"
+#include "core/cli/results_run.h"
 #include "core/record/table.h"
 #include "core/util/format.h"
 #include "core/util/stats.h"
 
 namespace memfine::cli {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -93,55 +90,52 @@ struct Answer {
   std::vector<std::string> lossy, capped;
 };
 
-Answer answer(const std::vector<json>& records, const std::vector<double>& budgets) {
+Answer answer(const std::vector<RecordView>& views, const std::vector<double>& budgets) {
   Answer a;
   a.budgets = budgets;
   std::vector<std::string> header = {"overload (point)"};
   for (double b : budgets) header.push_back("budget " + fmt_double("%g", 100 * b) + "%");
   a.dropless.header = a.apart.header = header;
   a.dropless.left = a.apart.left = header.size();
-  // Points in the order the records meet them; on real ranks each strategy's hottest rank.
+  // Points in the order the records meet them, each strategy once: on real ranks its hottest rank.
   std::vector<std::string> points;
-  std::map<std::string, std::map<std::string, const json*>> by;
-  for (const auto& r : records) {
-    const std::string point = r.value("point", "base"), s = r.value("strategy", "");
-    if (!by.count(point)) points.push_back(point);
-    const json*& held = by[point][s];
-    auto act = [](const json& x) { return x.value("peak_activation_bytes", json(0.0)).is_number() ? x["peak_activation_bytes"].get<double>() : 0.0; };
-    if (!held || act(r) > act(*held)) held = &r;
+  std::map<std::string, std::vector<const RecordView*>> by_point;
+  for (const auto& v : views) {
+    auto& at = by_point[v.point];
+    if (at.empty()) points.push_back(v.point);
+    auto same = std::find_if(at.begin(), at.end(), [&](const RecordView* x) { return x->strategy == v.strategy; });
+    if (same == at.end()) at.push_back(&v);
+    else if (v.peak_activation_bytes.value_or(0) > (*same)->peak_activation_bytes.value_or(0)) *same = &v;
   }
   for (const auto& point : points) {
-    const json* ref = nullptr;
+    const RecordView* ref = nullptr;
     std::vector<Entry> ok, other;
-    for (const auto& r : records) {  // in the records' order: ties keep it
-      if (r.value("point", "base") != point || by[point][r.value("strategy", "")] != &r) continue;
-      const RecordView v = view_of(r);
-      if (v.role == "reference" && v.status == "ok" && !ref) ref = &r;
-      if (v.status != "ok" || !v.step_ms || !v.peak_activation_bytes) continue;
-      const bool drops = !v.get("dropped_fraction").is_null();
-      const bool lossy = !v.verified && v.grad_max_rel_err.has_value();
-      Entry e{v.strategy, v.step_ms->median, *v.peak_activation_bytes, v.step_ms_all};
+    for (const RecordView* v : by_point[point]) {  // in the records' order: ties keep it
+      if (v->role == "reference" && v->status == "ok" && !ref) ref = v;
+      if (v->status != "ok" || !v->step_ms || !v->peak_activation_bytes) continue;
+      const bool drops = !v->get("dropped_fraction").is_null();
+      const bool lossy = !v->verified && v->grad_max_rel_err.has_value();
+      const Entry e{v->strategy, v->step_ms->median, *v->peak_activation_bytes, v->step_ms_all};
       if (drops || lossy) {
         other.push_back(e);
         auto& list = drops ? a.capped : a.lossy;
-        if (std::find(list.begin(), list.end(), v.strategy) == list.end()) list.push_back(v.strategy);
-      } else if (v.verified && *v.verified) {
+        if (std::find(list.begin(), list.end(), v->strategy) == list.end()) list.push_back(v->strategy);
+      } else if (v->verified.value_or(false)) {
         ok.push_back(e);
       }
     }
-    if (!ref) continue;
-    const RecordView rv = view_of(*ref);
-    const json overload = ref->value("overload_factor", json());
+    if (!ref || !ref->peak_activation_bytes) continue;
+    const json overload = ref->raw->value("overload_factor", json());
     const std::string head =
         (overload.is_number() ? fmt_double("%.1f", overload.get<double>()) + "x" : std::string("-")) + " (" +
         point_title(point) + ")";
     std::vector<std::string> row = {head}, apart = {head};
     for (double b : budgets) {
-      row.push_back(cell(ok, b * *rv.peak_activation_bytes));
-      apart.push_back(cell(other, b * *rv.peak_activation_bytes));
-      a.cells.push_back({{"point", point}, {"overload", overload}, {"budget_share", b},
-                         {"budget_bytes", b * *rv.peak_activation_bytes}, {"answer", row.back()},
-                         {"apart", apart.back()}});
+      const double bytes = b * *ref->peak_activation_bytes;
+      row.push_back(cell(ok, bytes));
+      apart.push_back(cell(other, bytes));
+      a.cells.push_back({{"point", point}, {"overload", overload}, {"budget_share", b}, {"budget_bytes", bytes},
+                         {"answer", row.back()}, {"apart", apart.back()}});
     }
     a.dropless.rows.push_back(row);
     if (!other.empty()) a.apart.rows.push_back(apart);
@@ -173,17 +167,16 @@ std::vector<double> budgets_of(const std::string& text) {
 }
 
 int answer_of(const std::string& dir, const std::vector<double>& budgets, const std::string& as) {
-  const std::string path = fs::is_directory(dir) ? (fs::path(dir) / "results.jsonl").string() : dir;
-  std::vector<json> records;
+  Run run;
   try {
-    records = read_results(path);
+    run = read_run(dir, "answer");
   } catch (const std::exception& e) {
     std::cerr << "memfine answer: " << e.what() << "\n";
     return 2;
   }
-  const Answer a = answer(records, budgets);
+  const Answer a = answer(run.views, budgets);
   if (a.dropless.rows.empty()) {
-    std::cerr << "memfine answer: " << path
+    std::cerr << "memfine answer: " << run.path
               << ": no point has a verified reference record (role: reference, status ok) to size the budgets "
                  "against: run the sweep with `verify: true` and a reference strategy\n";
     return 2;
@@ -209,7 +202,7 @@ int answer_of(const std::string& dir, const std::vector<double>& budgets, const 
               << markdown(a.apart);
   }
   std::cout << "\nRows: the hottest rank's overload (its rows s' over a balanced share) at each point of "
-            << path
+            << run.path
             << "; columns: the activation memory spared, a share of what the reference (storing everything) keeps "
                "there; each cell: the fastest verified dropless strategy that fits (median step), then the runner-up "
                "against it, Mann-Whitney U over their timed steps (p < 0.05: a real difference; else a tie).\n";

@@ -3,6 +3,7 @@
 // step (core/util/stats.h), and what differs between the runs' machines, builds and
 // configurations, so that a change's effect is not confused with a machine's.
 #include "core/cli/commands.h"
+#include "core/cli/results_run.h"
 #include "core/util/stats.h"
 
 #include <algorithm>
@@ -108,31 +109,6 @@ std::vector<std::string> differences(const std::vector<RecordView>& a, const std
   return out;
 }
 
-// A results folder's records with today's labels, and their typed views (which point into them).
-struct Run {
-  std::vector<json> records;
-  std::vector<RecordView> views;
-};
-Run read_dir(const std::string& p) {
-  const std::string path = fs::is_directory(p) ? (fs::path(p) / "results.jsonl").string() : p;
-  Run run;
-  run.records = read_results(path);
-  for (auto& r : run.records) r["strategy"] = canonical_label(r);
-  std::set<std::string> runs;  // one experiment and seed: a folder is one run
-  for (size_t i = 0; i < run.records.size(); ++i) {
-    run.views.push_back(view_of(run.records[i], path + ":" + std::to_string(i + 1)));
-    const RecordView& v = run.views.back();
-    runs.insert("'" + v.experiment + "' seed " + (v.config.is_object() ? v.config.value("seed", json()).dump() : "?"));
-  }
-  if (runs.size() > 1) {
-    std::string list;
-    for (const auto& r : runs) list += (list.empty() ? "" : ", ") + r;
-    throw std::runtime_error(path + ": holds the records of " + std::to_string(runs.size()) + " runs (" + list +
-                             "); compare takes one run a folder");
-  }
-  return run;
-}
-
 std::string compare_runs(const std::vector<RecordView>& a, const std::vector<RecordView>& b, const std::string& name_a,
                          const std::string& name_b, double alpha = 0.05) {
   std::map<std::string, const RecordView*> in_b;
@@ -211,7 +187,7 @@ int compare(const std::vector<std::string>& dirs, const std::vector<std::string>
     throw std::invalid_argument("compare needs two results folders, or one and --strategies X Y");
   std::vector<Run> runs;
   try {
-    for (const auto& d : dirs) runs.push_back(read_dir(d));  // each Run's views point into its own records
+    for (const auto& d : dirs) runs.push_back(read_run(d, "compare"));  // each Run's views point into its own records
   } catch (const std::runtime_error& e) {
     std::cerr << "memfine compare: " << e.what() << "\n";
     return 2;

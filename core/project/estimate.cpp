@@ -103,16 +103,8 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   }
   e.tokens_per_s_gpu = double(l.global_batch) * double(m.seq) / e.step / double(l.gpus());
   e.model_tflops_gpu = e.tokens_per_s_gpu * token_flops(m).training() / 1e12;
-  if (!err.file.empty()) {
+  if (!err.file.empty())
     e.tokens_per_s_gpu_range = {e.tokens_per_s_gpu * err.speed_low, e.tokens_per_s_gpu * err.speed_high};
-    e.assumptions.push_back(
-        "how sure (" + err.file + ", scripts/projection_errors.py): speed x " + four_digits(err.speed_calibration) +
-        ", the median of published over projected speed on the validation's runs (a calibrated constant: "
-        "`calibration` of the step's parts); ranges at " + four_digits(100 * err.level) +
-        "%, split conformal over the runs' first projections: tokens/s x [" + four_digits(err.speed_low) + ", " +
-        four_digits(err.speed_high) + "], the need x [" + four_digits(1 - err.memory_half) + ", " +
-        four_digits(1 + err.memory_half) + "]");
-  }
   add_goodput(e, m, hw, set);
   return e;
 }

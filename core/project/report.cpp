@@ -184,7 +184,16 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
                 kNarrowColumns) +
            "\n";
     out += "assumptions (each part's model):\n";
-    for (const auto& a : r.ranked.front().assumptions) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
+    std::vector<std::string> said = r.ranked.front().assumptions;
+    if (const ProjectionErrors& err = c.errors; !err.file.empty())
+      said.push_back("how sure (" + err.file + ", scripts/projection_errors.py): speed x " +
+                     four_digits(err.speed_calibration) +
+                     ", the median of published over projected speed on the validation's runs (a calibrated "
+                     "constant: `calibration` of the step's parts); ranges at " + four_digits(100 * err.level) +
+                     "%, split conformal over the runs' first projections: tokens/s x [" + four_digits(err.speed_low) +
+                     ", " + four_digits(err.speed_high) + "], the need x [" + four_digits(1 - err.memory_half) + ", " +
+                     four_digits(1 + err.memory_half) + "]");
+    for (const auto& a : said) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
   return out;
 }
