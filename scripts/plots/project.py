@@ -167,6 +167,19 @@ def _goodput_figure(rows, sizes, by):
     return fig
 
 
+def _how_sure(r):
+    """What the caption says of the speeds' calibration and range (experiments/project/errors.yaml), if
+    the projection carried them."""
+    span = r.get("tokens_per_s_gpu_range")
+    if not span:
+        return ""
+    calibrated = r.get("step_parts_s", {}).get("calibration", 0) > 0
+    return ((" Speeds include the validation's calibrated constant (experiments/project/errors.yaml)."
+             if calibrated else "")
+            + f" Each speed's 80% range, not drawn: x{span[0] / r['tokens_per_s_gpu']:.2f} to "
+              f"x{span[1] / r['tokens_per_s_gpu']:.2f} of it.")
+
+
 def scaling(src, out_dir):
     """paper_figures/project_goodput.{png,pdf} and its table: DeepSeek-V3's goodput per GPU against
     cluster size, the best layout of each strategy at each size."""
@@ -176,7 +189,8 @@ def scaling(src, out_dir):
     caption = (f"memfine project {first['project']} --gpus N (global batch scaled with N; "
                f"experiments/project_deepseek_v3.yaml, its search space and zipf routing), {_commit(rows)}. "
                "Goodput = ETTR x tokens/s; ETTR from Llama 3's failure rate per node, a 10 min restart and the "
-               "checkpoint at 5 GB/s per node. Capacity capping drops assignments: another model.")
+               "checkpoint at 5 GB/s per node. Capacity capping drops assignments: another model."
+               + _how_sure(first))
     paths = S.save(fig, out_dir, "project_goodput", caption)
     header = ["GPUs"] + [s for s in sorted(by)]
     trows = []
