@@ -21,7 +21,7 @@ from plots import validation as V  # noqa: E402
 SRC = "results/model/project_validation.jsonl"
 # What a first projection keeps of its line: where it was made, and what the checks compare.
 KEPT = ("case_file", "strategy", "git_commit", "date", "fits", "fit", "need_gb", "peak_gb", "reserved_gb",
-        "tokens_per_s_gpu", "model_tflops_gpu", "step_s", "published")
+        "tokens_per_s_gpu", "model_tflops_gpu", "step_s", "published", "tokens_per_s_gpu_range", "need_gb_range")
 
 
 def git(*args):

@@ -122,6 +122,15 @@ def _speed_error(r, values):
     return _err(theirs, ours) if quantity == "step (s)" else _err(ours, theirs)
 
 
+def _in_range(r, err):
+    """(whether the range holds the published speed, its half-width as a share of the projection),
+    from a projection's line and its throughput error in %."""
+    span = r["tokens_per_s_gpu_range"]
+    low, high = span[0] / r["tokens_per_s_gpu"], span[1] / r["tokens_per_s_gpu"]
+    ratio = 1 / (1 + err / 100)  # the published speed over the projected
+    return low <= ratio <= high, (high - low) / 2
+
+
 def runs(model_dir):
     """One dict per published run (a case's strategy with published figures)."""
     out = []
@@ -151,14 +160,15 @@ def runs(model_dir):
             # A shorter step is a faster run: the error is in speed, as for the others.
             err = _speed_error(r, values)
             row["throughput"] = (quantity, ours, theirs, err)
-            span = r.get("tokens_per_s_gpu_range")
-            if span and r.get("tokens_per_s_gpu"):
-                # The range as a share of the projection, against the published speed as one.
-                low, high = span[0] / r["tokens_per_s_gpu"], span[1] / r["tokens_per_s_gpu"]
-                ratio = 1 / (1 + err / 100)
-                row["range"] = (low <= ratio <= high, (high - low) / 2)
+            if r.get("tokens_per_s_gpu_range") and r.get("tokens_per_s_gpu"):
+                row["range"] = _in_range(r, err)
             if (r.get("case_file"), r["strategy"]) in first:
-                row["first_error"] = _speed_error(first[(r.get("case_file"), r["strategy"])], values)
+                f = first[(r.get("case_file"), r["strategy"])]
+                row["first_error"] = _speed_error(f, values)
+                # A first projection with a range entered after the range and the calibration were set:
+                # neither was fitted on it.
+                if f.get("tokens_per_s_gpu_range") and row["first_error"] is not None:
+                    row["first_range"] = _in_range(f, row["first_error"])
             if row["calibration"]:
                 row["why"] = "calibration source, not counted: " + row["calibration"]
             elif row["known_issue"]:
@@ -228,6 +238,7 @@ def summary(rows):
     for r in rows:
         matrix[(FIT_ROWS[0] if r["ran"] else FIT_ROWS[1], r["fit"])] += 1
     ranged = [r["range"] for r in rows if "range" in r and not r["calibration"] and not r["known_issue"]]
+    entered = [r for r in rows if "first_range" in r and not r["calibration"] and not r["known_issue"]]
     return {
         "runs": len(rows),
         # Every layout that ran, the learned-routing pairs' as well: each is checked for fit.
@@ -249,6 +260,11 @@ def summary(rows):
         "known_issue": sorted({r["case"] for r in rows if r["known_issue"]}),
         "with_known_issues": _throughput_check(with_issues),
         "first": _throughput_check(first),
+        # Runs held out from the range and the calibration: their first projections carry both.
+        "entered": {"throughput": _throughput_check([r["first_error"] for r in entered]),
+                    "held": sum(r["first_range"][0] for r in entered),
+                    "half_width": statistics.median(r["first_range"][1] for r in entered) if entered else None,
+                    "runs": [r["case"] for r in entered]},
     }
 
 
@@ -303,6 +319,13 @@ def verdict_lines(s):
                      + (f"; on today's projections of the {s['range'][1]} counted runs (in-sample: the calibration "
                         f"was fitted on them) it holds {s['range'][0]}, median half-width {100 * s['range'][2]:.1f}%"
                         if s["range"][1] else "") + ".")
+    e = s.get("entered")
+    if e and s.get("held_out"):
+        med, over, n = e["throughput"]
+        lines.append(f"- Runs that entered after the range and the calibration were set (neither was fitted on them): "
+                     + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, {over} over "
+                        f"{WORST_GOAL:g}%; the range held {e['held']} of {n}, median half-width "
+                        f"{100 * e['half_width']:.1f}% ({', '.join(e['runs'])})." if n else "none yet."))
     m = s["matrix"]
     lines.append(f"- Fit: of {fit[1]} published layouts that ran, {m[('ran', 'yes')]} projected to fit at usable_memory "
                  f"1.0 and {m[('ran', 'borderline')]} borderline (within the framework's margin of the limit, or "
