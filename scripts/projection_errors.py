@@ -8,11 +8,13 @@
   run entered the set), both framework families pooled (the FSDP family has too few runs for an
   80% range of its own: split conformal needs 9), known regressions left out. The residuals are
   centred on their median: the range's spread is theirs, its centre the calibrated projection's.
-- speed_calibration: the one calibration term, named as one: the median of published / projected
-  over the counted runs of the projection as committed before the term (results/model/
-  project_validation.jsonl at the commit named in the file: calibration sources and known
-  regressions left out); `memfine project` multiplies its speed by it. It is judged leave-one-out
-  (each run's error with the term fitted on the others) and on runs that enter after it.
+- layer_pass_s: the one calibration term, named as one: a fixed time for each layer's pass of a
+  micro-batch (forward and backward) on a pipeline rank, the median over the counted runs of the
+  projection as committed before the term (results/model/project_validation.jsonl at the commit
+  named in the file: calibration sources and known regressions left out) of (published step -
+  projected step) / the rank's layer passes; `memfine project` adds it to every step. It is judged
+  leave-one-out (each run's error with the term fitted on the others) and on runs that enter after
+  it.
 - memory: the range of the need is symmetric: split conformal at 80% of |log(published peak /
   projected peak)| over the first projections of the runs that published a peak (allocated, else
   reserved).
@@ -21,6 +23,7 @@
 """
 import argparse
 import json
+import yaml
 import math
 import os
 import statistics
@@ -42,8 +45,7 @@ BEFORE = "dfabd24"
 
 def lines(path, commit=None):
     if commit:
-        text = subprocess.run(["git", "-C", ROOT, "show", f"{commit}:{path}"], check=True, capture_output=True,
-                              text=True).stdout
+        text = git_show(commit, path)
     else:
         with open(os.path.join(ROOT, path)) as f:
             text = f.read()
@@ -52,6 +54,40 @@ def lines(path, commit=None):
 
 def key(r):
     return r["case_file"], r["strategy"]
+
+
+def case_model(case_file, commit):
+    """(layers, sequence length) of a case file's model as it was at `commit`: inline, or its preset
+    in experiments/project/models.yaml."""
+    def load(path):
+        return yaml.safe_load(git_show(commit, path))
+    case = load(case_file)
+    model = case["model"]
+    if isinstance(model, str):
+        model = load("experiments/project/models.yaml")[model]
+    return model["layers"], case.get("seq", model["seq"])
+
+
+def git_show(commit, path):
+    return subprocess.run(["git", "-C", ROOT, "show", f"{commit}:{path}"], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def step_pair(r, values, commit):
+    """(published step, projected step, layer passes on a pipeline rank) of a run's line, or None: the
+    published step from its step time, else its tokens/s, else its TFLOP/s against the projection's."""
+    layers, seq = case_model(r["case_file"], commit)
+    l = r["layout"]
+    passes = (l["global_batch"] // (l["dp"] * l["micro_batch"])) * layers / l["pp"]
+    if "step_s" in values:
+        published = values["step_s"]
+    elif "tokens_per_s_gpu" in values:
+        published = l["global_batch"] * seq / (values["tokens_per_s_gpu"] * r["gpus"])
+    elif "model_tflops_gpu" in values:
+        published = r["step_s"] * r["model_tflops_gpu"] / values["model_tflops_gpu"]
+    else:
+        return None
+    return published, r["step_s"], passes
 
 
 def speed_ratio(r, values):
@@ -99,10 +135,10 @@ def measure():
             peaks.append(math.log(p))
     # Which runs count is today's word (a run marked calibration since is left out).
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
-    counted = [math.log(s) for k, r in sorted(before.items())
+    counted = [s for k, r in sorted(before.items())
                if k in current and not current[k]["published"].get("known_issue")
                and not current[k]["published"].get("calibration")
-               and (s := speed_ratio(r, current[k]["published"]["values"])) is not None]
+               and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
     return speed, peaks, counted, names
 
 
@@ -124,16 +160,16 @@ def render():
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
     mem = symmetric(peaks)
-    calibration = math.exp(statistics.median(counted))
+    per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
     cov, width = leave_one_out(speed, equal_tails)
     mcov, mwidth = leave_one_out(peaks, lambda xs: (lambda b: b and (-b, b))(symmetric(xs)))
     loo_memory = (f"; leave-one-out held {mcov:.0%}" if mcov is not None else
                   f" (too few to leave one out: {LEVEL:.0%} needs {round(LEVEL / (1 - LEVEL))} others)")
     loo = []
-    for i, x in enumerate(counted):
-        c = statistics.median(counted[:i] + counted[i + 1:])
-        loo.append(abs(math.exp(c - x) - 1))  # projected x calibration over published, less 1
-    raw = [abs(math.exp(-x) - 1) for x in counted]
+    for i, (t, t0, n) in enumerate(counted):
+        b = statistics.median((u - u0) / m for u, u0, m in counted[:i] + counted[i + 1:])
+        loo.append(abs(t / (t0 + b * n) - 1))  # the speed's error: published step over projected, less 1
+    raw = [abs(t / t0 - 1) for t, t0, _ in counted]
     return f"""# How sure `memfine project` is, from its validation (generated: scripts/python scripts/projection_errors.py;
 # do not edit). `memfine project` reads it beside its presets: each answer's range, and the one
 # calibration term. From {FIRST} and {CURRENT} at {BEFORE}.
@@ -149,11 +185,13 @@ speed:
   # median half-width {width:.1%}.
   held_out_coverage: {cov:.4f}
   held_out_half_width: {width:.4f}
-# A calibrated constant: the median of published / projected speed over the {len(counted)} counted runs
-# (neither calibration sources nor known regressions) of {CURRENT} at {BEFORE}, the projection
-# before the term; it multiplies every projected speed. Leave-one-out (fitted on the others): median
-# error {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
-speed_calibration: {calibration:.4f}
+# A calibrated constant: seconds for each layer's pass of a micro-batch (forward and backward) on a
+# pipeline rank beside its priced parts, the median of (published - projected step) / the rank's
+# layer passes over the {len(counted)} counted runs (neither calibration sources nor known regressions) of
+# {CURRENT} at {BEFORE}, the projection before the term; it is added to every
+# projected step. Leave-one-out (fitted on the others): median speed error
+# {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
+layer_pass_s: {per_pass:.6f}
 memory:
   # the need: x [1 - half, 1 + half], split conformal at {LEVEL:.0%} of |log(published peak / projected peak)|
   # over the {len(peaks)} first projections with a published peak (allocated, else reserved){loo_memory}.

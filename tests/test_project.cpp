@@ -1088,9 +1088,9 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
 
   std::ofstream(dir + "/errors.yaml") << "speed:\n  level: 0.8\n  runs: 30\n  low: 0.5\n  high: 1.25\n"
                                          "  held_out_coverage: 0.8\n  held_out_half_width: 0.3\n"
-                                         "speed_calibration: 0.8\nmemory:\n  level: 0.8\n  runs: 4\n  half: 0.2\n";
+                                         "layer_pass_s: 0.004\nmemory:\n  level: 0.8\n  runs: 4\n  half: 0.2\n";
   const ProjectConfig c = load_project(file, dir);
-  EXPECT_EQ(c.errors.speed_calibration, 0.8);
+  EXPECT_EQ(c.errors.layer_pass_s, 0.004);
   const ProjectResult r = run_project(c);
   ASSERT_FALSE(r.ranked.empty());
   const Estimate& e = r.ranked.front();
@@ -1099,12 +1099,17 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
   EXPECT_NEAR(e.tokens_per_s_gpu_range[1], 1.25 * e.tokens_per_s_gpu, 1e-9 * e.tokens_per_s_gpu);
   ASSERT_EQ(e.need_gb_range.size(), 2u);
   EXPECT_NEAR(e.need_gb_range[1], 1.2 * e.need_gb, 1e-9 * e.need_gb);
-  // The calibration is the step's part: the speed is 0.8 of the uncalibrated one at the same layout.
+  // The calibration is the step's part: 4 ms for each layer's pass of a micro-batch on a pipeline rank.
+  bool matched = false;
   for (const auto& p : plain.ranked)
     if (p.layout.text() == e.layout.text() && p.strategy == e.strategy) {
-      EXPECT_NEAR(e.tokens_per_s_gpu, 0.8 * p.tokens_per_s_gpu, 1e-9 * p.tokens_per_s_gpu);
-      EXPECT_NEAR(e.calibration, p.step * (1 / 0.8 - 1), 1e-9 * p.step);
+      matched = true;
+      const double passes = double(e.layout.global_batch / (e.layout.dp * e.layout.micro_batch)) *
+                            double(c.model.layers) / double(e.layout.pp);
+      EXPECT_NEAR(e.calibration, 0.004 * passes, 1e-9 * p.step);
+      EXPECT_NEAR(e.step, p.step + e.calibration, 1e-9 * p.step);
     }
+  EXPECT_TRUE(matched) << e.layout.text();
   // A need within 20% under the limit has its range across it: borderline.
   for (const auto& x : r.ranked)
     if (x.need_gb * 1.2 > 80 && x.need_gb < 80 * 0.999) EXPECT_EQ(x.fit, "borderline") << x.layout.text();
@@ -1121,7 +1126,7 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
     if (in_table) EXPECT_LE(columns(line), kNarrowColumns) << line;
   }
   EXPECT_NE(table.find("range"), std::string::npos);
-  std::ofstream(dir + "/errors.yaml") << "speed: {low: 2}\nspeed_calibration: 0.8\nmemory: {half: 0.1}\n";
+  std::ofstream(dir + "/errors.yaml") << "speed: {low: 2}\nlayer_pass_s: 0.004\nmemory: {half: 0.1}\n";
   try {
     load_project(file, dir);
     ADD_FAILURE() << "a low above 1 was accepted";

@@ -157,7 +157,9 @@ struct ProjectionErrors {
   std::string file;                      // "" when none was read
   double level = 0.8;                    // the share of published runs a range is to hold
   double speed_low = 1, speed_high = 1;  // tokens/s a GPU: the calibrated projection x [low, high]
-  double speed_calibration = 1;          // published over projected speed: multiplies every speed
+  // Seconds each layer takes beyond its priced parts, per micro-batch (forward and backward): the one
+  // calibrated constant, added per layer pass on a pipeline rank.
+  double layer_pass_s = 0;
   double memory_half = 0;                // the need: x [1 - half, 1 + half]
 };
 

@@ -86,8 +86,10 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.compute = t.compute, e.chunk_overhead = t.chunk_overhead, e.recompute = t.recompute, e.comm = t.comm;
   e.all_to_all = t.all_to_all, e.offload_wait = t.offload_wait, e.bubble = t.bubble, e.step = t.step();
   e.optimizer = t.optimizer, e.launch = t.launch;
-  // The one calibrated constant: the parts leave out what the validation's runs took beside them.
-  e.calibration = e.step * (1 / err.speed_calibration - 1);
+  // The one calibrated constant: what the validation's runs took beside the priced parts, a fixed time
+  // for each layer's pass of a micro-batch on a pipeline rank (the host's share of a layer: it does
+  // not shrink with the layer's work).
+  e.calibration = err.layer_pass_s * layer_passes(m, l);
   e.step += e.calibration;
   e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
   e.expert_tflops = grouped_rate(hw, e.expert_rows) / 1e12;

@@ -36,8 +36,8 @@ struct Estimate {
   // Seconds per step, by part.
   double compute = 0, recompute = 0, comm = 0, bubble = 0, offload_wait = 0, optimizer = 0, step = 0;
   double launch = 0;          // the GPU waiting for the host's kernel launches
-  // What the validation says the parts leave out: the step over the calibrated constant, less the
-  // parts (ProjectionErrors::speed_calibration).
+  // What the validation says the parts leave out: the calibrated constant a layer's pass of a
+  // micro-batch, times the rank's passes (ProjectionErrors::layer_pass_s).
   double calibration = 0;
   double chunk_overhead = 0;  // MemFine's chunks: their expert GEMMs at fewer rows per expert
   double all_to_all = 0;      // of comm: the expert-parallel dispatch and combine

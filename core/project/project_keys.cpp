@@ -380,7 +380,7 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
     return e;
   }
   MapReader r(root, "", p);
-  r.read_number("speed_calibration", e.speed_calibration, 0.1, 10);
+  r.read_number("layer_pass_s", e.layer_pass_s, 0, 1);
   MapReader speed(r.child("speed"), "speed", p), memory(r.child("memory"), "memory", p);
   speed.read_number("level", e.level, 0.01, 0.99);
   speed.read_number("low", e.speed_low, 0.01, 1);
@@ -390,7 +390,7 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
   memory.read_number("half", e.memory_half, 0, 1);
   for (const char* k : {"level", "runs"}) memory.read_number(k, ignored, 0, 1e9);
   for (auto* m : {&r, &speed, &memory}) m->check_unknown();
-  for (const char* k : {"speed", "memory", "speed_calibration"})
+  for (const char* k : {"speed", "memory", "layer_pass_s"})
     if (!root[k].IsDefined()) p.add(root, k, "missing");
   e.file = file;
   return e;

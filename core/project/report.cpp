@@ -186,10 +186,11 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
     out += "assumptions (each part's model):\n";
     std::vector<std::string> said = r.ranked.front().assumptions;
     if (const ProjectionErrors& err = c.errors; !err.file.empty())
-      said.push_back("how sure (" + err.file + ", scripts/projection_errors.py): speed x " +
-                     four_digits(err.speed_calibration) +
-                     ", the median of published over projected speed on the validation's runs (a calibrated "
-                     "constant: `calibration` of the step's parts); ranges at " + four_digits(100 * err.level) +
+      said.push_back("how sure (" + err.file + ", scripts/projection_errors.py): " +
+                     four_digits(1000 * err.layer_pass_s) +
+                     " ms for each layer's pass of a micro-batch beside its priced parts, the median on the "
+                     "validation's runs (a calibrated constant: `calibration` of the step's parts); ranges at " +
+                     four_digits(100 * err.level) +
                      "%, split conformal over the runs' first projections: tokens/s x [" + four_digits(err.speed_low) +
                      ", " + four_digits(err.speed_high) + "], the need x [" + four_digits(1 - err.memory_half) + ", " +
                      four_digits(1 + err.memory_half) + "]");
@@ -246,7 +247,7 @@ const std::vector<FieldSpec>& projection_schema() {
       {"step_s", "number", "s", "one training step", k},
       {"step_parts_s", "object", "s",
        "compute, recompute, comm, bubble, offload_wait, chunk_overhead, optimizer, launch and calibration (what "
-       "the validation's calibrated constant adds: errors.yaml speed_calibration)",
+       "the validation's calibrated constant adds: errors.yaml layer_pass_s a layer's pass of a micro-batch)",
        k},
       {"all_to_all_s", "number", "s", "the step's all-to-all, exposed or not", k},
       {"expert_gemm", "object", "",

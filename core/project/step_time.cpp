@@ -235,9 +235,15 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 
 }  // namespace
 
+int64_t micro_batches(const Layout& l) { return l.global_batch / (l.dp * l.micro_batch); }
+
+double layer_passes(const ModelConfig& m, const Layout& l) {
+  return double(micro_batches(l)) * double(m.layers) / double(l.pp);
+}
+
 StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
                     const ProjectSetting& set, double received, const StepMemory& mem) {
-  const int64_t micro = l.global_batch / (l.dp * l.micro_batch);  // micro-batches per step and DP rank
+  const int64_t micro = micro_batches(l);
   // Every pipeline rank's micro-batch: the slowest sets the pace of the steady state.
   std::vector<double> per_rank;
   RankTime slowest;

@@ -215,7 +215,7 @@ def held_out(path=ERRORS):
         return None
     with open(path) as f:
         text = f.read()
-    speed = text[text.index("speed:"):text.index("speed_calibration:")]
+    speed = text[text.index("speed:"):text.index("memory:")]
     got = {k: float(re.search(rf"^  {k}: ([0-9.]+)$", speed, re.M).group(1))
            for k in ("held_out_coverage", "held_out_half_width", "runs", "level")}
     return got["held_out_coverage"], got["held_out_half_width"], int(got["runs"]), got["level"]
