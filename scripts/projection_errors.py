@@ -22,13 +22,15 @@
     scripts/python scripts/projection_errors.py [--check]   # --check: fail if the file is stale (77: no history)
 """
 import argparse
+import functools
 import json
-import yaml
 import math
 import os
 import statistics
 import subprocess
 import sys
+
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -68,6 +70,7 @@ def case_model(case_file, commit):
     return model["layers"], case.get("seq", model["seq"])
 
 
+@functools.lru_cache(maxsize=None)  # every run's case reads the same models file at the same commit
 def git_show(commit, path):
     return subprocess.run(["git", "-C", ROOT, "show", f"{commit}:{path}"], check=True, capture_output=True,
                           text=True).stdout
@@ -122,7 +125,7 @@ def symmetric(xs, level=LEVEL):
 def measure():
     current = {key(r): r for r in lines(CURRENT) if r.get("published") and r.get("strategy")}
     first = {key(r): r for r in lines(FIRST)}
-    speed, peaks, names = [], [], []
+    speed, peaks = [], []
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -130,7 +133,6 @@ def measure():
         values = now["published"]["values"]
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
-            names.append(k)
         if (p := peak_ratio(r, values)) is not None:
             peaks.append(math.log(p))
     # Which runs count is today's word (a run marked calibration since is left out).
@@ -139,7 +141,7 @@ def measure():
                if k in current and not current[k]["published"].get("known_issue")
                and not current[k]["published"].get("calibration")
                and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
-    return speed, peaks, counted, names
+    return speed, peaks, counted
 
 
 def leave_one_out(xs, interval):
@@ -156,7 +158,7 @@ def leave_one_out(xs, interval):
 
 
 def render():
-    speed, peaks, counted, _ = measure()
+    speed, peaks, counted = measure()
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
     mem = symmetric(peaks)

@@ -35,6 +35,8 @@ std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layou
   return "";
 }
 
+int64_t micro_batches(const Layout& l) { return l.global_batch / (l.dp * l.micro_batch); }
+
 std::vector<Layout> layouts(const SearchSpace& s, int64_t gpus, int64_t global_batch) {
   std::vector<Layout> out;
   for (int64_t tp : s.tp)

@@ -17,6 +17,9 @@ namespace memfine {
 std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l,
                            const std::string& pipeline_layout = "");
 
+// Micro-batches per step and data-parallel rank.
+int64_t micro_batches(const Layout& l);
+
 // Every layout of the search space that the GPU count allows (TP x PP x CP dividing it), possible
 // or not.
 std::vector<Layout> layouts(const SearchSpace& s, int64_t gpus, int64_t global_batch);

@@ -17,7 +17,7 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   const double tp = double(l.tp);
   tokens_ = double(l.micro_batch) * double(m.seq) / double(l.cp);  // a micro-batch's tokens on a CP rank
   tokens_gpu_ = tokens_ / tp;                                      // sequence parallel inside TP
-  const int64_t micro = l.global_batch / (l.dp * l.micro_batch);   // micro-batches per step and DP rank
+  const int64_t micro = micro_batches(l);                          // micro-batches per step and DP rank
   const int64_t per_flush = micro / l.grad_accumulation;           // per pipeline schedule
   // Micro-batches whose activations a rank keeps at once, in whole-rank units: its warmup's and the
   // one in its first backward (core/project/pipeline.h), virtual-stage micro-batches of 1 / VPP of its

@@ -235,8 +235,6 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 
 }  // namespace
 
-int64_t micro_batches(const Layout& l) { return l.global_batch / (l.dp * l.micro_batch); }
-
 double layer_passes(const ModelConfig& m, const Layout& l) {
   return double(micro_batches(l)) * double(m.layers) / double(l.pp);
 }

@@ -30,8 +30,6 @@ struct StepMemory {
   double encoded_bytes = 0;  // what encoding stores as codes, in their own dtype's bytes
 };
 
-// Micro-batches per step and data-parallel rank.
-int64_t micro_batches(const Layout& l);
 // The layers' passes of a micro-batch a pipeline rank makes in a step (its micro-batches x the
 // model's layers over the pipeline ranks), each forward and backward.
 double layer_passes(const ModelConfig& m, const Layout& l);
