@@ -28,6 +28,9 @@ from . import records as R
 from . import tables as T
 
 PEAK_GOAL, MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 10.0, 25.0, 15.0
+# When today's calibration term (errors.yaml layer_pass_s) landed, in its form and value (commit
+# c109c6d): runs first projected from then on are its test.
+TERM_SINCE = "2026-11-29T14:42:28Z"
 
 
 def load(path):
@@ -165,6 +168,7 @@ def runs(model_dir):
             if (r.get("case_file"), r["strategy"]) in first:
                 f = first[(r.get("case_file"), r["strategy"])]
                 row["first_error"] = _speed_error(f, values)
+                row["first_date"] = f.get("date", "")
                 # A first projection with a range entered after the range and the calibration were set:
                 # neither was fitted on it.
                 if f.get("tokens_per_s_gpu_range") and row["first_error"] is not None:
@@ -239,6 +243,7 @@ def summary(rows):
         matrix[(FIT_ROWS[0] if r["ran"] else FIT_ROWS[1], r["fit"])] += 1
     ranged = [r["range"] for r in rows if "range" in r and not r["calibration"] and not r["known_issue"]]
     entered = [r for r in rows if "first_range" in r and not r["calibration"] and not r["known_issue"]]
+    after_term = [r for r in entered if r["first_date"] >= TERM_SINCE]
     return {
         "runs": len(rows),
         # Every layout that ran, the learned-routing pairs' as well: each is checked for fit.
@@ -266,6 +271,10 @@ def summary(rows):
                     "held": sum(r["first_range"][0] for r in entered),
                     "half_width": statistics.median(r["first_range"][1] for r in entered) if entered else None,
                     "runs": [r["case"] for r in entered]},
+        # Runs first projected with today's calibration term in its form and value: its own test.
+        "after_term": {"throughput": _throughput_check([r["first_error"] for r in after_term]),
+                       "held": sum(r["first_range"][0] for r in after_term),
+                       "runs": [r["case"] for r in after_term]},
     }
 
 
@@ -327,8 +336,14 @@ def verdict_lines(s):
                      + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, {over} over "
                         f"{WORST_GOAL:g}%; the range held {e['held']} of {n}, median half-width "
                         f"{100 * e['half_width']:.1f}% ({', '.join(e['runs'])}). Today's projection of them, whose "
-                        f"calibration was fitted without them (its form chosen after their first projections): median "
+                        f"calibration was fitted without them (its form chosen after the first projections of those that entered before it): median "
                         f"{e['now'][0]:.1f}%, {e['now'][1]} over {WORST_GOAL:g}%." if n else "none yet."))
+        a = s["after_term"]
+        med, over, n = a["throughput"]
+        lines.append(f"- Runs that entered after the calibration term's form and value were set (c109c6d), its own "
+                     f"test: " + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, "
+                                  f"{over} over {WORST_GOAL:g}%; the range held {a['held']} of {n} "
+                                  f"({', '.join(a['runs'])})." if n else "none yet."))
     m = s["matrix"]
     lines.append(f"- Fit: of {fit[1]} published layouts that ran, {m[('ran', 'yes')]} projected to fit at usable_memory "
                  f"1.0 and {m[('ran', 'borderline')]} borderline (within the framework's margin of the limit, or "
