@@ -95,6 +95,7 @@ json environment(const ExperimentConfig& c) {
   json env;
   env["git_commit"] = git_commit();
   env["libtorch"] = TORCH_VERSION;
+  env["build"] = MEMFINE_BUILD_TYPE;  // CMake's: only a Release build's timings are results
   env["device"] = c.device;
   env["device_name"] = cpu_name();
 #ifdef MEMFINE_TORCH_CUDA
