@@ -97,7 +97,8 @@ std::vector<std::string> differences(const std::vector<RecordView>& a, const std
     const auto it = in_b.find(key_of(ra));
     if (it == in_b.end()) continue;
     const RecordView& rb = *it->second;
-    for (const char* k : {"device_name", "hostname", "git_commit", "libtorch", "build", "threads", "blas", "omp_wait_policy"}) {
+    for (const char* k :
+         {"device_name", "hostname", "git_commit", "libtorch", "build", "threads", "blas", "omp_wait_policy"}) {
       const json x = ra.env.is_object() ? ra.env.value(k, json()) : json(),
                  y = rb.env.is_object() ? rb.env.value(k, json()) : json();
       if (x != y) say(std::string("env.") + k + ": " + x.dump() + " in A, " + y.dump() + " in B");

@@ -28,9 +28,9 @@ from . import records as R
 from . import tables as T
 
 PEAK_GOAL, MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 10.0, 25.0, 15.0
-# When today's calibration term (errors.yaml layer_pass_s) landed, in its form and value (commit
-# c109c6d): runs first projected from then on are its test.
-TERM_SINCE = "2026-11-29T14:42:28Z"
+# Today's calibration term (errors.yaml layer_pass_s), in its form and value: the commit that made it
+# and its date; runs first projected from then on are its test.
+TERM_COMMIT, TERM_SINCE = "c109c6d", "2026-11-29T14:42:28Z"
 
 
 def load(path):
@@ -336,14 +336,15 @@ def verdict_lines(s):
                      + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, {over} over "
                         f"{WORST_GOAL:g}%; the range held {e['held']} of {n}, median half-width "
                         f"{100 * e['half_width']:.1f}% ({', '.join(e['runs'])}). Today's projection of them, whose "
-                        f"calibration was fitted without them (its form chosen after the first projections of those that entered before it): median "
-                        f"{e['now'][0]:.1f}%, {e['now'][1]} over {WORST_GOAL:g}%." if n else "none yet."))
+                        f"calibration was fitted without them (its form chosen after the first projections of those "
+                        f"that entered before it): median {e['now'][0]:.1f}%, {e['now'][1]} over {WORST_GOAL:g}%."
+                        if n else "none yet."))
         a = s["after_term"]
         med, over, n = a["throughput"]
-        lines.append(f"- Runs that entered after the calibration term's form and value were set (c109c6d), its own "
-                     f"test: " + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, "
-                                  f"{over} over {WORST_GOAL:g}%; the range held {a['held']} of {n} "
-                                  f"({', '.join(a['runs'])})." if n else "none yet."))
+        lines.append(f"- Runs that entered after the calibration term's form and value were set ({TERM_COMMIT}), its "
+                     f"own test: " + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, "
+                                      f"{over} over {WORST_GOAL:g}%; the range held {a['held']} of {n} "
+                                      f"({', '.join(a['runs'])})." if n else "none yet."))
     m = s["matrix"]
     lines.append(f"- Fit: of {fit[1]} published layouts that ran, {m[('ran', 'yes')]} projected to fit at usable_memory "
                  f"1.0 and {m[('ran', 'borderline')]} borderline (within the framework's margin of the limit, or "
