@@ -21,7 +21,6 @@ namespace memfine::cli {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr size_t kMinSteps = 4;  // the fewest steps a side for which the U test can reach p < 0.05
 
 struct Entry {
   std::string strategy;
@@ -74,7 +73,7 @@ std::string cell(std::vector<Entry> ok, double budget) {
                      fmt_double("%.0f", best.activation / kMiB) + " MiB";
   if (fits.size() > 1) {
     const Entry& next = fits[1];
-    const double p = best.steps.size() >= kMinSteps && next.steps.size() >= kMinSteps
+    const double p = best.steps.size() >= kUTestMinSteps && next.steps.size() >= kUTestMinSteps
                          ? mann_whitney_p(best.steps, next.steps)
                          : 1.0;
     text += "; next `" + next.strategy + "` " + fmt_double("%.2f", next.median_ms / best.median_ms) + "x (p " +

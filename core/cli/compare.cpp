@@ -27,9 +27,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The fewest steps per side for which an exact two-sided U test can reach p < 0.05.
-constexpr size_t kMinSteps = 4;
-
 // One row: `b` against `a`.
 std::vector<std::string> row_of(const std::string& point, const std::string& what, const RecordView& a,
                                 const RecordView& b, double alpha, int& differ, int& too_few) {
@@ -39,7 +36,7 @@ std::vector<std::string> row_of(const std::string& point, const std::string& wha
   const std::vector<double>&xa = a.step_ms_all, &xb = b.step_ms_all;
   std::string verdict;
   double p = NAN;
-  if (xa.size() < kMinSteps || xb.size() < kMinSteps) {
+  if (xa.size() < kUTestMinSteps || xb.size() < kUTestMinSteps) {
     verdict = "too few steps";
     ++too_few;
   } else {
@@ -74,7 +71,7 @@ std::string notes(double alpha, int differ, int too_few) {
       fmt_double("%.2f", alpha) +
       " (faster / slower), else no difference; peaks are exact on a CPU (same = to the byte)";
   if (too_few)
-    n += "\n" + std::to_string(too_few) + " row(s) had fewer than " + std::to_string(kMinSteps) +
+    n += "\n" + std::to_string(too_few) + " row(s) had fewer than " + std::to_string(kUTestMinSteps) +
          " timed steps on a side: no verdict is possible (raise `repeats`)";
   if (differ > 1)
     n += "\n" + std::to_string(differ) + " row(s) differ at the " + fmt_double("%.2f", alpha) +

@@ -8,10 +8,6 @@
 
 namespace memfine {
 
-namespace {
-constexpr double kFp32 = 4, kInt64 = 8;
-}  // namespace
-
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB) {
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts), k = double(m.topk);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);

@@ -8,10 +8,6 @@
 
 namespace memfine {
 
-namespace {
-constexpr double kFp32 = 4, kInt32 = 4, kBool = 1;
-}  // namespace
-
 // Megatron-Core's TE spec fuses the attention's input norm into linear_qkv and a dense MLP's into
 // linear_fc1 (TELayerNormColumnParallelLinear: the layer's norm an IdentityOp); a MoE layer's norm
 // is a TENorm, and MLA's input norm one of its own (gpt_layer_specs.py).

@@ -19,7 +19,6 @@ double te_mla_qkv(const ModelConfig& m) {
 }
 
 double te_attention(const ModelConfig& m, double kB) {
-  constexpr double kFp32 = 4;
   const double h = double(m.hidden), H = double(m.heads), G = double(m.kv_heads), d = double(m.head_dim);
   if (m.attention == "none") return 0;
   if (m.attention == "mla") {

@@ -5,6 +5,9 @@
 
 namespace memfine {
 
+// Element widths in bytes, for the terms stored at their own type (statistics, index maps, masks).
+constexpr double kFp32 = 4, kInt32 = 4, kInt64 = 8, kBool = 1;
+
 // Bytes one layer keeps (activations of `element_bytes`; fp32 statistics and index maps at their
 // own widths): per token of the rank's sequence-parallel share (TP x CP) and per row the hottest
 // rank's experts receive.

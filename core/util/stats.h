@@ -16,4 +16,7 @@ Spread spread(std::vector<double> v);
 // otherwise.
 double mann_whitney_p(const std::vector<double>& x, const std::vector<double>& y);
 
+// The fewest values a side for which the exact two-sided test can reach p < 0.05.
+constexpr size_t kUTestMinSteps = 4;
+
 }  // namespace memfine
