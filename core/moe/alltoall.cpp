@@ -69,12 +69,17 @@ at::Tensor experts_buffer_free(const at::Tensor& arrived, const at::Tensor& p_ar
   return none + p_none;
 }
 
+}  // namespace
+
 // A range's exchange: its kept assignments ordered by expert (so by destination rank), how many
-// rows go to and come from each rank (the paper's "notify"), and which token each row is.
+// rows go to and come from each rank (the paper's "notify"), and which token each row is. Outside
+// the anonymous namespace: A2aRows, which the dispatcher's state names, holds one.
 struct A2aRoute {
   at::Tensor slots, tokens, experts_of;
   std::vector<int64_t> send, recv;
 };
+
+namespace {
 
 A2aRoute route_range(const at::Tensor& x, const MoeRouting& mr, int64_t begin, int64_t end) {
   const Dist& d = *mr.dist;

@@ -25,7 +25,7 @@ namespace {
 
 // Host arrays of one layer's routing, read in place (no operator runs on them).
 template <class T>
-const T* host(const at::Tensor& t) {
+const T* host_data(const at::Tensor& t) {
   if (!t.defined()) return nullptr;
   if (!t.is_contiguous() || !t.device().is_cpu()) throw std::logic_error("range_layout: routing not on the host");
   return t.data_ptr<T>();
@@ -65,9 +65,9 @@ RangeLayout range_layout(const MoeRouting& mr, const std::vector<int64_t>& bound
   const RankRouting& r = *mr.rank;
   const int64_t El = r.local_experts, first = r.first_expert, k = mr.expert_ids.size(1);
   const size_t C = bounds.size() - 1;
-  const int64_t* ids = host<int64_t>(mr.expert_ids);
-  const bool* keep = host<bool>(mr.own_keep);
-  const int64_t* own_key = host<int64_t>(r.own_key);
+  const int64_t* ids = host_data<int64_t>(mr.expert_ids);
+  const bool* keep = host_data<bool>(mr.own_keep);
+  const int64_t* own_key = host_data<int64_t>(r.own_key);
   // Each range's rows per expert, in the order dispatch takes them.
   std::vector<std::vector<int64_t>> own(C * size_t(El)), peer(C * size_t(El));
   std::vector<std::vector<int64_t>> remote(C);  // key, token, slot triples
@@ -82,9 +82,9 @@ RangeLayout range_layout(const MoeRouting& mr, const std::vector<int64_t>& bound
           remote[c].insert(remote[c].end(), {own_key[slot], t, slot});
       }
   const int64_t P = r.peer_pos.defined() ? r.peer_pos.numel() : 0;
-  const int64_t *pos = host<int64_t>(r.peer_pos), *pex = host<int64_t>(r.peer_expert),
-                *pkey = host<int64_t>(r.peer_key);
-  const bool* pkeep = host<bool>(mr.peer_keep);
+  const int64_t *pos = host_data<int64_t>(r.peer_pos), *pex = host_data<int64_t>(r.peer_expert),
+                *pkey = host_data<int64_t>(r.peer_key);
+  const bool* pkeep = host_data<bool>(mr.peer_keep);
   for (int64_t p = 0; p < P; ++p) {
     if ((pkeep && !pkeep[p]) || pos[p] < bounds.front() || pos[p] >= bounds.back()) continue;
     const size_t c = size_t(std::upper_bound(bounds.begin(), bounds.end(), pos[p]) - bounds.begin() - 1);
