@@ -63,3 +63,14 @@ function(memfine_layer name)
   target_sources(memfine_core INTERFACE $<TARGET_OBJECTS:memfine_${name}>)
   set(MEMFINE_LAYERS ${MEMFINE_LAYERS} ${name} CACHE INTERNAL "")
 endfunction()
+
+# memfine_reuse_pch(<target>...): executables and tests compile against the layers' precompiled
+# LibTorch headers too (GCC takes them whatever the targets' own definitions and warnings).
+function(memfine_reuse_pch)
+  if(MEMFINE_PCH)
+    list(GET MEMFINE_LAYERS 0 first)
+    foreach(target ${ARGN})
+      target_precompile_headers(${target} REUSE_FROM memfine_${first})
+    endforeach()
+  endif()
+endfunction()
