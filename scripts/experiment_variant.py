@@ -26,9 +26,9 @@ def variant(doc, mode):
         sweep = doc.get("sweep") or {}
         if "train" in doc:  # a training run: a few steps, still evaluated and checkpointed
             t = dict(doc["train"])
-            t["steps"] = min(int(t.get("steps", 100)), 20)
-            t["warmup"] = min(int(t.get("warmup", 10)), 5)
-            t["eval_every"] = t["checkpoint_every"] = 10
+            t["steps"] = min(int(t.get("steps", 100)), 10)
+            t["warmup"] = min(int(t.get("warmup", 10)), 3)
+            t["eval_every"] = t["checkpoint_every"] = 5
             t["eval_batches"] = min(int(t.get("eval_batches", 4)), 2)
             doc["train"] = t
         doc["sweep"] = {k: v[:2] for k, v in sweep.items() if k != "memory.budget"} or None
