@@ -27,6 +27,18 @@ function(memfine_layer_check target layer folder)
   add_dependencies(${target} ${target}_includes)
 endfunction()
 
+# memfine_reuse_pch(<target>...): <target>s compile against the first layer's precompiled LibTorch
+# headers (GCC takes them whatever the targets' own definitions and warnings): the later layers,
+# the executables and the tests.
+function(memfine_reuse_pch)
+  if(MEMFINE_PCH)
+    list(GET MEMFINE_LAYERS 0 first)
+    foreach(target ${ARGN})
+      target_precompile_headers(${target} REUSE_FROM memfine_${first})
+    endforeach()
+  endif()
+endfunction()
+
 # memfine_layer(<name> [FOLDER <dir>] [USES <layer>...] [EXCLUDE <regex>]): core/<name> unless FOLDER
 # says otherwise; EXCLUDE leaves out files the executables compile themselves (their main()s).
 function(memfine_layer name)
@@ -51,26 +63,14 @@ function(memfine_layer name)
   target_compile_options(memfine_${name} PRIVATE -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
   # LibTorch's headers take most of each file's compile: parsed once, by the first layer, and reused
   # by the others (they share every flag). Each file still includes what it uses (the check below).
-  if(MEMFINE_PCH)
-    if(NOT MEMFINE_LAYERS)
+  if(NOT MEMFINE_LAYERS)
+    if(MEMFINE_PCH)
       target_precompile_headers(memfine_${name} PRIVATE <ATen/ATen.h> <torch/csrc/autograd/custom_function.h>)
-    else()
-      list(GET MEMFINE_LAYERS 0 first)
-      target_precompile_headers(memfine_${name} REUSE_FROM memfine_${first})
     endif()
+  else()
+    memfine_reuse_pch(memfine_${name})
   endif()
   memfine_layer_check(memfine_${name} ${name} ${L_FOLDER} ${L_USES})
   target_sources(memfine_core INTERFACE $<TARGET_OBJECTS:memfine_${name}>)
   set(MEMFINE_LAYERS ${MEMFINE_LAYERS} ${name} CACHE INTERNAL "")
-endfunction()
-
-# memfine_reuse_pch(<target>...): executables and tests compile against the layers' precompiled
-# LibTorch headers too (GCC takes them whatever the targets' own definitions and warnings).
-function(memfine_reuse_pch)
-  if(MEMFINE_PCH)
-    list(GET MEMFINE_LAYERS 0 first)
-    foreach(target ${ARGN})
-      target_precompile_headers(${target} REUSE_FROM memfine_${first})
-    endforeach()
-  endif()
 endfunction()
