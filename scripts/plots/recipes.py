@@ -54,6 +54,8 @@ def jobs(results, predictions):
                                                   "Recomputation with and without skipping the replay's unused fc2 and "
                                                   "combine"), at("skip_dead")),
         ("gpu_offload", offload, at("gpu_offload")),
+        ("gpu_savers", lambda src, out: strategies(src, out, "gpu_savers", "The newest savers at DeepSeek-V3's expert "
+                                                   "shapes (bf16)"), at("gpu_savers")),
         ("gpu_memfine", lambda src, out: strategies(src, out, "gpu_memfine", "Every strategy at GPU scale (bf16)"),
          at("gpu_memfine")),
         ("gpu_baselines", lambda src, out: strategies(src, out, "gpu_baselines", "Every baseline at MoEBlaze's benchmark scale"),
