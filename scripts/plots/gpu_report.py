@@ -222,18 +222,21 @@ def model_lines(gpu_dir):
 
 
 def rate_lines(gpu_dir):
-    recs, path = _recs(gpu_dir, "gpu_baselines")
-    if not recs:
-        return []
-    name, peak = bf16_peak(recs)
-    if not peak:
-        return []
-    out = [f"Model TFLOP/s and share of the {name}'s {peak:g} TFLOP/s bf16 peak ({_source(recs, path)}):", ""]
-    for point, rs in R.by_point(recs).items():
-        cells = [f"{r['strategy']} {r['tflops']:.0f} ({100 * r['tflops'] / peak:.0f}%)" for r in rs
-                 if r["status"] == "ok" and r.get("tflops")]
-        out.append(f"- {point}: " + ", ".join(cells) + ".")
-    return out + [""]
+    """Model TFLOP/s per strategy: at MoEBlaze's benchmark scale and at DeepSeek-V3's MoE shape."""
+    out = []
+    for experiment in ("gpu_baselines", "gpu_deepseek"):
+        recs, path = _recs(gpu_dir, experiment)
+        name, peak = bf16_peak(recs) if recs else (None, None)
+        if not peak:
+            continue
+        out += [f"Model TFLOP/s and share of the {name}'s {peak:g} TFLOP/s bf16 peak, `{experiment}` "
+                f"({_source(recs, path)}):", ""]
+        for point, rs in R.by_point(recs).items():
+            cells = [f"{r['strategy']} {r['tflops']:.0f} ({100 * r['tflops'] / peak:.0f}%)" for r in rs
+                     if r["status"] == "ok" and r.get("tflops")]
+            out.append(f"- {point}: " + ", ".join(cells) + ".")
+        out.append("")
+    return out
 
 
 def lines(cpu_results):
