@@ -872,6 +872,38 @@ class GroupedProbe(unittest.TestCase):
             self.assertEqual(r.get("wgrad_acc_tflops", 0) > 0, r["backend"] != "dense", r)
 
 
+class GroupedProbeCurve(unittest.TestCase):
+    """The probe's records become a figure, a table and the H200 preset's grouped GEMM curve."""
+
+    def doc(self):
+        rows = []
+        for model, base in (("a", 100.0), ("b", 300.0), ("c", 200.0)):
+            for n in (256, 512):
+                for backend in ("grouped", "loop"):
+                    rows.append({"model": model, "hidden": 64, "ffn": 32, "experts": 4, "rows_per_expert": n,
+                                 "split": "even", "backend": backend, "tflops": base * n / 256 / (2 if backend == "loop" else 1)})
+        rows.append(dict(rows[0], split="lognormal", tflops=1.0))
+        return {"device": "Test GPU", "torch": "2.11", "git_commit": "abc", "dtype": "bfloat16", "repeats": 3, "rows": rows}
+
+    def test_the_curve_is_the_median_over_shapes_of_the_even_grouped_rows(self):
+        from plots import grouped_probe
+        self.assertEqual(grouped_probe.curve(self.doc()), [[256, 200.0], [512, 400.0]])
+
+    def test_figure_and_table(self):
+        from plots import grouped_probe
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "grouped.json")
+            with open(src, "w") as f:
+                json.dump(self.doc(), f)
+            paths = grouped_probe.grouped_probe(src, d)
+            self.assertEqual(sorted(os.path.basename(p) for p in paths),
+                             ["grouped_probe.pdf", "grouped_probe.png", "grouped_probe_table.md", "grouped_probe_table.tex"])
+            with open(os.path.join(d, "grouped_probe_table.md")) as f:
+                table = f.read()
+        self.assertIn("| b (64, 32, 4) | 300 (150) | 600 (300) |", table)
+        self.assertIn("| median over shapes, grouped | 200 | 400 |", table)
+
+
 class RoutingOverload(unittest.TestCase):
     """scripts/routing_overload.py on made-up shares: a group's hottest expert over its share, averaged
     over layers and groups, and a group's worst layer; a folder with no share files is refused."""

@@ -133,7 +133,37 @@ def probe_lines(gpu_dir):
                 f"({be['fc1_tflops']:.0f} TFLOP/s): copying its output one way is as fast only at "
                 f"{be['break_even_gb_s']:.0f} GB/s, and the measured {fastest:.1f} GB/s is {verdict} it, so offloading "
                 "that output costs less than recomputing it only where its copies hide behind other work.", ""]
+    grouped, path = _json(gpu_dir, "probes", "grouped.json")
+    if grouped:
+        out += _grouped_probe_lines(grouped, path)
     return out
+
+
+def _grouped_probe_lines(doc, path):
+    """The grouped GEMM probe: its rates by rows per expert across shapes, and the weight gradient
+    added into an fp32 buffer (Megatron's gradient accumulation fusion's work)."""
+    from .grouped_probe import curve, rows_of
+    grouped, loop = rows_of(doc, "grouped"), rows_of(doc, "loop")
+    if not grouped:
+        return []
+    rows = sorted({r["rows_per_expert"] for r in grouped})
+
+    def span(rs, n, key="tflops"):
+        v = [r[key] for r in rs if r["rows_per_expert"] == n and r.get(key)]
+        return f"{min(v):.0f}-{max(v):.0f}" if v else "-"
+
+    lo, hi = rows[0], rows[-1]
+    return [f"The grouped expert GEMM (`{os.path.relpath(path)}`, {doc['device']}, PyTorch {doc['torch']}, "
+            f"{R.commit_text(doc.get('git_commit', '?'))}; forward and both gradients, rows split evenly, "
+            f"{len({r['model'] for r in grouped})} validation models' expert shapes): at {lo} rows per expert "
+            f"{span(grouped, lo)} TFLOP/s grouped against {span(loop, lo)} with a GEMM per expert, at {hi} rows "
+            f"{span(grouped, hi)} against {span(loop, hi)}. Its median over shapes ("
+            + ", ".join(f"{v:.0f} at {n}" for n, v in curve(doc))
+            + ") is the H200 preset's grouped GEMM curve. The weight gradient added into an fp32 buffer, as "
+            f"Megatron's gradient accumulation fusion keeps it, ran at {span(grouped, lo, 'wgrad_acc_tflops')} "
+            f"TFLOP/s at {lo} rows against {span(grouped, lo, 'wgrad_tflops')} for the product alone, and "
+            f"{span(grouped, hi, 'wgrad_acc_tflops')} against {span(grouped, hi, 'wgrad_tflops')} at {hi}: "
+            "the projection's step time leaves that add out.", ""]
 
 
 def _file_label(label):

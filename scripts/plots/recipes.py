@@ -5,6 +5,7 @@ import os
 import sys
 
 from . import records as R
+from .grouped_probe import grouped_probe
 from .offload import offload
 from .project import here as project_here, scaling as project_scaling, validation as project_validation
 from .paper import figure2, figure4, figure5, table4_measured, table4_modeled
@@ -71,6 +72,7 @@ def jobs(results, predictions):
         ("gpu_peak", lambda src, out: strategies(src, out, "gpu_peak", "With and without attention: what sets the GPU's peak"),
          at("gpu_peak")),
         ("gpu_model_accuracy", model_error, at("gpu_model_accuracy")),
+        ("gpu_grouped_probe", grouped_probe, at("probes", "grouped.json")),
         ("kernel_ops", kernel_ops, os.path.join(results, "bench", "dispatch_combine.json")),
         ("kernels_ranks", lambda src, out: kernels(src, out, "kernels_ranks_table",
                                                    "Fused dispatch/combine against ATen on real expert-parallel ranks"),
