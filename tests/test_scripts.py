@@ -903,6 +903,14 @@ class GroupedProbeCurve(unittest.TestCase):
         self.assertIn("| b (64, 32, 4) | 300 (150) | 600 (300) |", table)
         self.assertIn("| median over shapes, grouped | 200 | 400 |", table)
 
+    def test_the_h200_preset_is_the_committed_probes_curve(self):
+        import yaml
+        from plots import grouped_probe
+        probe = os.path.join(ROOT, "results", "h200", "probes", "grouped.json")
+        with open(os.path.join(ROOT, "experiments", "project", "hardware.yaml")) as f:
+            preset = yaml.safe_load(f)["h200"]["grouped_gemm_curve"]
+        self.assertEqual(preset, grouped_probe.curve(grouped_probe.load(probe)))
+
 
 class RoutingOverload(unittest.TestCase):
     """scripts/routing_overload.py on made-up shares: a group's hottest expert over its share, averaged
