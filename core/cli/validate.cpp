@@ -1,4 +1,5 @@
-// `memfine validate FILE.yaml`: an experiment (or a project file) checked without running it.
+// `memfine validate FILE.yaml...`: experiments (or project files) checked without running them.
+#include <algorithm>
 #include <iostream>
 
 #include "core/cli/commands.h"
@@ -10,8 +11,7 @@ namespace memfine::cli {
 
 namespace {
 
-int validate(const Args& a) {
-  const std::string file = a.operands[0];
+int validate_one(const std::string& file) {
   if (is_project_file(file)) {
     try {
       const ProjectConfig pc = load_project(file, default_presets_dir(file));
@@ -32,19 +32,26 @@ int validate(const Args& a) {
   return 0;
 }
 
+// Every file is checked, a folder of them in one start of the program; any invalid one fails it.
+int validate(const Args& a) {
+  int code = 0;
+  for (const std::string& file : a.operands) code = std::max(code, validate_one(file));
+  return code;
+}
+
 }  // namespace
 
 Command validate_command() {
   return {"validate",
-          "FILE.yaml",
-          "check an experiment file without running it",
-          R"(Checks FILE.yaml and every point of its sweep without running anything. Prints one line per
-problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2; exits 0 when valid. A project
-file (`memfine project`'s: it names a `hardware`) is checked as one.
+          "FILE.yaml...",
+          "check experiment files without running them",
+          R"(Checks each FILE.yaml and every point of its sweep without running anything. Prints one line per
+problem on stderr, as FILE:LINE: key.path: what is wrong, and exits 2 when any file has one; exits 0
+when all are valid. A project file (`memfine project`'s: it names a `hardware`) is checked as one.
 )",
           {},
           1,
-          1,
+          4096,
           validate};
 }
 
