@@ -872,6 +872,31 @@ class GroupedProbe(unittest.TestCase):
             self.assertEqual(r.get("wgrad_acc_tflops", 0) > 0, r["backend"] != "dense", r)
 
 
+class GpusSideBySide(unittest.TestCase):
+    """REPORT's table of GPU folders side by side: a column per GPU, each cell from its records, "-"
+    where one GPU has not measured it, nothing for a single GPU."""
+
+    def test_columns_cells_and_gaps(self):
+        from plots import gpu_report
+        with tempfile.TemporaryDirectory() as tmp:
+            dirs = []
+            for name, eight_ms, acc in (("a100", 20.0, None), ("h200", 11.0, (100, 104))):
+                d = os.path.join(tmp, name)
+                env = dict(ENV, device="cuda", device_name=f"NVIDIA {name.upper()}")
+                write(d, "gpu_deepseek", [record("base", "full_recompute", ms=10, env=env),
+                                          record("base", "memfine(chunks=8)", ms=eight_ms, env=env)])
+                if acc:
+                    write(d, "gpu_model_accuracy", [
+                        record("base", "no_recompute", act=acc[0], env=env,
+                               predicted_activation_bytes=int(acc[1] * MIB))])
+                dirs.append(d)
+            text = "\n".join(gpu_report.side_by_side(dirs))
+            self.assertEqual(gpu_report.side_by_side(dirs[:1]), [])
+        self.assertIn("| measure | NVIDIA A100 (", text)
+        self.assertIn("| 8 chunks / full recomputation, `gpu_deepseek` (DeepSeek-V3's MoE shape) | 0.50x | 0.91x |", text)
+        self.assertIn("| memory model within 5% of the CUDA meter, `gpu_model_accuracy` | - | 1 of 1 (lowest +4.0%) |", text)
+
+
 class GroupedProbeCurve(unittest.TestCase):
     """The probe's records become a figure, a table and the H200 preset's grouped GEMM curve."""
 

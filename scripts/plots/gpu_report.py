@@ -6,6 +6,7 @@ import os
 import statistics
 
 from . import records as R
+from . import tables
 from .paper import claims
 from .sweeps import bf16_peak
 
@@ -269,10 +270,94 @@ def rate_lines(gpu_dir):
     return out
 
 
+def _paths(recs):
+    """gpu_chunk_cost's records by (experts' path, graphs): older records name neither graphs nor a point."""
+    return {(R.config_of([r]).get("expert_gemm", "loop"), R.config_of([r]).get("graphs") or "none"): r for r in recs}
+
+
+def _chunk_cells(gpu_dir):
+    """{row label: cell} of 8 chunks against full recomputation per experts' path and graphs, with
+    the traced step's GPU busy share where traced."""
+    recs, _ = _recs(gpu_dir, "gpu_chunk_cost")
+    summary, _ = _json(gpu_dir, "gpu_chunk_cost", "trace_summary.json")
+    cells = {}
+    for point, rs in R.by_point(recs).items():
+        speed = _speed(rs, "memfine(chunks=8)")
+        eight = _ok(rs, "memfine(chunks=8)")
+        if speed is None:
+            continue
+        gemm, graphs = next(iter(_paths([eight])))
+        cell = f"{speed:.2f}x"
+        label = _file_label(point) + "." + _file_label("memfine(chunks=8)") + ".json"
+        t = next((t for t in summary or [] if t["trace"].endswith(label)), None)
+        if t:
+            cell += f" ({100 * t['gpu_busy_ms'] / t['span_ms']:.0f}% busy)"
+        cells[f"8 chunks / full recomputation, `gpu_chunk_cost`, experts {gemm}, graphs {graphs}"] = cell
+    return cells
+
+
+def _gpu_cells(gpu_dir):
+    """{row label: cell} of one GPU folder's headline measures, each from its records."""
+    cells = _chunk_cells(gpu_dir)
+    ds, _ = _recs(gpu_dir, "gpu_deepseek")
+    for s, what in (("memfine(chunks=8)", "8 chunks"), ("memfine(chunks=auto)", "MACT")):
+        x = _speed(ds, s)
+        if x is not None:
+            cells[f"{what} / full recomputation, `gpu_deepseek` (DeepSeek-V3's MoE shape)"] = f"{x:.2f}x"
+    name, peak = bf16_peak(ds) if ds else (None, None)
+    nr = _ok(ds, "no_recompute")
+    if peak and nr and nr.get("tflops"):
+        cells["no_recompute's share of the bf16 peak, `gpu_deepseek`"] = f"{100 * nr['tflops'] / peak:.0f}%"
+    budget, _ = _recs(gpu_dir, "gpu_budget")
+    mact = next((r for r in budget if r["strategy"] == "memfine(chunks=auto)"), None)
+    if mact:
+        cells["MACT under `gpu_budget`'s budget"] = ("fits" if mact["status"] == "ok" else mact["status"])
+    acc, _ = _recs(gpu_dir, "gpu_model_accuracy")
+    ok = [r for r in acc if r["status"] == "ok" and R.activation(r) and r.get("predicted_activation_bytes")]
+    if ok:
+        err = [100 * R.model_error(r) for r in ok]
+        cells["memory model within 5% of the CUDA meter, `gpu_model_accuracy`"] = (
+            f"{sum(abs(e) <= 5 for e in err)} of {len(ok)} (lowest {min(err):+.1f}%)")
+    off, _ = _recs(gpu_dir, "gpu_offload")
+    rates = [r["offload_to_host_bytes"] / r["offload_d2h_ms"] / 1e6 for r in off
+             if r["status"] == "ok" and r.get("offload_d2h_ms")]
+    if off:
+        cells["offloading's copies out, `gpu_offload`"] = (f"{statistics.median(rates):.1f} GB/s" if rates else
+                                                          f"no record ok ({len(off)} errors)" if all(
+                                                              r["status"] != "ok" for r in off) else "-")
+    return cells
+
+
+def side_by_side(gpu_dirs):
+    """One table of what two or more GPU folders both measured: a column each, "-" where one has not."""
+    cols = [(d, _gpu_cells(d)) for d in gpu_dirs]
+    cols = [(d, c) for d, c in cols if c]
+    if len(cols) < 2:
+        return []
+    rows = []
+    for _, c in cols:
+        rows += [k for k in c if k not in rows]
+    first = {k: i for i, k in enumerate(rows)}  # the chunk-cost rows together, then as they came
+    rows.sort(key=lambda k: (not k.startswith("8 chunks / full recomputation, `gpu_chunk_cost`"), first[k]))
+    head = ["measure"]
+    for d, _ in cols:
+        for name in ("gpu_chunk_cost", "gpu_deepseek", "gpu_model_accuracy", "gpu_budget"):
+            recs, _ = _recs(d, name)
+            if recs:
+                head.append(f"{R.env_of(recs).get('device_name', '?')} (`{os.path.relpath(d)}`)")
+                break
+    return (["## The GPUs side by side", "",
+             "Each cell from that GPU's records (its section below names the commit); speeds are full "
+             "recomputation's step time over the strategy's at the same point, the same way run.", ""]
+            + tables.markdown(head, [[k] + [c.get(k, "-") for _, c in cols] for k in rows]) + [""])
+
+
 def lines(cpu_results):
-    """One section per GPU folder beside `cpu_results` (results/h100, results/h200, ...)."""
-    out = []
-    for gpu_dir in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(cpu_results)), "[a-z]*[0-9]*"))):
+    """One section per GPU folder beside `cpu_results` (results/h100, results/h200, ...), after a
+    table of them side by side."""
+    gpu_dirs = sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(cpu_results)), "[a-z]*[0-9]*")))
+    out = side_by_side(gpu_dirs)
+    for gpu_dir in gpu_dirs:
         body = (grouped_lines(gpu_dir) + chunk_cost_lines(gpu_dir) + probe_lines(gpu_dir) + peak_lines(gpu_dir)
                 + budget_lines(gpu_dir) + model_lines(gpu_dir) + offload_lines(gpu_dir) + rate_lines(gpu_dir))
         if body:
