@@ -872,6 +872,19 @@ class GroupedProbe(unittest.TestCase):
             self.assertEqual(r.get("wgrad_acc_tflops", 0) > 0, r["backend"] != "dense", r)
 
 
+class OffloadFrontier(unittest.TestCase):
+    """Offloading's point on the frontier: on a CPU the emulation's copying out and the modelled wait
+    in; on a device its measured step, whose copies already ran on their streams."""
+
+    def test_a_devices_copies_are_not_counted_twice(self):
+        from plots import offload
+        cpu = record("base", "offload(modules=[core_attn])", ms=100, copy_ms_modelled=30.0, offload_emulation_ms=10.0)
+        gpu = dict(cpu, offload_d2h_ms=40.0, offload_h2d_ms=41.0)
+        self.assertEqual(offload.frontier_ms(cpu), 120.0)
+        self.assertEqual(offload.frontier_ms(gpu), 100.0)
+        self.assertEqual(offload.frontier_ms(record("base", "full_recompute", ms=70)), 70.0)
+
+
 class GpusSideBySide(unittest.TestCase):
     """REPORT's table of GPU folders side by side: a column per GPU, each cell from its records, "-"
     where one GPU has not measured it, nothing for a single GPU."""

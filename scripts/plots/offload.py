@@ -34,11 +34,17 @@ def offloads(r):
     return R.name_of(r) == "offload"
 
 
+def copies_measured(r):
+    """Offloading on a device: its copies ran on their own streams inside the measured step (each
+    direction timed by events), so nothing about them is modelled."""
+    return offloads(r) and r.get("offload_d2h_ms") is not None
+
+
 def frontier_ms(r):
-    """Step time on the frontier: measured; for offloading, less the emulation's own copying
-    (measured) plus the copies' exposed time (modelled from the bandwidth)."""
+    """Step time on the frontier: measured; for offloading emulated on a CPU, less the emulation's own
+    copying (measured) plus the copies' exposed time (modelled from the bandwidth)."""
     ms = R.median_ms(r)
-    if offloads(r):
+    if offloads(r) and not copies_measured(r):
         ms += r.get("copy_ms_modelled", 0.0) - r.get("offload_emulation_ms", 0.0)
     return ms
 
@@ -85,29 +91,35 @@ def offload(path, out_dir):
                          f"{host / div:.2f}" if host is not None else "-",
                          f"{phost / div:.2f}" if phost is not None else "-",
                          f"{R.median_ms(r):.1f}" if ok else "-",
-                         f"{r['offload_emulation_ms']:.1f}" if ok and offloads(r) else "-",
-                         f"{r['copy_ms_modelled']:.2f}" if ok and offloads(r) else "-",
+                         f"{r['offload_emulation_ms']:.1f}" if ok and offloads(r) and not copies_measured(r) else "-",
+                         (f"{r['offload_d2h_ms']:.1f} / {r['offload_h2d_ms']:.1f} (measured)" if copies_measured(r) else
+                          f"{r['copy_ms_modelled']:.2f}") if ok and offloads(r) else "-",
                          f"{frontier_ms(r):.1f}" if ok else "-",
                          "yes" if r in front else "",
                          "ok" if r.get("verified") else ("-" if r.get("verified") is None else "FAILED")])
-    notes = [f"device = the meter's activation peak, pred. = the implementation model's, host = offloading's pool at "
-             f"its peak (measured / predicted), all in {unit}.",
-             "step = median measured ms on this CPU; emul. = the emulation's own copying inside it (measured, absent on "
-             "a device); exposed = the time compute waits for copies, modelled from the strategy's host bandwidth "
+    on_device = any(copies_measured(r) for r in recs)
+    steps = ("step = median measured ms, offloading's copies on their own streams inside it; copies = the time its "
+             "copies out / back took on those streams (measured by events); frontier = step." if on_device else
+             "step = median measured ms on this CPU; emul. = the emulation's own copying inside it (measured, absent "
+             "on a device); copies = the time compute waits for copies, modelled from the strategy's host bandwidth "
              "(h2d_gbps / d2h_gbps) against the measured compute between the events that issue and need them "
-             "(copy_ms_modelled: modelled, never measured); frontier = step - emul. + exposed.",
+             "(copy_ms_modelled: modelled, never measured); frontier = step - emul. + copies.")
+    notes = [f"device = the meter's activation peak, pred. = the implementation model's, host = offloading's pool at "
+             f"its peak (measured / predicted), all in {unit}.", steps,
              "pareto = no dropless strategy at this point has both a lower device peak and a shorter frontier time. "
              "capacity drops assignments (another model) and stays off the frontier.",
              R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; " + R.swept_line(recs),
              R.source_line(path, recs)]
     out = S.write_table(out_dir, "offload_table", "Recompute, chunk or offload: device peak, host peak, step time",
                         ["point", "strategy", "status", f"device {unit}", f"pred. {unit}", f"host {unit}",
-                         f"host pred. {unit}", "step ms", "emul. ms", "exposed ms (modelled)", "frontier ms", "pareto",
+                         f"host pred. {unit}", "step ms", "emul. ms", "copies ms", "frontier ms", "pareto",
                          "verified"], rows, notes, formats=("md", "csv"))
 
     out += S.save(_frontier_figure(recs, points, unit, div), out_dir, "offload",
                   R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; "
-                  + R.source_line(path, recs) + ". Offloading's points add modelled copy waits to measured compute.")
+                  + R.source_line(path, recs) + (". Offloading's points are measured steps, its copies inside them."
+                                                 if on_device else
+                                                 ". Offloading's points add modelled copy waits to measured compute."))
     return out + break_even(out_dir)
 
 
@@ -137,7 +149,8 @@ def _frontier_figure(recs, points, unit, div):
                         alpha=0.7, zorder=2)
             h = ax.scatter([x], [y], marker=lk["marker"], s=110 if offloads(r) else 45, color=lk["color"],
                            edgecolors="black" if offloads(r) else lk["mec"], linewidths=0.6, zorder=3)
-            name = S.label_words(short_key(r)) + (" (modelled copy wait)" if offloads(r) else "")
+            name = S.label_words(short_key(r)) + (" (modelled copy wait)" if offloads(r) and not copies_measured(r)
+                                                  else "")
             handles.setdefault(name + (" (drops assignments)" if R.drops(r) else ""), h)
         fr = sorted(front, key=frontier_ms)
         line, = ax.plot([frontier_ms(r) for r in fr], [R.activation(r) / div for r in fr], "--", color="0.5", lw=0.8,
@@ -152,9 +165,11 @@ def _frontier_figure(recs, points, unit, div):
     for row in axes:
         row[0].set_ylabel(f"device peak ({unit})")
     S.legend(lax, list(handles.values()), list(handles.keys()), ncol=2)
+    how = ("every point measured, offloading (stars) with its copies on their own streams" if any(
+        copies_measured(r) for r in recs) else "measured, except offloading (stars): measured compute plus a copy wait "
+           "modelled at 35 GB/s host-to-device (ring: 400 GB/s)")
     S.suptitle(fig, f"Recompute, chunk or offload: device peak against step time, {R.device_label(recs)}\n"
-                    "measured, except offloading (stars): measured compute plus a copy wait modelled at 35 GB/s host-to-"
-                    f"device (ring: 400 GB/s); whiskers: min-max over {B.timed_steps(recs)}")
+                    f"{how}; whiskers: min-max over {B.timed_steps(recs)}")
     return fig
 
 
