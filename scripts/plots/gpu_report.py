@@ -200,7 +200,8 @@ def _chunk_cost_lines(gpu_dir, folder):
         at = f" at {r['point']}" if r["point"] != "base" else ""
         cell = f"- {r['strategy']}{at}: {R.median_ms(r):.1f} ms a step" + (f", {speed:.2f}x" if speed else "")
         if "ops_per_step" in r:
-            cell += f", {r['ops_per_step']} operators and {r['host_syncs_per_step']} reads of the device a step"
+            syncs = r["host_syncs_per_step"]
+            cell += f", {r['ops_per_step']} operators and {syncs} read{'' if syncs == 1 else 's'} of the device a step"
         if r.get("graphs") == "step":
             cell += f", replayed as a CUDA graph (its error against the eager step {r.get('graph_err', 0):.1e})"
         elif r.get("graphs_why"):
@@ -210,7 +211,8 @@ def _chunk_cost_lines(gpu_dir, folder):
         if t:
             cell += (f"; traced, {t['kernels']} kernels (mean {t['mean_kernel_us']:.1f} us), the GPU busy "
                      f"{t['gpu_busy_ms']:.1f} of {t['span_ms']:.1f} ms ({100 * t['gpu_busy_ms'] / t['span_ms']:.0f}%), "
-                     f"{t['host_waits']} host waits for the device ({t['host_wait_ms']:.1f} ms)")
+                     f"{t['host_waits']} host wait{'' if t['host_waits'] == 1 else 's'} for the device "
+                     f"({t['host_wait_ms']:.1f} ms)")
         out.append(cell + ".")
     return out + [""]
 
