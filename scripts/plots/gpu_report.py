@@ -248,9 +248,9 @@ def model_lines(gpu_dir):
     lows = sum(e < -5 for e in err)
     gemm = R.config_of(recs).get("expert_gemm", "loop")
     return [f"The implementation memory model against the CUDA meter ({_source(recs, path)}, expert GEMMs {gemm}): "
-            f"{len(ok)} points, median |error| {statistics.median(abs(e) for e in err):.1f}%, "
+            f"{len(ok)} points, median |error| {statistics.median(abs(e) for e in err):.2f}%, "
             f"{sum(abs(e) <= 5 for e in err)} within 5%, {lows} more than 5% low (lowest {low:+.1f}%), highest "
-            f"{max(err):+.1f}%" + (": MACT's 5% headroom does not cover it where the model reads low." if lows else
+            f"{max(err):+.2f}%" + (" (never above the meter)" if max(err) <= 0 else "") + (": MACT's 5% headroom does not cover it where the model reads low." if lows else
                                    ": nowhere low by more than MACT's 5% headroom."), ""]
 
 
