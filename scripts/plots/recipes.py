@@ -62,6 +62,8 @@ def jobs(results, predictions):
         ("gpu_baselines", lambda src, out: strategies(src, out, "gpu_baselines", "Every baseline at MoEBlaze's benchmark scale"),
          at("gpu_baselines")),
         ("gpu_budget", lambda src, out: strategies(src, out, "gpu_budget", "Under a budget (bf16)"), at("gpu_budget")),
+        ("gpu_budget_cap", lambda src, out: strategies(src, out, "gpu_budget_cap", "MACT as the budget rises (bf16)"),
+         at("gpu_budget_cap")),
         ("gpu_deepseek", lambda src, out: strategies(src, out, "gpu_deepseek", "DeepSeek-V3's MoE shape (bf16)"),
          at("gpu_deepseek")),
         ("grouped_memory", lambda src, out: strategies(src, out, "grouped_memory",
