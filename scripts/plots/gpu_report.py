@@ -7,6 +7,7 @@ import statistics
 
 from . import records as R
 from . import tables
+from .grouped_probe import curve, rows_of
 from .paper import claims
 from .sweeps import bf16_peak
 
@@ -143,7 +144,6 @@ def probe_lines(gpu_dir):
 def _grouped_probe_lines(doc, path):
     """The grouped GEMM probe: its rates by rows per expert across shapes, and the weight gradient
     added into an fp32 buffer (Megatron's gradient accumulation fusion's work)."""
-    from .grouped_probe import curve, rows_of
     grouped, loop = rows_of(doc, "grouped"), rows_of(doc, "loop")
     if not grouped:
         return []
@@ -238,20 +238,25 @@ def offload_lines(gpu_dir):
     return out + [""]
 
 
-def model_lines(gpu_dir):
+def _model_errors(gpu_dir):
+    """gpu_model_accuracy's records and the model's error in % at each point both measured and predicted."""
     recs, path = _recs(gpu_dir, "gpu_model_accuracy")
     ok = [r for r in recs if r["status"] == "ok" and R.activation(r) and r.get("predicted_activation_bytes")]
-    if not ok:
+    return recs, path, [100 * R.model_error(r) for r in ok]
+
+
+def model_lines(gpu_dir):
+    recs, path, err = _model_errors(gpu_dir)
+    if not err:
         return []
-    err = [100 * R.model_error(r) for r in ok]
-    low = min(err)
     lows = sum(e < -5 for e in err)
     gemm = R.config_of(recs).get("expert_gemm", "loop")
     return [f"The implementation memory model against the CUDA meter ({_source(recs, path)}, expert GEMMs {gemm}): "
-            f"{len(ok)} points, median |error| {statistics.median(abs(e) for e in err):.2f}%, "
-            f"{sum(abs(e) <= 5 for e in err)} within 5%, {lows} more than 5% low (lowest {low:+.1f}%), highest "
-            f"{max(err):+.2f}%" + (" (never above the meter)" if max(err) <= 0 else "") + (": MACT's 5% headroom does not cover it where the model reads low." if lows else
-                                   ": nowhere low by more than MACT's 5% headroom."), ""]
+            f"{len(err)} points, median |error| {statistics.median(abs(e) for e in err):.2f}%, "
+            f"{sum(abs(e) <= 5 for e in err)} within 5%, {lows} more than 5% low (lowest {min(err):+.1f}%), highest "
+            f"{max(err):+.2f}%" + (" (never above the meter)" if max(err) <= 0 else "")
+            + (": MACT's 5% headroom does not cover it where the model reads low." if lows else
+               ": nowhere low by more than MACT's 5% headroom."), ""]
 
 
 def rate_lines(gpu_dir):
@@ -272,9 +277,8 @@ def rate_lines(gpu_dir):
     return out
 
 
-def _paths(recs):
-    """gpu_chunk_cost's records by (experts' path, graphs): older records name neither graphs nor a point."""
-    return {(R.config_of([r]).get("expert_gemm", "loop"), R.config_of([r]).get("graphs") or "none"): r for r in recs}
+# The side-by-side table's rows for gpu_chunk_cost, kept together at its top.
+CHUNK_ROW = "8 chunks / full recomputation, `gpu_chunk_cost`"
 
 
 def _chunk_cells(gpu_dir):
@@ -285,16 +289,16 @@ def _chunk_cells(gpu_dir):
     cells = {}
     for point, rs in R.by_point(recs).items():
         speed = _speed(rs, "memfine(chunks=8)")
-        eight = _ok(rs, "memfine(chunks=8)")
         if speed is None:
             continue
-        gemm, graphs = next(iter(_paths([eight])))
+        config = R.config_of([_ok(rs, "memfine(chunks=8)")])  # older records name no graphs: none
+        gemm, graphs = config.get("expert_gemm", "loop"), config.get("graphs") or "none"
         cell = f"{speed:.2f}x"
         label = _file_label(point) + "." + _file_label("memfine(chunks=8)") + ".json"
         t = next((t for t in summary or [] if t["trace"].endswith(label)), None)
         if t:
             cell += f" ({100 * t['gpu_busy_ms'] / t['span_ms']:.0f}% busy)"
-        cells[f"8 chunks / full recomputation, `gpu_chunk_cost`, experts {gemm}, graphs {graphs}"] = cell
+        cells[f"{CHUNK_ROW}, experts {gemm}, graphs {graphs}"] = cell
     return cells
 
 
@@ -314,19 +318,17 @@ def _gpu_cells(gpu_dir):
     mact = next((r for r in budget if r["strategy"] == "memfine(chunks=auto)"), None)
     if mact:
         cells["MACT under `gpu_budget`'s budget"] = ("fits" if mact["status"] == "ok" else mact["status"])
-    acc, _ = _recs(gpu_dir, "gpu_model_accuracy")
-    ok = [r for r in acc if r["status"] == "ok" and R.activation(r) and r.get("predicted_activation_bytes")]
-    if ok:
-        err = [100 * R.model_error(r) for r in ok]
+    _, _, err = _model_errors(gpu_dir)
+    if err:
         cells["memory model within 5% of the CUDA meter, `gpu_model_accuracy`"] = (
-            f"{sum(abs(e) <= 5 for e in err)} of {len(ok)} (lowest {min(err):+.1f}%)")
+            f"{sum(abs(e) <= 5 for e in err)} of {len(err)} (lowest {min(err):+.1f}%)")
     off, _ = _recs(gpu_dir, "gpu_offload")
     rates = [r["offload_to_host_bytes"] / r["offload_d2h_ms"] / 1e6 for r in off
              if r["status"] == "ok" and r.get("offload_d2h_ms")]
-    if off:
-        cells["offloading's copies out, `gpu_offload`"] = (f"{statistics.median(rates):.1f} GB/s" if rates else
-                                                          f"no record ok ({len(off)} errors)" if all(
-                                                              r["status"] != "ok" for r in off) else "-")
+    if rates:
+        cells["offloading's copies out, `gpu_offload`"] = f"{statistics.median(rates):.1f} GB/s"
+    elif off and all(r["status"] != "ok" for r in off):
+        cells["offloading's copies out, `gpu_offload`"] = f"no record ok ({len(off)} errors)"
     return cells
 
 
@@ -340,7 +342,7 @@ def side_by_side(gpu_dirs):
     for _, c in cols:
         rows += [k for k in c if k not in rows]
     first = {k: i for i, k in enumerate(rows)}  # the chunk-cost rows together, then as they came
-    rows.sort(key=lambda k: (not k.startswith("8 chunks / full recomputation, `gpu_chunk_cost`"), first[k]))
+    rows.sort(key=lambda k: (not k.startswith(CHUNK_ROW), first[k]))
     head = ["measure"]
     for d, _ in cols:
         for name in ("gpu_chunk_cost", "gpu_deepseek", "gpu_model_accuracy", "gpu_budget"):
