@@ -40,6 +40,11 @@ def copies_measured(r):
     return offloads(r) and r.get("offload_d2h_ms") is not None
 
 
+def on_device(recs):
+    """Whether these records' offloading ran on a device, its copies measured rather than modelled."""
+    return any(copies_measured(r) for r in recs)
+
+
 def frontier_ms(r):
     """Step time on the frontier: measured; for offloading emulated on a CPU, less the emulation's own
     copying (measured) plus the copies' exposed time (modelled from the bandwidth)."""
@@ -97,9 +102,9 @@ def offload(path, out_dir):
                          f"{frontier_ms(r):.1f}" if ok else "-",
                          "yes" if r in front else "",
                          "ok" if r.get("verified") else ("-" if r.get("verified") is None else "FAILED")])
-    on_device = any(copies_measured(r) for r in recs)
+    measured = on_device(recs)
     steps = ("step = median measured ms, offloading's copies on their own streams inside it; copies = the time its "
-             "copies out / back took on those streams (measured by events); frontier = step." if on_device else
+             "copies out / back took on those streams (measured by events); frontier = step." if measured else
              "step = median measured ms on this CPU; emul. = the emulation's own copying inside it (measured, absent "
              "on a device); copies = the time compute waits for copies, modelled from the strategy's host bandwidth "
              "(h2d_gbps / d2h_gbps) against the measured compute between the events that issue and need them "
@@ -118,7 +123,7 @@ def offload(path, out_dir):
     out += S.save(_frontier_figure(recs, points, unit, div), out_dir, "offload",
                   R.device_label(recs) + "; " + R.config_line(recs[0], skip=R.sweep_axes(recs)) + "; "
                   + R.source_line(path, recs) + (". Offloading's points are measured steps, its copies inside them."
-                                                 if on_device else
+                                                 if measured else
                                                  ". Offloading's points add modelled copy waits to measured compute."))
     return out + break_even(out_dir)
 
@@ -165,9 +170,9 @@ def _frontier_figure(recs, points, unit, div):
     for row in axes:
         row[0].set_ylabel(f"device peak ({unit})")
     S.legend(lax, list(handles.values()), list(handles.keys()), ncol=2)
-    how = ("every point measured, offloading (stars) with its copies on their own streams" if any(
-        copies_measured(r) for r in recs) else "measured, except offloading (stars): measured compute plus a copy wait "
-           "modelled at 35 GB/s host-to-device (ring: 400 GB/s)")
+    how = ("every point measured, offloading (stars) with its copies on their own streams" if on_device(recs) else
+           "measured, except offloading (stars): measured compute plus a copy wait modelled at 35 GB/s host-to-device "
+           "(ring: 400 GB/s)")
     S.suptitle(fig, f"Recompute, chunk or offload: device peak against step time, {R.device_label(recs)}\n"
                     f"{how}; whiskers: min-max over {B.timed_steps(recs)}")
     return fig
