@@ -16,8 +16,10 @@ from .sweeps import budget_sweep, capacity, chunks, imbalance, kernel_ops, kerne
 
 
 def jobs(results, predictions):
+    """The recipes for `results`; with `predictions` None, none of the projection's (results/model's)."""
     at = lambda name, file="results.jsonl": os.path.join(results, name, file)
-    return [
+    model = lambda name: os.path.join(os.path.dirname(predictions or ""), name)
+    return [job for job in [
         ("table4_modeled", table4_modeled, predictions),
         ("table4_measured", table4_measured, at("paper_figure5")),
         ("figure2", figure2, at("paper_figure5")),
@@ -81,23 +83,34 @@ def jobs(results, predictions):
          at("ep_pair_kernels")),
         ("quality", quality, at("quality", "train.jsonl")),
         ("train_ranks", train_ranks, at("train_ranks", "train.jsonl")),
-        ("project_validation", project_validation, os.path.join(os.path.dirname(predictions), "project_validation.jsonl")),
-        ("project_goodput", project_scaling, os.path.join(os.path.dirname(predictions), "project_scaling.jsonl")),
+        ("project_validation", project_validation, model("project_validation.jsonl")),
+        ("project_goodput", project_scaling, model("project_scaling.jsonl")),
         ("project_here", project_here, at("project_here", "projection.jsonl")),
         ("report", lambda src, out: report(results, predictions, out), at("paper_figure5")),
-    ]
+    ] if predictions or job[0] not in MODEL_JOBS]
+
+
+# Drawn from results/model (the projection and the paper-scale prediction), not from a results
+# folder: once, with the CPU's figures in paper_figures/, not again beside each GPU's.
+MODEL_JOBS = ("table4_modeled", "project_validation", "project_goodput", "report")
+DEFAULT_RESULTS, DEFAULT_PREDICTIONS = "results/cpu", "results/model/paper_table4.jsonl"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="figures.py", description=__doc__)
-    ap.add_argument("--results", default="results/cpu", help="folder with <experiment>/results.jsonl (default results/cpu)")
+    ap.add_argument("--results", default=DEFAULT_RESULTS,
+                    help=f"folder with <experiment>/results.jsonl (default {DEFAULT_RESULTS})")
     ap.add_argument("--out", default="paper_figures", help="output folder (default paper_figures)")
-    ap.add_argument("--predictions", default="results/model/paper_table4.jsonl",
-                    help="`memfine predict --json experiments/paper_table4.yaml` output")
+    ap.add_argument("--predictions",
+                    help="`memfine predict --json experiments/paper_table4.yaml` output, beside the projection's "
+                         f"records (default {DEFAULT_PREDICTIONS} with the default --results; with another, such as "
+                         "a GPU's, none: the projection's tables and REPORT are drawn once, from the CPU's)")
     args = ap.parse_args(argv)
+    predictions = args.predictions or (DEFAULT_PREDICTIONS if os.path.normpath(args.results) == DEFAULT_RESULTS
+                                       else None)
     os.makedirs(args.out, exist_ok=True)
     failed = 0
-    for name, fn, src in jobs(args.results, args.predictions):
+    for name, fn, src in jobs(args.results, predictions):
         if not os.path.exists(src):
             if not name.startswith("gpu_"):  # GPU experiments exist only in a GPU's results folder
                 print(f"figures: skip {name}: {src} does not exist", file=sys.stderr)
