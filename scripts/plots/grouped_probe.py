@@ -8,6 +8,8 @@ import statistics
 from . import style as S
 
 BACKENDS = (("grouped", "grouped GEMM (torch._grouped_mm)"), ("loop", "a GEMM per expert"))
+# A shape is not a strategy: grey lines (style.layer_look), told apart by dash and by marker.
+SHAPE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def load(path):
@@ -48,7 +50,8 @@ def grouped_probe(path, out_dir):
         for i, model in enumerate(shapes):
             pts = sorted((r["rows_per_expert"], r["tflops"]) for r in rows_of(doc, backend) if r["model"] == model)
             if pts:
-                line, = ax.plot(*zip(*pts), marker="o", ms=3, **S.layer_look(i, len(shapes)))
+                line, = ax.plot(*zip(*pts), marker=SHAPE_MARKERS[i % len(SHAPE_MARKERS)], ms=3.5,
+                                **S.layer_look(i, len(shapes)))
                 if backend == "grouped":
                     handles.append((line, model))
         med = curve(doc)
@@ -59,6 +62,8 @@ def grouped_probe(path, out_dir):
         S.dress(ax, "rows per expert (split evenly)", "TFLOP/s (forward + both gradients)", title, legend=False)
     S.legend(lax, [h for h, _ in handles] + [ref], [m for _, m in handles] + ["the grouped GEMM's median over shapes"],
              ncol=4)
+    S.suptitle(fig, f"The grouped expert GEMM by rows per expert at the validation models' shapes, "
+                    f"{doc.get('device', '?')} ({doc.get('dtype', '?')})")
     caption = ("Each layer's local experts' two projections (h -> 2F, F -> h) at the model's shape and local "
                "experts; TFLOP/s count 2 x rows x k x n a product.\n" + src)
     out = S.save(fig, out_dir, "grouped_probe", caption)
