@@ -872,6 +872,17 @@ class GroupedProbe(unittest.TestCase):
             self.assertEqual(r.get("wgrad_acc_tflops", 0) > 0, r["backend"] != "dense", r)
 
 
+class ModelJobsOnce(unittest.TestCase):
+    """The projection's tables and REPORT come from results/model, once: a GPU's folder (no
+    --predictions) gets none of them, the CPU's default gets them all."""
+
+    def test_a_gpu_folder_draws_no_projection(self):
+        from plots import recipes
+        names = lambda jobs: {name for name, _, _ in jobs}
+        self.assertFalse(names(recipes.jobs("results/h200", None)) & set(recipes.MODEL_JOBS))
+        self.assertLessEqual(set(recipes.MODEL_JOBS), names(recipes.jobs("results/cpu", recipes.DEFAULT_PREDICTIONS)))
+
+
 class OffloadFrontier(unittest.TestCase):
     """Offloading's point on the frontier: on a CPU the emulation's copying out and the modelled wait
     in; on a device its measured step, whose copies already ran on their streams."""
