@@ -1136,6 +1136,22 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
   std::filesystem::remove_all(dir);
 }
 
+// Every shipped projection's table keeps within 120 columns without --wide, whatever its models'
+// figures (a deep pipeline's layout, a long strategy label and a 5-digit speed side by side).
+TEST(Project, EveryShippedTableFits120Columns) {
+  for (const auto& entry : std::filesystem::directory_iterator(kExperiments)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("project_", 0) != 0 || entry.path().extension() != ".yaml") continue;
+    const std::string file = entry.path().string();
+    std::ifstream in(file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("\nhardware:") == std::string::npos) continue;  // an experiment of `memfine run`
+    const ProjectConfig c = load_project(file, default_presets_dir(file));
+    std::istringstream lines(project_table(c, run_project(c)));
+    for (std::string line; std::getline(lines, line);) EXPECT_LE(columns(line), kNarrowColumns) << name << ": " << line;
+  }
+}
+
 // Memory across the first steps: an FSDP2 run's first step needs less than the steps after it by
 // Adam's moments, which its optimizer step creates; the table says which decides fit.
 TEST(Project, TheFirstStepNeedsLessThanTheStepsAfterIt) {
