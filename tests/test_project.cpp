@@ -10,15 +10,16 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/project/config.h"
 #include "core/model/flops.h"
 #include "core/project/comm.h"
+#include "core/project/config.h"
 #include "core/project/goodput.h"
 #include "core/project/pipeline.h"
+#include "core/project/profile.h"
 #include "core/project/project.h"
 #include "core/project/report.h"
-#include "core/record/table.h"
 #include "core/project/step_time.h"
+#include "core/record/table.h"
 #include "core/strategy/registry.h"
 
 namespace memfine {
@@ -1134,6 +1135,38 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
     EXPECT_NE(std::string(x.what()).find("errors.yaml:1: speed.low"), std::string::npos) << x.what();
   }
   std::filesystem::remove_all(dir);
+}
+
+// FP8 (precision: fp8): the linears' GEMMs at the preset's FP8 ratio, their casts at the HBM rate,
+// their saved inputs one byte an element, their weights' FP8 copies two bytes a parameter.
+TEST(Project, Fp8PricesTheLinearsGemmsCastsCopiesAndSavedInputs) {
+  const std::string file = kExperiments + "/project/validation/mbridge_qwen3_30b_16_alltoall.yaml";
+  ProjectConfig c = load_project(file, default_presets_dir(file));
+  auto only = [](const ProjectResult& r) {
+    const std::vector<Estimate>& all = r.ranked.empty() ? r.rejected : r.ranked;
+    EXPECT_EQ(all.size(), 1u);
+    return all.front();
+  };
+  const Estimate bf16 = only(run_project(c));
+  c.precision = "fp8";
+  // A ratio of 1: the GEMMs as in bf16, the casts on top.
+  c.hardware.fp8_gemm_speedup_curve = {{256, 1.0}, {8192, 1.0}};
+  const Estimate casts = only(run_project(c));
+  EXPECT_GT(casts.compute, bf16.compute);
+  c.hardware.fp8_gemm_speedup_curve = {{256, 1.2}, {8192, 1.6}};
+  const Estimate fp8 = only(run_project(c));
+  EXPECT_LT(fp8.compute, casts.compute);
+  EXPECT_LT(fp8.activation_gb, bf16.activation_gb);
+  // TP 1, one pipeline stage: every layer's linears (attention's projections, the local experts).
+  const ModelConfig& m = c.model;
+  const double linears = double(m.layers) * (attention_proj_flops(m) / 2 +
+                                             double(m.experts / fp8.layout.ep) * 3 * double(m.hidden * m.ffn_hidden));
+  EXPECT_NEAR(fp8.static_gb - bf16.static_gb, 2 * linears / 1e9, 1e-6);
+  // The routed row: fc1's and fc2's inputs an FP8 byte, z bf16, 8 bytes of probability and row map.
+  StrategyShape none;
+  const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2, {}, true);
+  EXPECT_DOUBLE_EQ(w.row, double(m.hidden) + double(m.ffn_hidden) + 2 * 2 * double(m.ffn_hidden) + 8);
+  EXPECT_NE(w.row_text.find("fp8"), std::string::npos);
 }
 
 // Every shipped projection's table keeps within 120 columns without --wide, whatever its models'

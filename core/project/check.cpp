@@ -51,6 +51,16 @@ void check_framework(const ProjectConfig& c, Problems& p) {
     if (v < 0 && v != -1)
       p.add_at(c.where(std::string("framework.") + key), std::string("framework.") + key,
                "-1 (the framework's) or at least 0, got " + std::to_string(v));
+  // FP8 is priced in Megatron-Core's terms (profile_megatron.cpp), at a preset's measured ratio.
+  if (c.precision == "fp8" && f.name != Framework::MegatronTe)
+    p.add_at(c.where("precision"), "precision",
+             "fp8 is priced for framework megatron_te only (what its linears keep in FP8), not " +
+                 std::string(name_of(f.name)));
+  if (c.precision == "fp8" && c.hardware.fp8_gemm_speedup_curve.empty())
+    p.add_at(c.where("precision"), "precision",
+             "fp8 needs the hardware preset's fp8_gemm_speedup_curve (FP8 over bf16 GEMM rates measured at the same "
+             "shapes); " +
+                 c.hardware.name + " has none");
   if (f.ep_overlap_hidden >= 0 && !f.ep_overlap)
     p.add_at(c.where("framework.ep_overlap_hidden"), "framework.ep_overlap_hidden",
              "says how much of the all-to-all hides with `ep_overlap: true`, which is not set: it would do nothing");
@@ -134,6 +144,7 @@ ProjectSetting project_setting(const ProjectConfig& c) {
   s.framework = framework_setting(c);
   s.errors = c.errors;
   s.element_bytes = c.dtype == "float32" ? 4 : 2;
+  s.fp8 = c.precision == "fp8";
   return s;
 }
 

@@ -37,24 +37,30 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // parallelism gathers them for TP's GEMMs), TP's share of its outputs or inputs; forward, the data
   // gradient (rows x inputs over the outputs) and the weight gradient (inputs x outputs over the rows).
   const LayerGemms lg = layer_gemms(m);
-  auto gemms_t = [&](const std::vector<DenseGemm>& gs, bool forward_only = false) {
+  // In FP8 the linears' GEMMs (Transformer Engine's modules) run at the preset's FP8 ratio at each
+  // GEMM's rows; the router's and the output layer's (Megatron's own linears) stay bf16.
+  auto rate = [&](bool linear, double rows, double n, double k) {
+    return gemm_rate(hw, rows, n, k) * (set.fp8 && linear ? fp8_speedup(hw, rows) : 1);
+  };
+  auto gemms_t = [&](const std::vector<DenseGemm>& gs, bool forward_only = false, bool linear = true) {
     double t = 0;
     for (const DenseGemm& g : gs) {
       const double n = g.split == TpSplit::Columns ? g.n / tp : g.n, k = g.split == TpSplit::Rows ? g.k / tp : g.k;
       const double f = 2 * tokens * n * k;
-      t += f / gemm_rate(hw, tokens, n, k);
-      if (!forward_only) t += f / gemm_rate(hw, tokens, k, n) + f / gemm_rate(hw, k, n, tokens);
+      t += f / rate(linear, tokens, n, k);
+      if (!forward_only) t += f / rate(linear, tokens, k, n) + f / rate(linear, k, n, tokens);
     }
     return t;
   };
   const double dense_t = st.layers * gemms_t(lg.attention) + st.dense * gemms_t(lg.dense_ffn) +
-                         st.moe * (gemms_t(lg.shared) + gemms_t(lg.router)) + st.heads * gemms_t(lg.lm_head) +
-                         st.mtp * gemms_t(lg.mtp_proj);
+                         st.moe * (gemms_t(lg.shared) + gemms_t(lg.router, false, false)) +
+                         st.heads * gemms_t(lg.lm_head, false, false) + st.mtp * gemms_t(lg.mtp_proj);
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
   const double core_t = core_flops / attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
-  const double expert_t = expert_flops / grouped_rate(hw, expert_gemm_rows(m, l, s, received));
+  auto expert_rate = [&](double rows) { return grouped_rate(hw, rows) * (set.fp8 ? fp8_speedup(hw, rows) : 1); };
+  const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
   const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
@@ -66,12 +72,27 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
   // recomputed forward is taken as a third of it, as for the other kernels, though its forward is half).
   const double bias_row = m.expert_bias ? set.framework.expert_bias_bytes * h : 0;
-  const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row) * received / hbm : 0;
-  const double memory_t = hw.hbm_gb_s > 0 ? 3 * token_bytes * tokens / tp / hbm + routed_t : 0;
+  // FP8's casts, memory-bound: each linear's input in forward and its output's gradient in backward,
+  // a TP rank's share of the tokens (cast before sequence parallelism's gathers), an amax pass, a
+  // read and the row-wise and column-wise FP8 writes: 6 bytes an element. A routed row's: fc1's
+  // input and fc2's, and their outputs' gradients (h + 2F + F + h). Weights are cast once a step.
+  auto cast_width = [&](const std::vector<DenseGemm>& gs) {
+    double w = 0;
+    for (const DenseGemm& g : gs) w += g.n + g.k;
+    return w;
+  };
+  const double kCast = 6;
+  const double cast_token = set.fp8
+                                ? kCast * (st.layers * cast_width(lg.attention) + st.dense * cast_width(lg.dense_ffn) +
+                                           st.moe * cast_width(lg.shared) + st.mtp * cast_width(lg.mtp_proj))
+                                : 0;
+  const double cast_row = set.fp8 ? kCast * (2 * h + 3 * g) : 0;
+  const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row + cast_row) * received / hbm : 0;
+  const double memory_t = hw.hbm_gb_s > 0 ? (3 * token_bytes + cast_token) * tokens / tp / hbm + routed_t : 0;
   Compute c;
   c.total = dense_t + core_t + expert_t + memory_t;
   c.dense = dense_t;
-  c.chunk = expert_t - expert_flops / grouped_rate(hw, rows_per_expert);
+  c.chunk = expert_t - expert_flops / expert_rate(rows_per_expert);
   c.experts = expert_t + routed_t;
   if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
   // What the framework's --recompute-modules run again for backward (core/project/profile_megatron.cpp
@@ -95,7 +116,8 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   if (again.core_attn && m.attention != "none") c.modules_again += core_t / 3, c.modules_launches += st.layers;
   c.note = "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
            attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
-           grouped_rate_note(hw) + "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
+           grouped_rate_note(hw) +
+           "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
            "residuals, rotary, permutes" +
            (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
            ", SwiGLU's product, the loss" +
@@ -103,7 +125,12 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
                                four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
                          : "") +
            ") at " + four_digits(hw.hbm_gb_s) +
-           " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers";
+           " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers" +
+           (set.fp8 ? "; in FP8 the linears' GEMMs (dense and grouped; not the router's, the attention core's or the "
+                      "output layer's) at the preset's FP8 over bf16 ratio at their rows (" +
+                          four_digits(fp8_speedup(hw, 512)) + "x at 512 rows, " + four_digits(fp8_speedup(hw, 8192)) +
+                          "x at 8192), their inputs and outputs' gradients cast at the HBM rate (6 bytes an element)"
+                    : "");
   return c;
 }
 

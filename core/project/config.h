@@ -85,6 +85,11 @@ struct Hardware {
   // Or the rate measured at several rows per expert ({rows, TFLOP/s}, rows rising): it replaces the
   // two rates and the knee above, interpolated log-linearly in rows.
   std::vector<std::pair<double, double>> grouped_gemm_curve;
+  // A linear layer's GEMM in FP8 (per-tensor scaled E4M3, bf16 out) over the same GEMM in bf16, the
+  // two measured at the same shapes at rising rows ({rows, ratio}): a run in FP8 divides the bf16
+  // rate of each of its linears' GEMMs by it at the GEMM's rows (interpolated log-linearly, flat
+  // beyond its ends). Empty: the preset cannot price FP8.
+  std::vector<std::pair<double, double>> fp8_gemm_speedup_curve;
   double nvlink_gb_s = 0, network_gb_s = 0;  // per GPU and direction
   double nvlink_latency_us = 3, network_latency_us = 10;
   double host_to_device_gb_s = 0, device_to_host_gb_s = 0;
@@ -186,6 +191,7 @@ struct ProjectConfig {
   double checkpoint_gb_s_per_node = 5;
   std::string sharding = "auto";  // the framework's, or "distributed_optimizer", "fsdp"
   std::string dtype = "bfloat16";                  // or "float32": an activation's element
+  std::string precision = "bf16";                  // or "fp8": the linear layers' GEMMs (Transformer Engine's FP8)
   Dispatcher dispatcher = Dispatcher::AllToAll;
   ExpertChoice expert_choice = ExpertChoice::Random;
   // Megatron's --pipeline-model-parallel-layout ("Et*3|(tt|)*29m|L"); "": layers split evenly in order.

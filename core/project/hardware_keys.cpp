@@ -84,12 +84,13 @@ Field<Hardware> rows_key(const std::string& key, const std::string& type, const 
           std::move(write)};
 }
 
-// A key holding [x, TFLOP/s] pairs, x rising, into `curve` of the hardware.
+// A key holding [x, y] pairs (y TFLOP/s unless named), x rising, into `curve` of the hardware.
 using Curve = std::vector<std::pair<double, double>> Hardware::*;
-Field<Hardware> curve_key(const std::string& key, const std::string& x, Curve curve, const std::string& help) {
+Field<Hardware> curve_key(const std::string& key, const std::string& x, Curve curve, const std::string& help,
+                          const std::string& y = "TFLOP/s") {
   return rows_key(
-      key, "list of `[" + x + ", TFLOP/s]`", help, 2,
-      "expected a list of [" + x + ", TFLOP/s] pairs, " + x + " rising, both above 0",
+      key, "list of `[" + x + ", " + y + "]`", help, 2,
+      "expected a list of [" + x + ", " + y + "] pairs, " + x + " rising, both above 0",
       [curve](const std::vector<std::vector<double>>& rows, Hardware& h) {
         (h.*curve).clear();
         for (size_t i = 1; i < rows.size(); ++i)
@@ -105,6 +106,16 @@ Field<Hardware> grouped_curve_key() {
   return curve_key("grouped_gemm_curve", "rows", &Hardware::grouped_gemm_curve,
                    "the grouped expert GEMM's rate measured at rising rows per expert, interpolated log-linearly in "
                    "rows (flat beyond its ends); replaces the two rates and the knee");
+}
+
+// `fp8_gemm_speedup_curve`: [rows, FP8 over bf16] pairs, rows rising.
+Field<Hardware> fp8_curve_key() {
+  return curve_key("fp8_gemm_speedup_curve", "rows", &Hardware::fp8_gemm_speedup_curve,
+                   "a linear's GEMM in FP8 (per-tensor scaled E4M3, bf16 out) over the same GEMM in bf16, both "
+                   "measured at the same shapes at rising rows: a run at `precision: fp8` divides each of its "
+                   "linears' GEMM times at the bf16 rate by it at the GEMM's rows (log-linear in rows, flat beyond "
+                   "its ends); none: the preset cannot price FP8",
+                   "FP8 / bf16");
 }
 
 // `attention_head_dim_curve`: [head dim, TFLOP/s] pairs, head dims rising.
@@ -196,7 +207,12 @@ const Section<Hardware>& hardware_keys() {
        number<H>("grouped_gemm_small_tflops", &H::grouped_gemm_small_tflops, kLeastRate, 1e6, "and at small ones"),
        number<H>("grouped_gemm_knee_rows", &H::grouped_gemm_knee_rows, 1, 1e9,
                  "rows per expert where the large rate is reached (linear below)"),
-       head_dim_curve_key(), sink_curve_key(), grouped_curve_key(), table_key(), number<H>("nvlink_gb_s", &H::nvlink_gb_s, kLeastRate, 1e6, "inside a node, per GPU and direction"),
+       head_dim_curve_key(),
+       sink_curve_key(),
+       grouped_curve_key(),
+       fp8_curve_key(),
+       table_key(),
+       number<H>("nvlink_gb_s", &H::nvlink_gb_s, kLeastRate, 1e6, "inside a node, per GPU and direction"),
        number<H>("network_gb_s", &H::network_gb_s, kLeastRate, 1e6, "across nodes, per GPU and direction"),
        number<H>("nvlink_latency_us", &H::nvlink_latency_us, 0, 1e6, "a message's latency inside a node"),
        number<H>("network_latency_us", &H::network_latency_us, 0, 1e6, "and across nodes"),
@@ -211,9 +227,12 @@ const Section<Hardware>& hardware_keys() {
        number<H>("sms", &H::sms, 0, 1e6,
                  "the GPU's streaming multiprocessors: an overlapped dispatcher's SMs slow the compute beside it "
                  "(0: not priced)"),
-       rate_key(Dispatcher::AllToAll, true), rate_key(Dispatcher::AllToAll, false),
-       rate_key(Dispatcher::DeepEp, true), rate_key(Dispatcher::DeepEp, false),
-       rate_key(Dispatcher::HybridEp, true), rate_key(Dispatcher::HybridEp, false)}};
+       rate_key(Dispatcher::AllToAll, true),
+       rate_key(Dispatcher::AllToAll, false),
+       rate_key(Dispatcher::DeepEp, true),
+       rate_key(Dispatcher::DeepEp, false),
+       rate_key(Dispatcher::HybridEp, true),
+       rate_key(Dispatcher::HybridEp, false)}};
   return s;
 }
 

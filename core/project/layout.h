@@ -39,6 +39,9 @@ struct ProjectSetting {
   FrameworkSetting framework;
   ProjectionErrors errors;   // the answers' ranges and the speed's calibration
   double element_bytes = 2;  // an activation's element: bf16 (the default) or float32's 4
+  // The linear layers in FP8 (Transformer Engine's recipes, Megatron's --fp8-format): their GEMMs at
+  // the preset's FP8 rate, their inputs cast and kept for backward in FP8, their weights' FP8 copies.
+  bool fp8 = false;
 };
 
 }  // namespace memfine

@@ -48,10 +48,11 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
     const RankShape& k = ranks[r];
     const double moe = double(k.moe + k.mtp);
     const double tables = (k.embedding ? table : 0) + (k.loss ? table : 0) + (k.embedding ? 0 : double(k.mtp) * table);
-    stages_.push_back({double(k.dense), moe,
-                       double(k.dense) * dense_layer_params + moe * moe_layer_params + tables + double(k.mtp) * mtp_params,
-                       moe * layer_expert_params_, inflight_at(int64_t(r)),
-                       k.loss ? logits * double(1 + m.mtp_layers) : 0});
+    const double params =
+        double(k.dense) * dense_layer_params + moe * moe_layer_params + tables + double(k.mtp) * mtp_params;
+    stages_.push_back({double(k.dense), moe, params, moe * layer_expert_params_, inflight_at(int64_t(r)),
+                       k.loss ? logits * double(1 + m.mtp_layers) : 0,
+                       params - tables - moe * h * E});  // the linears': not the tables, not the routers
   }
 }
 
@@ -63,13 +64,17 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
 // allocations (TE's cuBLAS workspaces) besides.
 double StageMemory::static_of(const Stage& st) const {
   const FrameworkSetting& f = set_.framework;
+  // In FP8 each linear's weight has FP8 copies, row-wise and column-wise (Hopper's GEMMs take no
+  // transposed FP8 operand), cached from a step's first micro-batch on (TE's is_first_microbatch).
+  const double fp8_weights = set_.fp8 ? 2 * (st.linear_params + st.expert_params) : 0;
   if (f.fsdp) {
     const double gathered = f.reshard ? 2 * 2 * layer_params_ : 2 * (st.params + st.expert_params);
-    return (st.params / dp_shard_ + st.expert_params / expert_dp_) * f.fsdp_state_bytes + gathered + f.allocated_extra;
+    return (st.params / dp_shard_ + st.expert_params / expert_dp_) * f.fsdp_state_bytes + gathered + f.allocated_extra +
+           fp8_weights;
   }
   const double whole = 2 + f.grad_bytes, sharded = 4 + 2 * f.moment_bytes;
   return st.params * (whole + sharded / dp_shard_) + st.expert_params * (whole + sharded / expert_dp_) +
-         f.allocated_extra;
+         f.allocated_extra + fp8_weights;
 }
 
 double StageMemory::lazy_of(const Stage& st) const {
@@ -81,7 +86,7 @@ double StageMemory::lazy_of(const Stage& st) const {
 }
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
-  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recomputed);
+  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recomputed, set_.fp8);
 }
 
 double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
@@ -152,18 +157,18 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
   const double balanced = std::max(1.0, tokens_gpu_ * double(m_.topk));  // a rank's rows, balanced
   std::vector<std::string> out;
   const FrameworkSetting& f = set_.framework;
-  out.push_back(std::string(f.fsdp ? "static: FSDP: weights, gradients and Adam moments (" +
-                                         four_digits(f.fsdp_state_bytes) +
-                                         " bytes a parameter) sharded over DP x CP (experts: DP x CP x TP / EP), " +
-                                         std::string(f.reshard ? "two layers' weights gathered"
-                                                               : "every layer's weights gathered until backward")
-                                   : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +
-                                         " gradients whole, fp32 master weights and " +
-                                         (f.moment_bytes == 2 ? "bf16" : "fp32") +
-                                         " Adam moments sharded over DP x CP (experts: over DP x CP x TP / EP) by the "
-                                         "distributed optimizer") +
-                "; the hottest pipeline rank (the first: embedding, most micro-batches in flight; the output "
-                "layer's: head, loss; MTP's)");
+  out.push_back(
+      std::string(f.fsdp ? "static: FSDP: weights, gradients and Adam moments (" + four_digits(f.fsdp_state_bytes) +
+                               " bytes a parameter) sharded over DP x CP (experts: DP x CP x TP / EP), " +
+                               std::string(f.reshard ? "two layers' weights gathered"
+                                                     : "every layer's weights gathered until backward")
+                         : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +
+                               " gradients whole, fp32 master weights and " + (f.moment_bytes == 2 ? "bf16" : "fp32") +
+                               " Adam moments sharded over DP x CP (experts: over DP x CP x TP / EP) by the "
+                               "distributed optimizer") +
+      "; the hottest pipeline rank (the first: embedding, most micro-batches in flight; the output "
+      "layer's: head, loss; MTP's)" +
+      (set_.fp8 ? "; in FP8 each linear's weight's FP8 copies, row-wise and column-wise (2 bytes a parameter)" : ""));
   out.push_back("activations (" + name_of(f.profile) + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
                 widths(s).row_text + " per received row, x the micro-batches the schedule keeps in flight on the rank; "
                 "the rows kept at " + four_digits(held_ / balanced) +

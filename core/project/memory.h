@@ -51,6 +51,7 @@ class StageMemory {
  private:
   struct Stage {
     double dense, moe, params, expert_params, inflight, logits;
+    double linear_params;  // of params, the linears' (what FP8 copies): not the tables, not the routers
   };
   // Bytes a stage's layers keep from forward to backward, the largest transient of one layer's
   // backward, and what offloading moves to the host, per micro-batch in flight.

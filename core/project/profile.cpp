@@ -7,10 +7,10 @@
 namespace memfine {
 
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         const RecomputedModules& again) {
+                         const RecomputedModules& again, bool fp8) {
   switch (p) {
     case Profile::MegatronTe:
-      return megatron_widths(m, s, element_bytes, again);
+      return megatron_widths(m, s, element_bytes, again, fp8);
     case Profile::FsdpTe:
       return fsdp_widths(m, s, element_bytes);
     default:

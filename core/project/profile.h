@@ -30,8 +30,10 @@ using Profile = Framework;
 // recomputes modules only under selective granularity).
 RecomputedModules recomputed_under(const RecomputedModules& again, const StrategyShape& s);
 
+// `fp8`: the linears in FP8 (Transformer Engine's FP8 recipes): each keeps its input for backward as
+// an FP8 copy (megatron_te's profile alone prices it).
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         const RecomputedModules& again = {});
+                         const RecomputedModules& again = {}, bool fp8 = false);
 
 // Megatron-Core's norms in a layer that are modules of their own, not fused into the next linear
 // (what its layernorm recomputation runs again): a MoE layer's, and MLA's input norm.
@@ -45,7 +47,7 @@ double loss_bytes_per_token(const ModelConfig& m, Loss loss, double element_byte
 // The widths in the three profiles (profile.cpp, profile_megatron.cpp, profile_fsdp.cpp).
 LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB,
-                            const RecomputedModules& again = {});
+                            const RecomputedModules& again = {}, bool fp8 = false);
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 
 }  // namespace memfine

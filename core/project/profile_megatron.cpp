@@ -19,31 +19,35 @@ RecomputedModules recomputed_under(const RecomputedModules& again, const Strateg
   return s.recompute_layer ? RecomputedModules{} : again;
 }
 
-LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, const RecomputedModules& again) {
+LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, const RecomputedModules& again,
+                            bool fp8) {
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);
-  const double attn = te_attention(m, kB);
+  const double attn = te_attention(m, kB, fp8);
+  // A linear's saved input: bf16, or in FP8 an FP8 copy (TE's linear.py, grouped_linear.py).
+  const double in = fp8 ? 1 : kB;
   ProfileParts p;
   // The MoE layer's own norm (a separate TENorm: its input, rsigma) and its output, which the
   // router's gating linear (moe_utils.py) and the shared experts' fc1 save: the block's input,
   // what `--recompute-modules moe` keeps (moe_layer.py checkpoints MoELayer.forward).
-  p.outside = attn + kB * 2 * h + kFp32;
+  // In FP8 the shared experts' fc1 keeps an FP8 copy of that output beside the router's bf16 one.
+  p.outside = attn + kB * 2 * h + kFp32 + (fp8 && Fs > 0 ? h : 0);
   // Inside the block, per token: the fused router's probabilities and its aux-loss scores (fp32)
   // and routing map (router.py), the fused permutation's row map, 2E + 1 int32 a token
   // (triton/permutation.py make_row_id_map), the shared experts' fc1 output (2 Fs, saved by
   // bias_swiglu) and fc2 input (Fs).
-  p.block = kFp32 * 2 * E + kBool * E + kInt32 * (2 * E + 1) + kB * 3 * Fs;
+  p.block = kFp32 * 2 * E + kBool * E + kInt32 * (2 * E + 1) + kB * 2 * Fs + in * Fs;
   // Per routed row: fc1's input (GroupedLinear saves it), fc1's output z (WeightedSwiGLU saves
   // it), fc2's input SiLU(a) * b (GroupedLinear), the row's probability (fp32) and its place in
   // the chunk sort (int32). moe_act discards fc2's input (experts.py CheckpointWithoutOutput).
   // Buffer-free experts (not a Megatron option) keep z and the arrived row, in Megatron's terms.
-  const RowWidth row = te_row(s, h, F, kB, kFp32 + kInt32);
+  const RowWidth row = te_row(s, h, F, kB, kFp32 + kInt32, fp8);
   p.row = row.bytes;
   // Full recomputation keeps each layer's input (recompute.py checkpoints hidden_states).
   p.layer_input = kB * h;
   p.arrived = kB * h;
   // A dense layer: attention, then fc1 with its fused norm (x, ln_out, rsigma), z and SiLU(a) * b.
-  p.dense = attn + kB * (2 * h + 3 * Fd) + kFp32;
+  p.dense = attn + kB * (h + 2 * Fd) + in * (h + Fd) + kFp32;
   // --recompute-modules (selective granularity: a layer recomputed whole is as it is), per token of
   // a MoE layer and of a dense one, what each lets go until the layer's backward runs it again and
   // holds it while that backward runs:
@@ -69,7 +73,7 @@ LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double
   const double norm_out = kB * h + kFp32, H = double(m.heads);
   if (run.layernorm) gone(megatron_unfused_norms(m, true) * norm_out, megatron_unfused_norms(m, false) * norm_out, 0);
   if (run.mla_up_proj && m.attention == "mla") gone(kB * te_mla_qkv(m), kB * te_mla_qkv(m), 0);
-  if (run.mlp) gone(0, kB * (h + 3 * Fd) + kFp32, 0);
+  if (run.mlp) gone(0, kB * 2 * Fd + in * (h + Fd) + kFp32, 0);
   if (run.core_attn && m.attention != "none") gone(kFp32 * H, kFp32 * H, kB * H * double(m.v_dim()));
   p.outside -= moe_gone, p.dense -= dense_gone;
   LayerWidths w = assemble(p, s);

@@ -265,24 +265,29 @@ const Section<ProjectConfig>& project_keys() {
   using namespace fields;
   static const Section<P> s{
       "",
-      {text<P>("name", &P::name, "string", "the projection's name (default: the model's)"), model_key(), hardware_key(),
+      {text<P>("name", &P::name, "string", "the projection's name (default: the model's)"),
+       model_key(),
+       hardware_key(),
        integer<P>("gpus", &P::gpus, 1, int64_t(1) << 24, "GPUs in the job, required (`--gpus N` overrides)"),
        integer<P>("global_batch", &P::global_batch, 1, int64_t(1) << 30,
                   "sequences per optimizer step, required (`--global-batch N` overrides)"),
-       imbalance_key(), unsigned_integer<P>("seed", &P::seed, "the routing law's draw"), mtp_key(), seq_key(),
+       imbalance_key(),
+       unsigned_integer<P>("seed", &P::seed, "the routing law's draw"),
+       mtp_key(),
+       seq_key(),
        choice<P>("sharding", &P::sharding, {"auto", "distributed_optimizer", "fsdp"},
                  "the framework's (`fsdp_te`: fsdp; the others: distributed_optimizer), Megatron's distributed "
                  "optimizer (bf16 weights and fp32 gradients whole, 12 bytes of optimizer state a parameter sharded) "
                  "or FSDP's (16 bytes a parameter sharded, the weights gathered as `framework.reshard` says)"),
        enumerated<P>("dispatcher", &P::dispatcher,
-                 "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
-                 "(across nodes a token once per node), each at the hardware preset's measured rate"),
+                     "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
+                     "(across nodes a token once per node), each at the hardware preset's measured rate"),
        enumerated<P>("expert_choice", &P::expert_choice,
-                 "which experts a token's top-k are, for the GPUs and nodes DeepEP and HybridEP send it to: random "
-                 "(each token's drawn independently and evenly: Megatron's --moe-router-force-load-balancing, and "
-                 "the stand-in for a learned router) or consecutive (token t to experts tk to tk+k-1 mod E, NeMo "
-                 "AutoModel's fake balanced gate: a token's experts on the fewest GPUs); consecutive is balanced "
-                 "routing, so `imbalance` must be too"),
+                     "which experts a token's top-k are, for the GPUs and nodes DeepEP and HybridEP send it to: random "
+                     "(each token's drawn independently and evenly: Megatron's --moe-router-force-load-balancing, and "
+                     "the stand-in for a learned router) or consecutive (token t to experts tk to tk+k-1 mod E, NeMo "
+                     "AutoModel's fake balanced gate: a token's experts on the fewest GPUs); consecutive is balanced "
+                     "routing, so `imbalance` must be too"),
        text<P>("pipeline_layout", &P::pipeline_layout, "string",
                "what each pipeline stage holds, in Megatron's --pipeline-model-parallel-layout syntax (E the "
                "embedding, t a decoder layer, m an MTP module, L the output layer and loss, a bar between virtual "
@@ -295,9 +300,17 @@ const Section<ProjectConfig>& project_keys() {
        number<P>("restart_min", &P::restart_min, 0, 1e6, "what a failure costs besides the lost work, minutes"),
        number<P>("checkpoint_gb_s_per_node", &P::checkpoint_gb_s_per_node, 1e-3, 1e6,
                  "each node writes its share of the checkpoint (14 bytes a parameter) at this rate"),
-       search_key(), strategies_key(), integer<P>("top", &P::top, 1, 1 << 20, "rows of the ranked table"),
+       search_key(),
+       strategies_key(),
+       integer<P>("top", &P::top, 1, 1 << 20, "rows of the ranked table"),
        choice<P>("dtype", &P::dtype, {"bfloat16", "float32"},
                  "activations' element (memory, memory-bound kernels, all-to-all bytes)"),
+       choice<P>("precision", &P::precision, {"bf16", "fp8"},
+                 "the linear layers' GEMMs: bf16, or fp8 (Transformer Engine's per-tensor FP8, Megatron's --fp8-format "
+                 "hybrid: each linear's three GEMMs at the hardware preset's fp8_gemm_speedup_curve, its input and "
+                 "output gradient cast to FP8 by memory-bound passes, its input kept for backward in FP8 and its "
+                 "weight's FP8 copies held through the step; the attention core, the router, the embedding and the "
+                 "output layer in bf16); megatron_te only"),
        published_key()}};
   return s;
 }
