@@ -92,13 +92,16 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.calibration = err.layer_pass_s * layer_passes(m, l);
   e.step += e.calibration;
   e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
-  e.expert_tflops = grouped_rate(hw, e.expert_rows) / 1e12;
+  // In FP8 the experts' GEMMs, on the curve and on the table alike, at the preset's FP8 ratio.
+  const double fp8 = set.fp8 ? fp8_speedup(hw, e.expert_rows) : 1;
+  e.expert_tflops = grouped_rate(hw, e.expert_rows) * fp8 / 1e12;
   if (!hw.gemm_table.empty()) {
     const double h = double(m.hidden), g = double(m.ffn_hidden);
     // Megatron-Core's TEGroupedLinear accumulates into main_grad (fuse_wgrad_accumulation, on unless
     // --no-gradient-accumulation-fusion); the other frameworks' accumulation is not counted.
     const double acc = set.framework.profile == Profile::MegatronTe ? 2 * set.framework.grad_bytes : 0;
-    const ExpertKernels k = expert_kernels(hw, e.expert_rows, h, g, acc);
+    ExpertKernels k = expert_kernels(hw, e.expert_rows, h, g, acc);
+    k.gemm_s /= fp8;
     const double flops = 3 * expert_forward_flops(e.expert_rows, h, g);
     if (k.gemm_s > 0) e.expert_table_tflops = flops / k.gemm_s / 1e12;
     if (k.gemm_s > 0 && acc > 0) e.expert_accumulated_tflops = flops / (k.gemm_s + k.accumulate_s) / 1e12;
