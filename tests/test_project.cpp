@@ -1169,6 +1169,32 @@ TEST(Project, Fp8PricesTheLinearsGemmsCastsCopiesAndSavedInputs) {
   EXPECT_NE(w.row_text.find("fp8"), std::string::npos);
 }
 
+// FP8 is refused where it cannot be priced, at its key's line: a framework other than megatron_te, a
+// hardware preset without the FP8 ratio.
+TEST(Project, Fp8IsRefusedWhereItCannotBePriced) {
+  const std::string file = ::testing::TempDir() + "/fp8_project.yaml";
+  const std::string head = "model: qwen3_30b_a3b\ngpus: 8\nglobal_batch: 8\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"hardware: h100_80gb\nframework: fsdp_te\nprecision: fp8\n",
+       "fp8_project.yaml:6: precision: fp8 is priced for "
+       "framework megatron_te only"},
+      {"hardware: a100_80gb\nprecision: fp8\n",
+       "fp8_project.yaml:5: precision: fp8 needs the hardware preset's "
+       "fp8_gemm_speedup_curve"}};
+  for (const auto& [keys, says] : cases) {
+    std::ofstream(file) << head << keys;
+    try {
+      load_project(file, kExperiments + "/project");
+      ADD_FAILURE() << "accepted " << keys;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(file) << head << "hardware: h800\nprecision: fp8\n";  // h800 extends the H100's ratio
+  EXPECT_TRUE(project_setting(load_project(file, kExperiments + "/project")).fp8);
+  std::remove(file.c_str());
+}
+
 // Every shipped projection's table keeps within 120 columns without --wide, whatever its models'
 // figures (a deep pipeline's layout, a long strategy label and a 5-digit speed side by side).
 TEST(Project, EveryShippedTableFits120Columns) {
