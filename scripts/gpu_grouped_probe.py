@@ -133,6 +133,19 @@ def case(h, F, experts, sizes, backend, dtype, device, repeats):
     return out
 
 
+def measured(row, fill, device, out):
+    """One case: `fill(row)` measures it into its row, or the row says why it could not (out of memory,
+    no such kernel here); the row is kept and printed as it comes."""
+    try:
+        fill(row)
+    except (RuntimeError, NotImplementedError) as e:
+        row["error"] = str(e).splitlines()[0]
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    out.append(row)
+    print(json.dumps(row), file=sys.stderr)
+
+
 def run(shapes, rows_list, splits, backends, dtype, device, repeats, seed=0):
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -146,20 +159,16 @@ def run(shapes, rows_list, splits, backends, dtype, device, repeats, seed=0):
                         continue  # one GEMM of all the rows: the split does not apply
                     r = {"model": model, "hidden": h, "ffn": F, "experts": experts, "rows_per_expert": rows,
                          "split": how, "largest_group": max(sizes), "backend": backend}
-                    try:
-                        r.update(case(h, F, experts, sizes, backend, dtype, device, repeats))
-                    except (RuntimeError, NotImplementedError) as e:  # out of memory, or no such kernel here
-                        r["error"] = str(e).splitlines()[0]
-                        if device == "cuda":
-                            torch.cuda.empty_cache()
-                    out.append(r)
-                    print(json.dumps(r), file=sys.stderr)
+                    measured(r, lambda r: r.update(case(h, F, experts, sizes, backend, dtype, device, repeats)),
+                             device, out)
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="gpu_grouped_probe.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def kernel_probe(prog, doc, argv):
+    """A kernel probe's flags (--device, --repeats, --quick, --out), parsed, with its dtype (bf16 on a
+    GPU, float32 for a CPU's dry run), its shapes and rows (one tiny shape and two row counts with
+    --quick) and the header of what it prints: the device, PyTorch, the commit, the dtype."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="one tiny shape, two row counts (a dry run)")
@@ -167,15 +176,19 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.repeats < 1:
         ap.error("--repeats must be at least 1")
+    a.dtype = torch.bfloat16 if a.device == "cuda" else torch.float32
+    a.shapes = [("tiny", 64, 32, 4)] if a.quick else SHAPES
+    a.header = {"device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch": torch.__version__,
+                "git_commit": source_commit(), "dtype": str(a.dtype).replace("torch.", ""), "repeats": a.repeats}
+    return a
+
+
+def main(argv=None):
+    a = kernel_probe("gpu_grouped_probe.py", __doc__, argv)
     native = a.device == "cuda" and hasattr(torch, "_grouped_mm")
     backends = (["grouped"] if native else []) + ["loop", "dense"]
-    dtype = torch.bfloat16 if a.device == "cuda" else torch.float32
-    shapes, rows_list = (([("tiny", 64, 32, 4)], [16, 32]) if a.quick else (SHAPES, ROWS))
-    rows = run(shapes, rows_list, SPLITS, backends, dtype, a.device, a.repeats)
-    out = {"device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu", "torch": torch.__version__,
-           "git_commit": source_commit(), "dtype": str(dtype).replace("torch.", ""), "repeats": a.repeats,
-           "backends": backends, "rows": rows}
-    emit(out, a.out)
+    rows = run(a.shapes, [16, 32] if a.quick else ROWS, SPLITS, backends, a.dtype, a.device, a.repeats)
+    emit({**a.header, "backends": backends, "rows": rows}, a.out)
     return 0
 
 

@@ -793,6 +793,18 @@ class MemoryHistory(unittest.TestCase):
             self.assertEqual(memory_history.main([p]), 1)
 
 
+def dry_run(probe, out):
+    """A kernel probe's CPU dry run (--quick, one repeat), quiet, and the JSON it wrote to `out`."""
+    with open(os.devnull, "w") as quiet:
+        old, sys.stdout, sys.stderr = (sys.stdout, sys.stderr), quiet, quiet
+        try:
+            assert probe.main(["--device", "cpu", "--quick", "--repeats", "1", "--out", out]) == 0
+        finally:
+            sys.stdout, sys.stderr = old
+    with open(out) as f:
+        return json.load(f)
+
+
 class GroupedProbe(unittest.TestCase):
     """The GPU grouped GEMM probe's splits and its per-expert loop, checked against the per-expert
     products on a CPU (where torch imports); its dry run writes a case per split, backend and rows."""
@@ -855,14 +867,7 @@ class GroupedProbe(unittest.TestCase):
         import gpu_grouped_probe as p
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "g.json")
-            with open(os.devnull, "w") as quiet:
-                old, sys.stdout, sys.stderr = (sys.stdout, sys.stderr), quiet, quiet
-                try:
-                    self.assertEqual(p.main(["--device", "cpu", "--quick", "--repeats", "1", "--out", out]), 0)
-                finally:
-                    sys.stdout, sys.stderr = old
-            with open(out) as f:
-                doc = json.load(f)
+            doc = dry_run(p, out)
         self.assertEqual(doc["backends"], ["loop", "dense"])
         # 2 row counts x (3 splits by the loop + 1 dense GEMM)
         self.assertEqual(len(doc["rows"]), 2 * (3 + 1))
@@ -919,6 +924,46 @@ class GpusSideBySide(unittest.TestCase):
         self.assertIn("| measure | NVIDIA A100 (", text)
         self.assertIn("| 8 chunks / full recomputation, `gpu_deepseek` (DeepSeek-V3's MoE shape) | 0.50x | 0.91x |", text)
         self.assertIn("| memory model within 5% of the CUDA meter, `gpu_model_accuracy` | - | 1 of 1 (lowest +4.0%) |", text)
+
+
+class Fp8Probe(unittest.TestCase):
+    """The GPU FP8 probe's three GEMMs, each on operands cast in the layout its kernel takes, give the
+    bf16 products (torch._scaled_mm's documented semantics stand in for it on a CPU, float16 for E4M3);
+    its dry run writes a row per GEMM and says why no FP8 ran."""
+
+    def setUp(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("no torch for this interpreter")
+
+    def test_the_fp8_gemms_are_the_bf16_ones(self):
+        import torch
+        import gpu_fp8_probe as p
+
+        def scaled_mm(a, b, scale_a, scale_b, out_dtype):
+            # row-major a, column-major b, as the kernel requires
+            self.assertTrue(a.is_contiguous() and b.t().is_contiguous())
+            return ((a.double() @ b.double()) * scale_a.double() * scale_b.double()).to(out_dtype)
+
+        x, dy, w = torch.randn(48, 32), torch.randn(48, 16), torch.randn(16, 32)
+        plain = p.products(x, w, dy, None)
+        with mock.patch.object(torch, "_scaled_mm", scaled_mm, create=True), \
+                mock.patch.object(torch, "bfloat16", torch.float32):
+            cast = p.products(x, w, dy, torch.float16)
+            for part in ("fwd", "dgrad", "wgrad"):
+                want, got = plain[part](), cast[part]()
+                self.assertEqual(tuple(got.shape), tuple(want.shape), part)
+                self.assertTrue(torch.allclose(got.float(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item()), part)
+
+    def test_dry_run_writes_every_gemm(self):
+        import gpu_fp8_probe as p
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "f.json")
+            doc = dry_run(p, out)
+        # 2 row counts x 2 projections; on a CPU the bf16 GEMMs run and no FP8, which each row says
+        self.assertEqual([(r["rows"], r["gemm"]) for r in doc["rows"]], [(16, "fc1"), (16, "fc2"), (32, "fc1"), (32, "fc2")])
+        self.assertTrue(all(r["bf16_tflops"] > 0 and "no FP8 GEMM" in r["error"] for r in doc["rows"]))
 
 
 class GroupedProbeCurve(unittest.TestCase):
