@@ -40,7 +40,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // In FP8 the linears' GEMMs (Transformer Engine's modules) run at the preset's FP8 ratio at each
   // GEMM's rows; the router's and the output layer's (Megatron's own linears) stay bf16.
   auto rate = [&](bool linear, double rows, double n, double k) {
-    return gemm_rate(hw, rows, n, k) * (set.fp8 && linear ? fp8_speedup(hw, rows) : 1);
+    return gemm_rate(hw, rows, n, k) * fp8_speedup(hw, rows, set.fp8 && linear);
   };
   auto gemms_t = [&](const std::vector<DenseGemm>& gs, bool forward_only = false, bool linear = true) {
     double t = 0;
@@ -59,7 +59,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
   const double rows_per_expert = received / (double(m.experts) / double(l.ep));
   const double core_t = core_flops / attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
-  auto expert_rate = [&](double rows) { return grouped_rate(hw, rows) * (set.fp8 ? fp8_speedup(hw, rows) : 1); };
+  auto expert_rate = [&](double rows) { return grouped_rate(hw, rows) * fp8_speedup(hw, rows, set.fp8); };
   const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.

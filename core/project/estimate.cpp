@@ -93,7 +93,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.step += e.calibration;
   e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
   // In FP8 the experts' GEMMs, on the curve and on the table alike, at the preset's FP8 ratio.
-  const double fp8 = set.fp8 ? fp8_speedup(hw, e.expert_rows) : 1;
+  const double fp8 = fp8_speedup(hw, e.expert_rows, set.fp8);
   e.expert_tflops = grouped_rate(hw, e.expert_rows) * fp8 / 1e12;
   if (!hw.gemm_table.empty()) {
     const double h = double(m.hidden), g = double(m.ffn_hidden);

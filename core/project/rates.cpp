@@ -23,8 +23,8 @@ double grouped_rate(const Hardware& hw, double rows) {
   return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
 }
 
-double fp8_speedup(const Hardware& hw, double rows) {
-  return hw.fp8_gemm_speedup_curve.empty() ? 1 : curve_at(hw.fp8_gemm_speedup_curve, rows);
+double fp8_speedup(const Hardware& hw, double rows, bool fp8) {
+  return !fp8 || hw.fp8_gemm_speedup_curve.empty() ? 1 : curve_at(hw.fp8_gemm_speedup_curve, rows);
 }
 
 double attention_rate(const Hardware& hw, double head_dim, bool sinks) {
