@@ -135,11 +135,12 @@ def measure():
             speed.append(math.log(s))
         if (p := peak_ratio(r, values)) is not None:
             peaks.append(math.log(p))
-    # Which runs count is today's word (a run marked calibration since is left out).
+    # The runs the term was fitted on are fixed with it: calibration sources as BEFORE marked them
+    # (a source chosen later must not refit the term), regressions as their files say today.
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
     counted = [s for k, r in sorted(before.items())
                if k in current and not current[k]["published"].get("known_issue")
-               and not current[k]["published"].get("calibration")
+               and not r["published"].get("calibration")
                and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
     return speed, peaks, counted
 
