@@ -15,9 +15,10 @@
   projected step) / the rank's layer passes; `memfine project` adds it to every step. It is judged
   leave-one-out (each run's error with the term fitted on the others) and on runs that enter after
   it.
-- memory: the range of the need is symmetric: split conformal at 80% of |log(published peak /
-  projected peak)| over the first projections of the runs that published a peak (allocated, else
-  reserved).
+- memory: the range of the need is symmetric in log: x [e^-q, e^q], q split conformal at 80% of
+  |log(published peak / projected peak)| over the first projections of the runs that published a
+  peak (allocated, else reserved), by framework profile, whose memory each prices apart; a profile
+  with too few peaks of its own for an 80% bound (4) takes every profile's pooled.
 
     scripts/python scripts/projection_errors.py [--check]   # --check: fail if the file is stale (77: no history)
 """
@@ -40,6 +41,8 @@ FIRST = "results/model/project_first.jsonl"
 CURRENT = "results/model/project_validation.jsonl"
 OUT = "experiments/project/errors.yaml"
 LEVEL = 0.8
+# The framework profiles whose memory `memfine project` prices apart (errors.yaml gives each a range).
+FRAMEWORKS = ("megatron_te", "fsdp_te")
 # The commit of CURRENT the calibration term is fitted on: the projection as it stood before the term
 # (fixed, so that later results, calibrated, never refit it).
 BEFORE = "dfabd24"
@@ -122,10 +125,31 @@ def symmetric(xs, level=LEVEL):
     return xs[k - 1] if k <= n else None
 
 
+def memory_bound(peaks, framework):
+    """q of a profile's need range x [e^-q, e^q] and whether it is its own (else every profile's
+    pooled), or (None, False) past the data."""
+    own = symmetric(peaks[framework])
+    if own is not None:
+        return own, True
+    return symmetric([x for xs in peaks.values() for x in xs]), False
+
+
+def memory_leave_one_out(peaks):
+    """Share of the peaks inside their profile's bound from the others' peaks, by the same rule."""
+    held = tried = 0
+    for f, xs in peaks.items():
+        for i, x in enumerate(xs):
+            q, _ = memory_bound({**peaks, f: xs[:i] + xs[i + 1:]}, f)
+            if q is not None:
+                tried += 1
+                held += abs(x) <= q
+    return held / tried if tried else None
+
+
 def measure():
     current = {key(r): r for r in lines(CURRENT) if r.get("published") and r.get("strategy")}
     first = {key(r): r for r in lines(FIRST)}
-    speed, peaks = [], []
+    speed, peaks = [], {f: [] for f in FRAMEWORKS}
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -134,7 +158,7 @@ def measure():
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
         if (p := peak_ratio(r, values)) is not None:
-            peaks.append(math.log(p))
+            peaks[now["framework"]].append(math.log(p))
     # The runs the term was fitted on are fixed with it: calibration sources as BEFORE marked them
     # (a source chosen later must not refit the term), regressions as their files say today.
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
@@ -162,12 +186,17 @@ def render():
     speed, peaks, counted = measure()
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
-    mem = symmetric(peaks)
     per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
     cov, width = leave_one_out(speed, equal_tails)
-    mcov, mwidth = leave_one_out(peaks, lambda xs: (lambda b: b and (-b, b))(symmetric(xs)))
-    loo_memory = (f"; leave-one-out held {mcov:.0%}" if mcov is not None else
-                  f" (too few to leave one out: {LEVEL:.0%} needs {round(LEVEL / (1 - LEVEL))} others)")
+    mcov = memory_leave_one_out(peaks)
+    loo_memory = (f"Leave-one-out (each peak's bound from the others', by the same rule): held {mcov:.0%}."
+                  if mcov is not None else "Too few peaks to leave one out.")
+    profiles = []
+    for f in FRAMEWORKS:
+        q, own = memory_bound(peaks, f)
+        profiles.append(f"  {f}: {{runs: {len(peaks[f])}, low: {math.exp(-q):.4f}, high: {math.exp(q):.4f}}}"
+                        + ("" if own else "  # too few peaks of its own: every profile's pooled"))
+    profiles = "\n".join(profiles)
     loo = []
     for i, (t, t0, n) in enumerate(counted):
         b = statistics.median((u - u0) / m for u, u0, m in counted[:i] + counted[i + 1:])
@@ -196,11 +225,12 @@ speed:
 # {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
 layer_pass_s: {per_pass:.6f}
 memory:
-  # the need: x [1 - half, 1 + half], split conformal at {LEVEL:.0%} of |log(published peak / projected peak)|
-  # over the {len(peaks)} first projections with a published peak (allocated, else reserved){loo_memory}.
+  # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected
+  # peak)| over each framework profile's first projections with a published peak (allocated, else
+  # reserved); a profile with fewer than 4 of its own takes every profile's pooled.
+  # {loo_memory}
   level: {LEVEL}
-  runs: {len(peaks)}
-  half: {math.exp(mem) - 1:.4f}
+{profiles}
 """
 
 

@@ -1089,7 +1089,9 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
 
   std::ofstream(dir + "/errors.yaml") << "speed:\n  level: 0.8\n  runs: 30\n  low: 0.5\n  high: 1.25\n"
                                          "  held_out_coverage: 0.8\n  held_out_half_width: 0.3\n"
-                                         "layer_pass_s: 0.004\nmemory:\n  level: 0.8\n  runs: 4\n  half: 0.2\n";
+                                         "layer_pass_s: 0.004\nmemory:\n  level: 0.8\n"
+                                         "  megatron_te: {runs: 4, low: 0.9, high: 1.2}\n"
+                                         "  fsdp_te: {runs: 2, low: 0.5, high: 2}\n";
   const ProjectConfig c = load_project(file, dir);
   EXPECT_EQ(c.errors.layer_pass_s, 0.004);
   const ProjectResult r = run_project(c);
@@ -1098,7 +1100,8 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
   ASSERT_EQ(e.tokens_per_s_gpu_range.size(), 2u);
   EXPECT_NEAR(e.tokens_per_s_gpu_range[0], 0.5 * e.tokens_per_s_gpu, 1e-9 * e.tokens_per_s_gpu);
   EXPECT_NEAR(e.tokens_per_s_gpu_range[1], 1.25 * e.tokens_per_s_gpu, 1e-9 * e.tokens_per_s_gpu);
-  ASSERT_EQ(e.need_gb_range.size(), 2u);
+  ASSERT_EQ(e.need_gb_range.size(), 2u);  // the file's framework's range (megatron_te)
+  EXPECT_NEAR(e.need_gb_range[0], 0.9 * e.need_gb, 1e-9 * e.need_gb);
   EXPECT_NEAR(e.need_gb_range[1], 1.2 * e.need_gb, 1e-9 * e.need_gb);
   // The calibration is the step's part: 4 ms for each layer's pass of a micro-batch on a pipeline rank.
   bool matched = false;
@@ -1111,9 +1114,12 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
       EXPECT_NEAR(e.step, p.step + e.calibration, 1e-9 * p.step);
     }
   EXPECT_TRUE(matched) << e.layout.text();
-  // A need within 20% under the limit has its range across it: borderline.
+  // A need within 20% under the limit has its range across it: borderline; one whose range is all
+  // above it does not fit.
   for (const auto& x : r.ranked)
     if (x.need_gb * 1.2 > 80 && x.need_gb < 80 * 0.999) EXPECT_EQ(x.fit, "borderline") << x.layout.text();
+  for (const auto& x : r.rejected)
+    if (x.need_gb * 0.9 > 80.001) EXPECT_EQ(x.fit, "no") << x.layout.text();
   const std::string json = project_json(c, r);
   EXPECT_NE(json.find("\"tokens_per_s_gpu_range\":["), std::string::npos);
   EXPECT_NE(json.find("\"need_gb_range\":["), std::string::npos);
@@ -1127,7 +1133,7 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
     if (in_table) EXPECT_LE(columns(line), kNarrowColumns) << line;
   }
   EXPECT_NE(table.find("range"), std::string::npos);
-  std::ofstream(dir + "/errors.yaml") << "speed: {low: 2}\nlayer_pass_s: 0.004\nmemory: {half: 0.1}\n";
+  std::ofstream(dir + "/errors.yaml") << "speed: {low: 2}\nlayer_pass_s: 0.004\nmemory: {megatron_te: {high: 1.1}}\n";
   try {
     load_project(file, dir);
     ADD_FAILURE() << "a low above 1 was accepted";

@@ -738,6 +738,15 @@ class ProjectionErrors(unittest.TestCase):
         cov, half = P.leave_one_out(xs, P.equal_tails)
         self.assertGreaterEqual(cov, 0.8)
 
+    def test_memory_by_profile(self):
+        """A profile with 4 peaks has its own bound; one with fewer takes them all pooled."""
+        import projection_errors as P
+        peaks = {"megatron_te": [0.01, -0.02, 0.03, -0.05], "fsdp_te": [0.7]}
+        self.assertEqual(P.memory_bound(peaks, "megatron_te"), (0.05, True))
+        self.assertEqual(P.memory_bound(peaks, "fsdp_te"), (0.7, False))
+        # Left out in turn: megatron_te's peaks fall back to the pooled bound (3 of their own left).
+        self.assertAlmostEqual(P.memory_leave_one_out(peaks), 4 / 5)
+
 
 class TraceSummary(unittest.TestCase):
     """scripts/trace_summary.py on a made-up profiler trace: overlapping kernels count once in the

@@ -165,7 +165,15 @@ struct ProjectionErrors {
   // Seconds each layer takes beyond its priced parts, per micro-batch (forward and backward): the one
   // calibrated constant, added per layer pass on a pipeline rank.
   double layer_pass_s = 0;
-  double memory_half = 0;                // the need: x [1 - half, 1 + half]
+  // The need: x [low, high], by framework profile (each prices memory apart); none: {1, 1}.
+  struct Range {
+    double low = 1, high = 1;
+  };
+  std::map<Framework, Range> memory;
+  Range memory_of(Framework f) const {
+    auto it = memory.find(f);
+    return it == memory.end() ? Range{} : it->second;
+  }
 };
 
 // errors.yaml of `presets_dir`, appending problems as "FILE:LINE: key: what"; none there: not read.

@@ -59,9 +59,12 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.fits = peak.need <= usable;
   // Borderline: within the framework's margin of the limit, or the need's range across it.
   const ProjectionErrors& err = set.errors;
-  if (!err.file.empty()) e.need_gb_range = {e.need_gb * (1 - err.memory_half), e.need_gb * (1 + err.memory_half)};
-  const double margin = std::max(set.framework.margin * peak.bytes, err.memory_half * peak.need);
-  e.fit = peak.need > usable + margin ? "no" : peak.need < usable - margin ? "yes" : "borderline";
+  const ProjectionErrors::Range range = err.memory_of(set.framework.profile);
+  if (!err.file.empty()) e.need_gb_range = {e.need_gb * range.low, e.need_gb * range.high};
+  const double margin = set.framework.margin * peak.bytes;
+  e.fit = peak.need > usable + margin && peak.need * range.low > usable    ? "no"
+          : peak.need < usable - margin && peak.need * range.high < usable ? "yes"
+                                                                           : "borderline";
   if (!e.fits) {
     std::ostringstream o;
     o.precision(3);

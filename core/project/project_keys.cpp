@@ -400,8 +400,18 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
   speed.read_number("high", e.speed_high, 1, 100);
   double ignored = 0;
   for (const char* k : {"runs", "held_out_coverage", "held_out_half_width"}) speed.read_number(k, ignored, 0, 1e9);
-  memory.read_number("half", e.memory_half, 0, 1);
-  for (const char* k : {"level", "runs"}) memory.read_number(k, ignored, 0, 1e9);
+  memory.read_number("level", ignored, 0, 1e9);
+  for (const auto& [f, name] : EnumNames<Framework>::all) {
+    const YAML::Node n = memory.child(name);
+    if (!n.IsDefined() || n.IsNull()) continue;
+    MapReader m(n, std::string("memory.") + name, p);
+    ProjectionErrors::Range range;
+    m.read_number("low", range.low, 0.01, 1);
+    m.read_number("high", range.high, 1, 100);
+    m.read_number("runs", ignored, 0, 1e9);
+    m.check_unknown();
+    e.memory[f] = range;
+  }
   for (auto* m : {&r, &speed, &memory}) m->check_unknown();
   for (const char* k : {"speed", "memory", "layer_pass_s"})
     if (!root[k].IsDefined()) p.add(root, k, "missing");

@@ -57,10 +57,9 @@ std::string range_text(const std::vector<double>& r) {
   return r.size() == 2 ? fmt_double("%.0f", r[0]) + "-" + fmt_double("%.0f", r[1]) : "-";
 }
 
-// The need with its range's half-width ("71.4±4.2").
+// The need with its range, which is not symmetric ("71.4(67-76)").
 std::string need_text(const Estimate& e) {
-  return fmt_double("%.1f", e.need_gb) +
-         (e.need_gb_range.size() == 2 ? "\u00b1" + fmt_double("%.1f", (e.need_gb_range[1] - e.need_gb_range[0]) / 2) : "");
+  return fmt_double("%.1f", e.need_gb) + (e.need_gb_range.size() == 2 ? "(" + range_text(e.need_gb_range) + ")" : "");
 }
 
 // What a row says of its layout, bar the strategy's name and chunk count: two strategies with the
@@ -159,13 +158,13 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
   out += "\n\n";
   const std::vector<std::string> notes = {
       "need = the tensors (alloc) with the allocator's reserve and what the process holds beside (CUDA context, "
-      "NCCL), against the usable memory, \u00b1 its range; fit: borderline within the framework's margin of it or "
+      "NCCL), against the usable memory, its range in brackets; fit: borderline within the framework's margin of it or "
       "its range across it",
       "range = the tokens/s a GPU that " +
-          (c.errors.file.empty() ? std::string("the validation's errors give (no errors.yaml beside the presets: none)")
-                                 : four_digits(100 * c.errors.level) +
-                                       "% of the validation's runs fell within at their first projection (" +
-                                       c.errors.file + ")") +
+          (c.errors.file.empty()
+               ? std::string("the validation's errors give (no errors.yaml beside the presets: none)")
+               : four_digits(100 * c.errors.level) +
+                     "% of the validation's runs fell within at their first projection (" + c.errors.file + ")") +
           "; balanced = tok/s/GPU with balanced routing; goodput = ETTR x tok/s/GPU",
       wide ? "compute = the kernels, the optimizer step, the GPU's wait for the host's launches and the calibration; "
              "overhead = recomputation (with its all-to-alls), MemFine's chunks, offloading's copy wait and encoding's "
@@ -186,14 +185,14 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
     out += "assumptions (each part's model):\n";
     std::vector<std::string> said = r.ranked.front().assumptions;
     if (const ProjectionErrors& err = c.errors; !err.file.empty())
-      said.push_back("how sure (" + err.file + ", scripts/projection_errors.py): " +
-                     four_digits(1000 * err.layer_pass_s) +
-                     " ms for each layer's pass of a micro-batch beside its priced parts, the median on the "
-                     "validation's runs (a calibrated constant: `calibration` of the step's parts); ranges at " +
-                     four_digits(100 * err.level) +
-                     "%, split conformal over the runs' first projections: tokens/s x [" + four_digits(err.speed_low) +
-                     ", " + four_digits(err.speed_high) + "], the need x [" + four_digits(1 - err.memory_half) + ", " +
-                     four_digits(1 + err.memory_half) + "]");
+      said.push_back(
+          "how sure (" + err.file + ", scripts/projection_errors.py): " + four_digits(1000 * err.layer_pass_s) +
+          " ms for each layer's pass of a micro-batch beside its priced parts, the median on the "
+          "validation's runs (a calibrated constant: `calibration` of the step's parts); ranges at " +
+          four_digits(100 * err.level) + "%, split conformal over the runs' first projections: tokens/s x [" +
+          four_digits(err.speed_low) + ", " + four_digits(err.speed_high) + "], the need x [" +
+          four_digits(err.memory_of(c.framework.name).low) + ", " + four_digits(err.memory_of(c.framework.name).high) +
+          "] (" + name_of(c.framework.name) + ")");
     for (const auto& a : said) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
   return out;
