@@ -17,8 +17,10 @@
   it.
 - memory: the range of the need is symmetric in log: x [e^-q, e^q], q split conformal at 80% of
   |log(published peak / projected peak)| over the first projections of the runs that published a
-  peak (allocated, else reserved), by framework profile, whose memory each prices apart; a profile
-  with too few peaks of its own for an 80% bound (4) takes every profile's pooled.
+  peak (allocated, else reserved), and, for a run that published none, the least its fit says the
+  first projection missed by (one that ran projected over the limit, one that ran out of memory
+  under it: |log(limit / projected need)|), by framework profile, whose memory each prices apart;
+  a profile with too few of its own for an 80% bound (4) takes every profile's pooled.
 
     scripts/python scripts/projection_errors.py [--check]   # --check: fail if the file is stale (77: no history)
 """
@@ -111,6 +113,17 @@ def peak_ratio(r, values):
     return None
 
 
+def fit_bound(first, now):
+    """What a run's fit says of its need where it publishes no peak: a run that ran needed at most the
+    limit, one that ran out of memory more; where the first projection said otherwise, the least it
+    missed by, log(limit / projected need) (the true miss is larger), else None."""
+    need, usable = first.get("need_gb"), now.get("usable_gb")
+    if not need or not usable:
+        return None
+    oom = bool(now["published"].get("out_of_memory"))
+    return math.log(usable / need) if (need > usable) != oom else None
+
+
 def equal_tails(xs, level=LEVEL):
     """Split conformal's equal-tailed interval of `xs` at `level`: (low, high), None past the data."""
     xs, n = sorted(xs), len(xs)
@@ -159,6 +172,8 @@ def measure():
             speed.append(math.log(s))
         if (p := peak_ratio(r, values)) is not None:
             peaks[now["framework"]].append(math.log(p))
+        elif (c := fit_bound(r, now)) is not None:
+            peaks[now["framework"]].append(c)
     # The runs the term was fitted on are fixed with it: calibration sources as BEFORE marked them
     # (a source chosen later must not refit the term), regressions as their files say today.
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
@@ -227,7 +242,8 @@ layer_pass_s: {per_pass:.6f}
 memory:
   # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected
   # peak)| over each framework profile's first projections with a published peak (allocated, else
-  # reserved); a profile with fewer than 4 of its own takes every profile's pooled.
+  # reserved), and of |log(limit / projected need)| for one without whose fit (ran, or out of memory)
+  # the projection contradicted; a profile with fewer than 4 of its own takes every profile's pooled.
   # {loo_memory}
   level: {LEVEL}
 {profiles}

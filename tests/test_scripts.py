@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tests of the plotting and table scripts on small fixture results files."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -746,6 +747,12 @@ class ProjectionErrors(unittest.TestCase):
         self.assertEqual(P.memory_bound(peaks, "fsdp_te"), (0.7, False))
         # Left out in turn: megatron_te's peaks fall back to the pooled bound (3 of their own left).
         self.assertAlmostEqual(P.memory_leave_one_out(peaks), 4 / 5)
+        # A run without a peak: its fit bounds the miss where the projection contradicted it.
+        ran, oom = {"published": {}, "usable_gb": 80}, {"published": {"out_of_memory": True}, "usable_gb": 80}
+        self.assertAlmostEqual(P.fit_bound({"need_gb": 100}, ran), math.log(0.8))
+        self.assertIsNone(P.fit_bound({"need_gb": 70}, ran))
+        self.assertAlmostEqual(P.fit_bound({"need_gb": 64}, oom), math.log(1.25))
+        self.assertIsNone(P.fit_bound({"need_gb": 90}, oom))
 
 
 class TraceSummary(unittest.TestCase):

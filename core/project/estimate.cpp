@@ -56,7 +56,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.reserved_gb = peak.reserved / 1e9, e.need_gb = peak.need / 1e9;
   e.activation_gb = (peak.bytes - peak.static_bytes) / 1e9;
   e.first_step_need_gb = peak.first_step_need / 1e9, e.lazy_gb = peak.lazy_bytes / 1e9;
-  e.fits = peak.need <= usable;
+  e.fits = peak.need <= usable, e.usable_gb = usable / 1e9;
   // Borderline: within the framework's margin of the limit, or the need's range across it.
   const ProjectionErrors& err = set.errors;
   const ProjectionErrors::Range range = err.memory_of(set.framework.profile);

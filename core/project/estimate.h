@@ -27,6 +27,7 @@ struct Estimate {
   std::string hottest_stage;  // "first", "last" or "only": the pipeline rank whose memory is given
   double static_gb = 0, activation_gb = 0, peak_gb = 0, host_gb = 0;  // the hottest GPU, allocated
   double reserved_gb = 0, need_gb = 0;  // the allocator's reserve; with what the process holds beside
+  double usable_gb = 0;                  // the limit the need is judged against (usable_memory x the GPU's)
   // The first step's need (before its optimizer step creates Adam's moments) and those moments: the
   // steps after it need need_gb, which fit is judged on.
   double first_step_need_gb = 0, lazy_gb = 0;

@@ -233,6 +233,7 @@ const std::vector<FieldSpec>& projection_schema() {
       {"host_gb", "number", "GB", "offloaded to the host", k},
       {"reserved_gb", "number", "GB", "with the allocator's reserve", k},
       {"need_gb", "number", "GB", "with what the process holds beside (CUDA context, NCCL): against the limit", k},
+      {"usable_gb", "number", "GB", "the limit the need is judged against: usable_memory x the GPU's memory", k},
       {"need_gb_range", "list", "GB",
        "[low, high] of the need: the range the validation's peaks hold at errors.yaml's level (none without it)", k},
       {"first_step_need_gb", "number", "GB",
@@ -325,7 +326,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
     if (nlohmann::json pub = published_of(published, e.strategy); !pub.is_null()) j["published"] = pub;
     if (!e.strategy.empty()) {
       j["peak_gb"] = e.peak_gb, j["static_gb"] = e.static_gb, j["activation_gb"] = e.activation_gb,
-      j["host_gb"] = e.host_gb, j["reserved_gb"] = e.reserved_gb, j["need_gb"] = e.need_gb;
+      j["host_gb"] = e.host_gb, j["reserved_gb"] = e.reserved_gb, j["need_gb"] = e.need_gb, j["usable_gb"] = e.usable_gb;
       if (!e.need_gb_range.empty()) j["need_gb_range"] = e.need_gb_range;
       j["first_step_need_gb"] = e.first_step_need_gb, j["optimizer_state_created_gb"] = e.lazy_gb;
       j["chunks"] = e.chunks, j["step_s"] = e.step;
