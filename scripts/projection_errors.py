@@ -20,7 +20,8 @@
   peak (allocated, else reserved), and, for a run that published none, the least its fit says the
   first projection missed by (one that ran projected over the limit, one that ran out of memory
   under it: |log(limit / projected need)|), by framework profile, whose memory each prices apart;
-  a profile with too few of its own for an 80% bound (4) takes every profile's pooled.
+  a profile with too few of its own for an 80% bound (4) takes the wider of every profile's pooled
+  bound and its own largest miss.
 
     scripts/python scripts/projection_errors.py [--check]   # --check: fail if the file is stale (77: no history)
 """
@@ -139,12 +140,16 @@ def symmetric(xs, level=LEVEL):
 
 
 def memory_bound(peaks, framework):
-    """q of a profile's need range x [e^-q, e^q] and whether it is its own (else every profile's
-    pooled), or (None, False) past the data."""
+    """q of a profile's need range x [e^-q, e^q] and whether it is its own: with too few of its own
+    for the level, the wider of every profile's pooled bound and its own largest miss; None past the
+    data."""
     own = symmetric(peaks[framework])
     if own is not None:
         return own, True
-    return symmetric([x for xs in peaks.values() for x in xs]), False
+    pooled = symmetric([x for xs in peaks.values() for x in xs])
+    widest = max((abs(x) for x in peaks[framework]), default=None)
+    bounds = [b for b in (pooled, widest) if b is not None]
+    return (max(bounds) if bounds else None), False
 
 
 def memory_leave_one_out(peaks):
@@ -210,7 +215,7 @@ def render():
     for f in FRAMEWORKS:
         q, own = memory_bound(peaks, f)
         profiles.append(f"  {f}: {{runs: {len(peaks[f])}, low: {math.exp(-q):.4f}, high: {math.exp(q):.4f}}}"
-                        + ("" if own else "  # too few peaks of its own: every profile's pooled"))
+                        + ("" if own else "  # too few of its own: the pooled bound or its widest miss"))
     profiles = "\n".join(profiles)
     loo = []
     for i, (t, t0, n) in enumerate(counted):
@@ -243,7 +248,8 @@ memory:
   # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected
   # peak)| over each framework profile's first projections with a published peak (allocated, else
   # reserved), and of |log(limit / projected need)| for one without whose fit (ran, or out of memory)
-  # the projection contradicted; a profile with fewer than 4 of its own takes every profile's pooled.
+  # the projection contradicted; a profile with fewer than 4 of its own takes the wider of every
+  # profile's pooled bound and its own largest miss.
   # {loo_memory}
   level: {LEVEL}
 {profiles}

@@ -740,12 +740,16 @@ class ProjectionErrors(unittest.TestCase):
         self.assertGreaterEqual(cov, 0.8)
 
     def test_memory_by_profile(self):
-        """A profile with 4 peaks has its own bound; one with fewer takes them all pooled."""
+        """A profile with 4 peaks has its own bound; one with fewer the wider of the pooled bound and
+        its own largest miss."""
         import projection_errors as P
-        peaks = {"megatron_te": [0.01, -0.02, 0.03, -0.05], "fsdp_te": [0.7]}
+        peaks = {"megatron_te": [0.01, -0.02, 0.03, -0.05], "fsdp_te": [0.04]}
         self.assertEqual(P.memory_bound(peaks, "megatron_te"), (0.05, True))
-        self.assertEqual(P.memory_bound(peaks, "fsdp_te"), (0.7, False))
-        # Left out in turn: megatron_te's peaks fall back to the pooled bound (3 of their own left).
+        self.assertEqual(P.memory_bound(peaks, "fsdp_te"), (0.05, False))  # pooled: 4th of 5
+        peaks["fsdp_te"] = [0.7]
+        self.assertEqual(P.memory_bound(peaks, "fsdp_te"), (0.7, False))  # its own miss is wider
+        # Left out in turn: megatron_te's peaks fall back to the pooled bound (3 of their own left);
+        # fsdp_te's, with none of its own left, to the pooled 0.05.
         self.assertAlmostEqual(P.memory_leave_one_out(peaks), 4 / 5)
         # A run without a peak: its fit bounds the miss where the projection contradicted it.
         ran, oom = {"published": {}, "usable_gb": 80}, {"published": {"out_of_memory": True}, "usable_gb": 80}
