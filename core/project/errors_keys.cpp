@@ -1,0 +1,59 @@
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/config/sections.h"
+#include "core/project/config.h"
+
+namespace memfine {
+
+// errors.yaml beside the presets (scripts/projection_errors.py writes it): the ranges the validation's
+// first projections give and the one calibrated constant.
+ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vector<std::string>& problems) {
+  ProjectionErrors e;
+  const std::string file = presets_dir + "/errors.yaml";
+  if (!std::ifstream(file).good()) return e;
+  if (const std::string why = yaml_file_problem(file); !why.empty()) {
+    problems.push_back(why);
+    return e;
+  }
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::Exception& x) {
+    problems.push_back(file + ":" + std::to_string(x.mark.line + 1) + ": " + x.msg);
+    return e;
+  }
+  Problems p{file, problems};
+  if (!root.IsMap()) {
+    problems.push_back(file + ": expected the map scripts/projection_errors.py writes");
+    return e;
+  }
+  MapReader r(root, "", p);
+  r.read_number("layer_pass_s", e.layer_pass_s, 0, 1);
+  MapReader speed(r.child("speed"), "speed", p), memory(r.child("memory"), "memory", p);
+  speed.read_number("level", e.level, 0.01, 0.99);
+  speed.read_number("low", e.speed_low, 0.01, 1);
+  speed.read_number("high", e.speed_high, 1, 100);
+  double ignored = 0;
+  for (const char* k : {"runs", "held_out_coverage", "held_out_half_width"}) speed.read_number(k, ignored, 0, 1e9);
+  memory.read_number("level", ignored, 0, 1e9);
+  for (const auto& [f, name] : EnumNames<Framework>::all) {
+    const YAML::Node n = memory.child(name);
+    if (!n.IsDefined() || n.IsNull()) continue;
+    MapReader m(n, std::string("memory.") + name, p);
+    ProjectionErrors::Range range;
+    m.read_number("low", range.low, 0.01, 1);
+    m.read_number("high", range.high, 1, 100);
+    m.read_number("runs", ignored, 0, 1e9);
+    m.check_unknown();
+    e.memory[f] = range;
+  }
+  for (auto* m : {&r, &speed, &memory}) m->check_unknown();
+  for (const char* k : {"speed", "memory", "layer_pass_s"})
+    if (!root[k].IsDefined()) p.add(root, k, "missing");
+  e.file = file;
+  return e;
+}
+
+}  // namespace memfine
