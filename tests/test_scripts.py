@@ -660,6 +660,18 @@ class Validation(unittest.TestCase):
         self.assertAlmostEqual(rows["inside"]["range"][1], 0.2)
         self.assertEqual(validation.summary(list(rows.values()))["range"][:2], (1, 2))
 
+    def test_need_ranges_are_read_by_profile(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "errors.yaml")
+            with open(path, "w") as f:
+                f.write("speed:\n  runs: 3\nmemory:\n  # ... held 79%.\n  level: 0.8\n"
+                        "  megatron_te: {runs: 17, low: 0.8843, high: 1.1309}\n"
+                        "  fsdp_te: {runs: 2, low: 0.4829, high: 2.0706}  # its widest miss\n")
+            ranges, held = validation.need_ranges(path)
+            self.assertEqual(ranges, [("megatron_te", 17, 0.8843, 1.1309), ("fsdp_te", 2, 0.4829, 2.0706)])
+            self.assertAlmostEqual(held, 0.79)
+        self.assertIsNone(validation.need_ranges(os.path.join(d, "gone.yaml")))
+
     def test_a_calibration_source_is_shown_but_not_counted(self):
         calibrated = self.row("calibrated", 3000.0, None)
         calibrated["published"]["calibration"] = "its profile is an input"

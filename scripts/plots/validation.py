@@ -228,6 +228,19 @@ def held_out(path=ERRORS):
     return got["held_out_coverage"], got["held_out_half_width"], int(got["runs"]), got["level"]
 
 
+def need_ranges(path=ERRORS):
+    """errors.yaml's need ranges by framework profile, [(profile, runs, low, high)], and their
+    leave-one-out coverage (a share, or None); None without the file."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        memory = f.read().split("\nmemory:", 1)[-1]
+    ranges = [(m[1], int(m[2]), float(m[3]), float(m[4])) for m in
+              re.finditer(r"^  (\w+): \{runs: (\d+), low: ([0-9.]+), high: ([0-9.]+)\}", memory, re.M)]
+    held = re.search(r"held (\d+)%", memory)
+    return ranges, (int(held[1]) / 100 if held else None)
+
+
 FIT_ROWS, FIT_COLUMNS = ("ran", "out of memory"), ("yes", "borderline", "no")
 
 
@@ -256,6 +269,7 @@ def summary(rows):
         "negatives": [r for r in rows if not r["ran"]],
         "range": (sum(h for h, _ in ranged), len(ranged), statistics.median(w for _, w in ranged) if ranged else None),
         "held_out": held_out(),
+        "need_ranges": need_ranges(),
         "borderline": sum(r["fit"] == "borderline" for r in ran),
         "peaks": peaks,
         "peaks_within": sum(abs(e) <= PEAK_GOAL for e in peaks),
@@ -333,6 +347,12 @@ def verdict_lines(s):
                      + (f"; on today's projections of the {s['range'][1]} counted runs (the calibration was fitted on "
                         f"those that entered before it) it holds {s['range'][0]}, median half-width {100 * s['range'][2]:.1f}%"
                         if s["range"][1] else "") + ".")
+    if s.get("need_ranges") and s["need_ranges"][0]:
+        ranges, held = s["need_ranges"]
+        lines.append("- Need's range (`need_gb_range`, by framework profile, over the first projections' peak errors "
+                     "and the fits they contradicted, experiments/project/errors.yaml): "
+                     + ", ".join(f"{f} x [{lo:.3f}, {hi:.3f}] ({n} runs)" for f, n, lo, hi in ranges)
+                     + (f"; leave-one-out it held {100 * held:.0f}%." if held is not None else "."))
     e = s.get("entered")
     if e and s.get("held_out"):
         med, over, n = e["throughput"]
