@@ -1133,6 +1133,13 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
     if (in_table) EXPECT_LE(columns(line), kNarrowColumns) << line;
   }
   EXPECT_NE(table.find("range"), std::string::npos);
+  // A profile the file gives no memory range: its need has none, its fit the framework's margin alone.
+  std::ofstream(dir + "/errors.yaml") << "speed: {low: 0.5, high: 1.25}\nlayer_pass_s: 0.004\n"
+                                         "memory: {fsdp_te: {low: 0.5, high: 2}}\n";
+  const ProjectResult without = run_project(load_project(file, dir));
+  ASSERT_FALSE(without.ranked.empty());
+  EXPECT_TRUE(without.ranked.front().need_gb_range.empty());
+  EXPECT_EQ(without.ranked.front().tokens_per_s_gpu_range.size(), 2u);
   std::ofstream(dir + "/errors.yaml") << "speed: {low: 2}\nlayer_pass_s: 0.004\nmemory: {megatron_te: {high: 1.1}}\n";
   try {
     load_project(file, dir);

@@ -165,14 +165,15 @@ struct ProjectionErrors {
   // Seconds each layer takes beyond its priced parts, per micro-batch (forward and backward): the one
   // calibrated constant, added per layer pass on a pipeline rank.
   double layer_pass_s = 0;
-  // The need: x [low, high], by framework profile (each prices memory apart); none: {1, 1}.
+  // The need: x [low, high], by framework profile (each prices memory apart); a profile the file
+  // gives none: no range.
   struct Range {
     double low = 1, high = 1;
   };
   std::map<Framework, Range> memory;
-  Range memory_of(Framework f) const {
+  const Range* memory_of(Framework f) const {
     auto it = memory.find(f);
-    return it == memory.end() ? Range{} : it->second;
+    return it == memory.end() ? nullptr : &it->second;
   }
 };
 

@@ -59,8 +59,9 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.fits = peak.need <= usable, e.usable_gb = usable / 1e9;
   // Borderline: within the framework's margin of the limit, or the need's range across it.
   const ProjectionErrors& err = set.errors;
-  const ProjectionErrors::Range range = err.memory_of(set.framework.profile);
-  if (!err.file.empty()) e.need_gb_range = {e.need_gb * range.low, e.need_gb * range.high};
+  const ProjectionErrors::Range* known = err.memory_of(set.framework.profile);
+  const ProjectionErrors::Range range = known ? *known : ProjectionErrors::Range{};
+  if (known) e.need_gb_range = {e.need_gb * range.low, e.need_gb * range.high};
   const double margin = set.framework.margin * peak.bytes;
   e.fit = peak.need > usable + margin && peak.need * range.low > usable    ? "no"
           : peak.need < usable - margin && peak.need * range.high < usable ? "yes"
