@@ -993,9 +993,13 @@ class Fp8Probe(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "f.json")
             doc = dry_run(p, out)
-        # 2 row counts x 2 projections; on a CPU the bf16 GEMMs run and no FP8, which each row says
-        self.assertEqual([(r["rows"], r["gemm"]) for r in doc["rows"]], [(16, "fc1"), (16, "fc2"), (32, "fc1"), (32, "fc2")])
-        self.assertTrue(all(r["bf16_tflops"] > 0 and "no FP8 GEMM" in r["error"] for r in doc["rows"]))
+        # The copy's rate first, then 2 row counts x 2 projections; on a CPU the bf16 GEMMs run and no
+        # FP8, which each row says
+        copy, gemms = doc["rows"][0], doc["rows"][1:]
+        self.assertEqual((copy["kind"], copy["elements"]), ("copy", 1 << 16))
+        self.assertGreater(copy["gb_s"], 0)
+        self.assertEqual([(r["rows"], r["gemm"]) for r in gemms], [(16, "fc1"), (16, "fc2"), (32, "fc1"), (32, "fc2")])
+        self.assertTrue(all(r["bf16_tflops"] > 0 and "no FP8 GEMM" in r["error"] for r in gemms))
 
 
 class GroupedProbeCurve(unittest.TestCase):
