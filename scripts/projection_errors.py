@@ -44,8 +44,6 @@ FIRST = "results/model/project_first.jsonl"
 CURRENT = "results/model/project_validation.jsonl"
 OUT = "experiments/project/errors.yaml"
 LEVEL = 0.8
-# The framework profiles whose memory `memfine project` prices apart (errors.yaml gives each a range).
-FRAMEWORKS = ("megatron_te", "fsdp_te")
 # The commit of CURRENT the calibration term is fitted on: the projection as it stood before the term
 # (fixed, so that later results, calibrated, never refit it).
 BEFORE = "dfabd24"
@@ -167,7 +165,9 @@ def memory_leave_one_out(peaks):
 def measure():
     current = {key(r): r for r in lines(CURRENT) if r.get("published") and r.get("strategy")}
     first = {key(r): r for r in lines(FIRST)}
-    speed, peaks = [], {f: [] for f in FRAMEWORKS}
+    # The peaks by the framework profile that priced them (each prices memory apart): every profile
+    # the validation projects gets a range, one without peaks of its own the pooled one.
+    speed, peaks = [], {}
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -175,10 +175,11 @@ def measure():
         values = now["published"]["values"]
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
+        mine = peaks.setdefault(now["framework"], [])
         if (p := peak_ratio(r, values)) is not None:
-            peaks[now["framework"]].append(math.log(p))
+            mine.append(math.log(p))
         elif (c := fit_bound(r, now)) is not None:
-            peaks[now["framework"]].append(c)
+            mine.append(c)
     # The runs the term was fitted on are fixed with it: calibration sources as BEFORE marked them
     # (a source chosen later must not refit the term), regressions as their files say today.
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
@@ -212,7 +213,7 @@ def render():
     loo_memory = (f"Leave-one-out (each peak's bound from the others', by the same rule): held {mcov:.0%}."
                   if mcov is not None else "Too few peaks to leave one out.")
     profiles = []
-    for f in FRAMEWORKS:
+    for f in sorted(peaks):
         q, own = memory_bound(peaks, f)
         profiles.append(f"  {f}: {{runs: {len(peaks[f])}, low: {math.exp(-q):.4f}, high: {math.exp(q):.4f}}}"
                         + ("" if own else "  # too few of its own: the pooled bound or its widest miss"))

@@ -184,18 +184,17 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
            "\n";
     out += "assumptions (each part's model):\n";
     std::vector<std::string> said = r.ranked.front().assumptions;
-    if (const ProjectionErrors& err = c.errors; !err.file.empty())
+    if (const ProjectionErrors& err = c.errors; !err.file.empty()) {
+      const ProjectionErrors::Range* need = err.memory_of(c.framework.name);
       said.push_back(
           "how sure (" + err.file + ", scripts/projection_errors.py): " + four_digits(1000 * err.layer_pass_s) +
           " ms for each layer's pass of a micro-batch beside its priced parts, the median on the "
           "validation's runs (a calibrated constant: `calibration` of the step's parts); ranges at " +
           four_digits(100 * err.level) + "%, split conformal over the runs' first projections: tokens/s x [" +
           four_digits(err.speed_low) + ", " + four_digits(err.speed_high) + "], the need " +
-          (err.memory_of(c.framework.name)
-               ? "x [" + four_digits(err.memory_of(c.framework.name)->low) + ", " +
-                     four_digits(err.memory_of(c.framework.name)->high) + "]"
-               : std::string("without one") ) +
+          (need ? "x [" + four_digits(need->low) + ", " + four_digits(need->high) + "]" : std::string("without one")) +
           " (" + name_of(c.framework.name) + "'s)");
+    }
     for (const auto& a : said) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
   return out;
