@@ -70,6 +70,35 @@ TEST(Framework, MegatronKeepsWhatItsCodeSaves) {
   EXPECT_DOUBLE_EQ(mine.token, 2 * (5 * 2048 + 4096 + 2 * 512 + 128));
 }
 
+// torchtitan's layers at 36a4b6942, by hand from what profile_torchtitan.cpp names, Qwen3-30B's
+// shape. Per token: the input norm's input and output (2h bf16) and rstd; the q/k norms' inputs
+// ((32 + 4) x 128) and rstd; q, k and v repeated over 32 heads and the output (4 x 4096); 32
+// logsumexp; the MoE norm's input, output and rstd; the router's fp32 scores (E); for each of the 8
+// assignments an fp32 copy of the expert's output (h), three int64 indices and an fp32 score. Per
+// received row: the permuted input, SiLU's input and output, h3 and the product (h + 4F) and an
+// int32 index. Op-level checkpointing keeps the layer's input, wq's and wv's outputs (the first and
+// third linears), the attention's output and logsumexp and the all-to-alls' outputs.
+TEST(Framework, TorchtitanKeepsWhatItsCodeSaves) {
+  const ModelConfig m = qwen3_30b();
+  const StrategyShape none;
+  const LayerWidths w = layer_widths(Profile::Torchtitan, m, none, 2);
+  const double attention = 2 * 2 * 2048 + 4 + 2 * 36 * 128 + 4 * 36 + 2 * 4 * 4096 + 4 * 32;
+  const double moe_token = 2 * 2 * 2048 + 4 + 4 * 128 + 8 * (4 * 2048 + 3 * 8 + 4);
+  EXPECT_DOUBLE_EQ(w.token, attention + moe_token);
+  EXPECT_DOUBLE_EQ(w.row, 2 * (2048 + 4 * 768) + 4);
+  StrategyShape full;
+  full.recompute_layer = true;
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, full, 2).token, 2 * 2048);
+  const LayerWidths op = layer_widths(Profile::Torchtitan, m, none, 2, {}, false, true);
+  const double kept = 2 * 2048 + 2 * (4096 + 512) + 2 * 4096 + 4 * 32 + 8 * 2 * 2048;
+  EXPECT_DOUBLE_EQ(op.token, kept);
+  EXPECT_DOUBLE_EQ(op.row, 2 * 2048);
+  EXPECT_DOUBLE_EQ(op.token + op.token_again, w.token);
+  EXPECT_DOUBLE_EQ(op.row + op.row_again, w.row);
+  // A strategy that recomputes the layer leaves nothing for the per-op policy.
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, full, 2, {}, false, true).token, 2 * 2048);
+}
+
 RecomputedModules modules(bool layernorm, bool mla_up_proj, bool mlp, bool core_attn) {
   RecomputedModules r;
   r.layernorm = layernorm, r.mla_up_proj = mla_up_proj, r.mlp = mlp, r.core_attn = core_attn;
@@ -305,6 +334,7 @@ TEST(Framework, WorstLayerHeldLayersAndMeanForTime) {
 // The framework as a name or a map; a wrong name is refused at its line.
 TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
   EXPECT_EQ(load(std::string(kBase) + "framework: fsdp_te\n").framework.name, Framework::FsdpTe);
+  EXPECT_TRUE(load(std::string(kBase) + "framework: {name: torchtitan, selective_op: true}\n").framework.selective_op);
   EXPECT_TRUE(load(std::string(kBase) + "framework: {name: megatron_te, ep_overlap: true}\n").framework.ep_overlap);
   try {
     load(std::string(kBase) + "framework: deepspeed\n");
@@ -324,6 +354,7 @@ TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
             (std::vector<std::string>{"layernorm", "mlp"}));
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"{name: fsdp_te,\n  recompute_modules: [layernorm]}", ":8: framework.recompute_modules: Megatron-Core's"},
+      {"{name: megatron_te,\n  selective_op: true}", ":8: framework.selective_op: torchtitan's option"},
       {"{recompute_modules: [moe_act]}", ":7: framework.recompute_modules: moe_act is a strategy here"},
       {"{recompute_modules: [layernorm, norms]}", ":7: framework.recompute_modules: no module 'norms'"},
       {"{recompute_modules: [mlp, mlp]}", ":7: framework.recompute_modules: mlp given twice"},

@@ -498,6 +498,56 @@ TEST(Project, InterleavedMegatronHidesThePipelineSends) {
   EXPECT_NEAR(comm("fsdp_te", 2), 4 * 2 * send, 1e-12);
 }
 
+// torchtitan under FSDP2: fp32 shards (16 bytes a parameter); without pipeline parallelism two
+// layers' bf16 weights gathered; with it PyTorch's pipelining keeps the stage gathered (2 bytes) and
+// its gradients unsharded in fp32 (4), three times what a stage gathered alone holds. Its op-level
+// checkpointing runs the routed experts again for backward; its eager routing moves more a row.
+TEST(Project, TorchtitanUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
+  const ModelConfig m = plain();
+  Hardware hw = plain_gpu();
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 8;
+  auto with = [&](const std::string& framework, int64_t pp, bool op = false) {
+    ProjectConfig c;
+    c.framework.name = *enum_named<Framework>(framework);
+    c.framework.selective_op = op;
+    ProjectSetting set;
+    set.framework = framework_setting(c);
+    set.framework.fsdp_state_bytes = 0;  // the gathered weights alone
+    l.pp = pp;
+    return estimate(m, hw, l, *strategy("no_recompute"), set);
+  };
+  const ProjectConfig titan = [] {
+    ProjectConfig c;
+    c.framework.name = Framework::Torchtitan;
+    return c;
+  }();
+  const FrameworkSetting f = framework_setting(titan);
+  EXPECT_TRUE(f.fsdp);
+  EXPECT_EQ(f.fsdp_state_bytes, 16);
+  EXPECT_TRUE(f.reshard);
+  EXPECT_EQ(f.loss, Loss::VocabFp32Upcast);
+  EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, Loss::VocabFp32Upcast, 2), 12 * double(m.vocab));
+  // fsdp_te with `reshard: false` holds a stage gathered: torchtitan at PP 2 holds three times that.
+  ProjectConfig gathered;
+  gathered.framework.name = Framework::FsdpTe, gathered.framework.reshard = "false";
+  ProjectSetting set;
+  set.framework = framework_setting(gathered);
+  set.framework.fsdp_state_bytes = 0, set.framework.allocated_extra = 0;
+  l.pp = 2;
+  const double stage = estimate(m, hw, l, *strategy("no_recompute"), set).static_gb;
+  EXPECT_NEAR(with("torchtitan", 2).static_gb, 3 * stage, 1e-12);
+  EXPECT_LT(with("torchtitan", 1).static_gb, with("torchtitan", 2).static_gb / 2);
+  // Op-level checkpointing keeps less and runs the experts again.
+  const Estimate kept = with("torchtitan", 1), op = with("torchtitan", 1, true);
+  EXPECT_LT(op.activation_gb, kept.activation_gb);
+  EXPECT_GT(op.recompute, 0);
+  EXPECT_EQ(kept.recompute, 0);
+  // Its eager routing moves 24 h + 4 F bytes a routed row beyond the fused path's, a forward.
+  hw.hbm_gb_s = 1000;
+  EXPECT_GT(with("torchtitan", 1).compute, with("fsdp_te", 1).compute);
+}
+
 // Megatron's --tp-comm-overlap hides TP's sequence-parallel collectives behind the dense GEMMs:
 // with GEMMs far longer than they, every one of the 4 a layer (reduce-scatter sized) is hidden.
 TEST(Project, TpCommOverlapHidesTheCollectivesBehindTheGemms) {

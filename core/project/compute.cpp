@@ -66,7 +66,9 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
   // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
   const bool sorts = sorts_rows(set) && m.experts > l.ep;
-  const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0);
+  // And where the framework runs the routing's glue eager, what its ops move beyond the fused path.
+  const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0) +
+                            set.framework.routed_row_h_bytes * h + set.framework.routed_row_f_bytes * g;
   const double token_bytes = st.layers * mb.attention + st.dense * mb.dense_ffn + st.moe * mb.moe_token + st.heads * mb.head;
   const double hbm = hw.hbm_gb_s * 1e9;
   // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
@@ -114,6 +116,14 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
     c.modules_launches += st.dense * std::max(0.0, set.framework.forward.dense_ffn - 1);  // but its bias-dropout-add
   }
   if (again.core_attn && m.attention != "none") c.modules_again += core_t / 3, c.modules_launches += st.layers;
+  // torchtitan's op-level selective checkpointing (core/project/profile_torchtitan.cpp says what it
+  // keeps): backward reruns the forward of all but every other linear and the attention core: half
+  // the dense GEMMs, the routed experts whole, the memory-bound kernels; its launches again.
+  if (set.framework.selective_op && !s.recompute_layer && s.moe == MoeMode::Stored) {
+    c.modules_again += dense_t / 3 / 2 + (expert_t + routed_t) / 3 + (memory_t - routed_t) / 3;
+    const Launches& f = set.framework.forward;
+    c.modules_launches += st.layers * f.attention + st.dense * f.dense_ffn + st.moe * f.moe;
+  }
   c.note = "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
            attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
            grouped_rate_note(hw) +

@@ -34,20 +34,25 @@ struct EnumNames<ExpertChoice> {
 };
 
 // The framework a projection prices, by its profile of what a layer keeps (core/project/profile.h).
-enum class Framework { MegatronTe, FsdpTe, Memfine };
+enum class Framework { MegatronTe, FsdpTe, Torchtitan, Memfine };
 template <>
 struct EnumNames<Framework> {
-  static constexpr std::pair<Framework, const char*> all[] = {
-      {Framework::MegatronTe, "megatron_te"}, {Framework::FsdpTe, "fsdp_te"}, {Framework::Memfine, "memfine_layer"}};
+  static constexpr std::pair<Framework, const char*> all[] = {{Framework::MegatronTe, "megatron_te"},
+                                                              {Framework::FsdpTe, "fsdp_te"},
+                                                              {Framework::Torchtitan, "torchtitan"},
+                                                              {Framework::Memfine, "memfine_layer"}};
 };
 
 // What the loss holds per token at its peak (core/project/profile.h loss_bytes_per_token); Auto:
 // the framework's.
-enum class Loss { Auto, VocabFp32, VocabBf16, Chunked };
+enum class Loss { Auto, VocabFp32, VocabFp32Upcast, VocabBf16, Chunked };
 template <>
 struct EnumNames<Loss> {
-  static constexpr std::pair<Loss, const char*> all[] = {
-      {Loss::Auto, "auto"}, {Loss::VocabFp32, "vocab_fp32"}, {Loss::VocabBf16, "vocab_bf16"}, {Loss::Chunked, "chunked"}};
+  static constexpr std::pair<Loss, const char*> all[] = {{Loss::Auto, "auto"},
+                                                         {Loss::VocabFp32, "vocab_fp32"},
+                                                         {Loss::VocabFp32Upcast, "vocab_fp32_upcast"},
+                                                         {Loss::VocabBf16, "vocab_bf16"},
+                                                         {Loss::Chunked, "chunked"}};
 };
 
 // A GPU and its node: memory, the kernel-level rates FLOPs and bytes are divided by, the links.
@@ -153,6 +158,9 @@ struct FrameworkConfig {
   bool tp_comm_overlap = false;      // TP's collectives behind the GEMMs (Megatron's --tp-comm-overlap)
   // megatron_te: Megatron's --recompute-modules beside the strategy (layernorm, mla_up_proj, mlp, core_attn)
   std::vector<std::string> recompute_modules;
+  // torchtitan: its per-op selective activation checkpointing (activation_checkpoint.mode selective,
+  // selective_ac_option op) beside a strategy that keeps its layers
+  bool selective_op = false;
 };
 
 // How sure the projection is, from its validation (errors.yaml beside the presets, written by

@@ -68,7 +68,8 @@ void optimizer_traffic(FrameworkSetting& s) {
 //   combine (1), the unpermutation (3) and the residual (1);
 // - backward: about twice the forward's kernels (a data and a weight gradient per GEMM; the
 //   elementwise kernels' gradients), not enumerated op by op.
-// FSDP2 with TE (NeMo AutoModel) runs its own MoE code; not counted here: Megatron's stand in.
+// FSDP2 with TE (NeMo AutoModel) and torchtitan run their own MoE code; not counted here: Megatron's
+// stand in.
 void launches(FrameworkSetting& s) {
   if (s.profile == Profile::Memfine) return;  // this suite's layer: measured, launches and all
   s.forward = {7, 5, 52, 14};
@@ -90,6 +91,16 @@ void expert_bias_traffic(FrameworkSetting& s) {
   if (s.profile == Profile::MegatronTe) s.expert_bias_bytes = 2 + 6 + 4 + 6 + 6;
 }
 
+// torchtitan's routed rows run eager PyTorch around the grouped GEMMs (models/moe/moe.py MoE.forward,
+// models/moe/utils.py _permute and _unpermute, at 36a4b6942), each op a pass over memory, a forward's
+// bytes per routed row: the tokens gathered by idx // k (read and write, 4 h), the zero row stacked
+// on (4 h) and the rows permuted by expert (4 h); SiLU (4 F) and its product with h3 (6 F); the
+// rows unpermuted (4 h), a zeroed buffer (2 h) filled by index (4 h), cast to fp32 (6 h) and read by
+// the bmm that weighs them (4 h): 32 h + 10 F, beside the fused path's 8 h + 6 F (memory_bound_bytes).
+void eager_routing_traffic(FrameworkSetting& s) {
+  if (s.profile == Profile::Torchtitan) s.routed_row_h_bytes = 32 - 8, s.routed_row_f_bytes = 10 - 6;
+}
+
 // The dispatchers' SMs: Megatron-Core's defaults (transformer_config.py moe_deepep_num_sms 20,
 // moe_hybridep_num_sms 24); AutoModel's DeepEP takes DeepEP's own default of 20 (Buffer.num_sms).
 void dispatcher_sms(FrameworkSetting& s) {
@@ -103,21 +114,29 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   const FrameworkConfig& f = c.framework;
   FrameworkSetting s;
   s.profile = f.name;
+  const bool titan = f.name == Framework::Torchtitan;
   // Megatron's vocab-parallel cross-entropy (and TE's fused one from 2.18) and AutoModel's
   // MaskedCrossEntropy (fp32_upcast) hold the bf16 logits and their fp32 softmax at the loss's peak,
-  // as this suite's loss does.
-  s.loss = f.loss == Loss::Auto ? Loss::VocabFp32 : f.loss;
-  s.fsdp = c.sharding == "auto" ? f.name == Framework::FsdpTe : c.sharding == "fsdp";
+  // as this suite's loss does; torchtitan's cross-entropy runs on an fp32 copy (components/loss.py).
+  s.loss = f.loss == Loss::Auto ? (titan ? Loss::VocabFp32Upcast : Loss::VocabFp32) : f.loss;
+  s.fsdp = c.sharding == "auto" ? f.name == Framework::FsdpTe || titan : c.sharding == "fsdp";
   // NeMo AutoModel keeps every layer's gathered weights until backward (parallelizer.py apply_fsdp:
-  // reshard_after_forward=False); torchtitan lets them go but under pipeline parallelism.
+  // reshard_after_forward=False); torchtitan lets them go but under pipeline parallelism (below).
   s.reshard = f.reshard == "auto" ? f.name != Framework::FsdpTe : f.reshard == "true";
+  // torchtitan's "default" resharding is `not pp_enabled` (models/llama4/infra/parallelize.py
+  // apply_fsdp, at 36a4b6942): under pipeline parallelism PyTorch's pipelining stage keeps the stage
+  // gathered after backward too and accumulates its gradients unsharded in the reduce dtype, fp32
+  // (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)), whatever the resharding says.
+  s.pipelined_unsharded_grad_bytes = titan ? 4 : 0;
+  s.selective_op = f.selective_op;
   // PyTorch FSDP in mixed precision keeps fp32 weights, gradients and Adam moments (16 bytes a
   // parameter's shard); NeMo AutoModel loads its models in bf16 (its recipes' torch_dtype), so its
   // FSDP2 shards hold bf16 weights and gradients and Adam its moments in the weights' dtype (8).
+  // torchtitan builds its models in fp32 (training.dtype's default) and FSDP2 keeps the shards in it.
   s.fsdp_state_bytes = f.name == Framework::FsdpTe ? 8 : 16;
   s.grad_bytes = f.grad_dtype == "bf16" ? 2 : 4;
   s.moment_bytes = f.moment_dtype == "bf16" ? 2 : 4;
-  s.allocated_extra = s.profile == Profile::Memfine ? 0 : kTeWorkspaces;
+  s.allocated_extra = s.profile == Profile::Memfine || titan ? 0 : kTeWorkspaces;  // torchtitan runs no TE
   s.workspace = (f.workspace_gb >= 0 ? f.workspace_gb : kWorkspaceGb) * 1e9;
   s.fragmentation = f.fragmentation >= 0 ? f.fragmentation : kFragmentation;
   s.margin = f.margin;
@@ -141,6 +160,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
   expert_bias_traffic(s);
+  eager_routing_traffic(s);
   launches(s);
   dispatcher_sms(s);
   return s;

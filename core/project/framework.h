@@ -28,6 +28,16 @@ struct FrameworkSetting {
   Loss loss = Loss::VocabFp32;      // core/project/profile.h loss_bytes_per_token
   bool fsdp = false;                // FSDP's sharding, not Megatron's distributed optimizer
   bool reshard = true;              // FSDP: a layer's gathered weights let go after its forward
+  // FSDP under PyTorch's pipelining (torch.distributed.pipelining stage.py): with more than one
+  // pipeline stage it keeps the stage's weights gathered and accumulates its gradients unsharded, in
+  // the reduce dtype (these bytes a parameter), until the step's last micro-batch; 0: not priced.
+  double pipelined_unsharded_grad_bytes = 0;
+  // torchtitan's per-op selective checkpointing beside a strategy that keeps its layers.
+  bool selective_op = false;
+  // A routed row's memory-bound bytes, a forward's, beyond the fused path's (core/model/flops.h
+  // memory_bound_bytes): per element of the hidden size and of the expert's (framework.cpp counts
+  // them from the framework's code).
+  double routed_row_h_bytes = 0, routed_row_f_bytes = 0;
   double fsdp_state_bytes = 16;     // FSDP: bytes a parameter's shard holds (weights, gradients, moments)
   double grad_bytes = 4;            // the distributed optimizer's gradient buffer, a parameter
   double moment_bytes = 4;          // each of Adam's two moments, a parameter's shard

@@ -64,13 +64,17 @@ const Section<FrameworkConfig>& framework_keys() {
   static const Section<F> s{
       "framework",
       {enumerated<F>("name", &F::name, "the framework (above)"),
-       enumerated<F>("loss", &F::loss,
-                 "what the loss holds per token at its peak: `auto` (the framework's: vocab_fp32), `vocab_fp32` "
-                 "(bf16 logits and their fp32 softmax: Megatron's vocab-parallel cross-entropy, TE's fused one from "
-                 "2.18, AutoModel's MaskedCrossEntropy with fp32_upcast, this suite's), `vocab_bf16` (two bf16 "
-                 "vocabulary-wide tensors: TE's fused loss before 2.18, MaskedCrossEntropy without fp32_upcast), "
-                 "`chunked` (torchtitan's chunked loss, cut cross-entropy: an fp32 gradient of the hidden state and "
-                 "one of 8 chunks' logits)"),
+       enumerated<F>(
+           "loss", &F::loss,
+           "what the loss holds per token at its peak: `auto` (the framework's: torchtitan's vocab_fp32_upcast, "
+           "the others' vocab_fp32), `vocab_fp32` "
+           "(bf16 logits and their fp32 softmax: Megatron's vocab-parallel cross-entropy, TE's fused one from "
+           "2.18, AutoModel's MaskedCrossEntropy with fp32_upcast, this suite's), `vocab_bf16` (two bf16 "
+           "vocabulary-wide tensors: TE's fused loss before 2.18, MaskedCrossEntropy without fp32_upcast), "
+           "`vocab_fp32_upcast` (cross-entropy on an fp32 copy of the logits: its fp32 log-probabilities and "
+           "two fp32 gradients at backward's peak: torchtitan's eager loss; a compiled one keeps what Inductor "
+           "decides, not priced apart), `chunked` (torchtitan's chunked loss, "
+           "cut cross-entropy: an fp32 gradient of the hidden state and one of 8 chunks' logits)"),
        choice<F>("reshard", &F::reshard, {"auto", "true", "false"},
                  "FSDP: whether a layer's gathered bf16 weights are let go after its forward (`false`, NeMo "
                  "AutoModel's default: every layer's stay until backward; `auto`: the framework's)"),
@@ -102,7 +106,12 @@ const Section<FrameworkConfig>& framework_keys() {
                   "granularity; the strategies are its moe_act, moe and full): `layernorm` the norms not fused into "
                   "the next linear (a MoE layer's, MLA's input norm), `mla_up_proj` MLA's up-projections and RoPE, "
                   "`mlp` the dense layers' MLPs, `core_attn` the attention core; each lets go of what it keeps until "
-                  "backward runs it again (core/project/profile_megatron.cpp)")}};
+                  "backward runs it again (core/project/profile_megatron.cpp)"),
+       boolean<F>("selective_op", &F::selective_op,
+                  "torchtitan: its per-op selective activation checkpointing (activation_checkpoint.mode "
+                  "selective, selective_ac_option op; its DeepSeek-V3 configs' default) beside a strategy that "
+                  "keeps its layers: every other linear's output, the attention's and the all-to-alls' kept, the "
+                  "rest run again in backward (core/project/profile_torchtitan.cpp)")}};
   return s;
 }
 

@@ -59,8 +59,10 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
 // Megatron's distributed optimizer keeps bf16 weights and the gradient buffer (fp32, or bf16) whole
 // and shards the fp32 master weights and Adam's moments (fp32, or bf16 with the precision-aware
 // optimizer): theoretical_memory_usage.py's 6 + 12 / d bytes a parameter by default;
-// FSDP shards the weights, gradients and moments (the framework's bytes a parameter) and gathers the bf16 weights of the layer running and the one prefetched, or, not
-// resharding after forward, of every layer on the stage until its backward. The framework's own
+// FSDP shards the weights, gradients and moments (the framework's bytes a parameter) and gathers
+// the bf16 weights of the layer running and the one prefetched, or, not resharding after forward, of
+// every layer on the stage until its backward; under PyTorch's pipelining, where the framework says
+// so, the stage stays gathered and its gradients accumulate unsharded. The framework's own
 // allocations (TE's cuBLAS workspaces) besides.
 double StageMemory::static_of(const Stage& st) const {
   const FrameworkSetting& f = set_.framework;
@@ -68,7 +70,11 @@ double StageMemory::static_of(const Stage& st) const {
   // transposed FP8 operand), cached from a step's first micro-batch on (TE's is_first_microbatch).
   const double fp8_weights = set_.fp8 ? 2 * (st.linear_params + st.expert_params) : 0;
   if (f.fsdp) {
-    const double gathered = f.reshard ? 2 * 2 * layer_params_ : 2 * (st.params + st.expert_params);
+    const double stage = st.params + st.expert_params;
+    const bool pipelined = l_.pp > 1 && f.pipelined_unsharded_grad_bytes > 0;
+    const double gathered = pipelined   ? (2 + f.pipelined_unsharded_grad_bytes) * stage
+                            : f.reshard ? 2 * 2 * layer_params_
+                                        : 2 * stage;
     return (st.params / dp_shard_ + st.expert_params / expert_dp_) * f.fsdp_state_bytes + gathered + f.allocated_extra +
            fp8_weights;
   }
@@ -86,7 +92,8 @@ double StageMemory::lazy_of(const Stage& st) const {
 }
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
-  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recomputed, set_.fp8);
+  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recomputed, set_.fp8,
+                      set_.framework.selective_op);
 }
 
 double StageMemory::activations(const Stage& st, const StrategyShape& s) const {

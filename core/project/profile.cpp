@@ -7,12 +7,14 @@
 namespace memfine {
 
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         const RecomputedModules& again, bool fp8) {
+                         const RecomputedModules& again, bool fp8, bool selective_op) {
   switch (p) {
     case Profile::MegatronTe:
       return megatron_widths(m, s, element_bytes, again, fp8);
     case Profile::FsdpTe:
       return fsdp_widths(m, s, element_bytes);
+    case Profile::Torchtitan:
+      return torchtitan_widths(m, s, element_bytes, selective_op);
     default:
       return memfine_widths(m, s, element_bytes);
   }
@@ -59,6 +61,10 @@ double loss_bytes_per_token(const ModelConfig& m, Loss loss, double kB) {
     case Loss::Chunked:
       // The hidden state's fp32 gradient, accumulated over the chunks, and one chunk's logits at a time.
       return 4 * h + (kB + 4) * V / 8;
+    case Loss::VocabFp32Upcast:
+      // Cross-entropy on an fp32 copy of the logits: log_softmax's fp32 output, kept, and in backward
+      // the gradients of the loss and of log_softmax beside it (torchtitan components/loss.py).
+      return 3 * kFp32 * V;
     case Loss::Auto:
     case Loss::VocabFp32:
       break;

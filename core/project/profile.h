@@ -8,7 +8,9 @@
 //  * `megatron_te`: Megatron-Core's layers with Transformer Engine's fused kernels
 //    (profile_megatron.cpp, each term's source beside it);
 //  * `fsdp_te`: NeMo AutoModel's layers under FSDP2 with TE's attention and linears
-//    (profile_fsdp.cpp).
+//    (profile_fsdp.cpp);
+//  * `torchtitan`: torchtitan's own PyTorch layers under FSDP2 (profile_torchtitan.cpp), with its
+//    per-op selective checkpointing where the framework says so.
 // A strategy's shape is priced in each framework's own terms: what the framework keeps when it
 // stores, recomputes or offloads the same modules.
 #pragma once
@@ -31,9 +33,10 @@ using Profile = Framework;
 RecomputedModules recomputed_under(const RecomputedModules& again, const StrategyShape& s);
 
 // `fp8`: the linears in FP8 (Transformer Engine's FP8 recipes): each keeps its input for backward as
-// an FP8 copy (megatron_te's profile alone prices it).
+// an FP8 copy (megatron_te's profile alone prices it). `selective_op`: torchtitan's per-op selective
+// checkpointing (its profile alone has it).
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         const RecomputedModules& again = {}, bool fp8 = false);
+                         const RecomputedModules& again = {}, bool fp8 = false, bool selective_op = false);
 
 // Megatron-Core's norms in a layer that are modules of their own, not fused into the next linear
 // (what its layernorm recomputation runs again): a MoE layer's, and MLA's input norm.
@@ -44,10 +47,12 @@ double megatron_unfused_norms(const ModelConfig& m, bool moe_layer);
 // tensors), chunked (an fp32 gradient of the hidden state and one of 8 chunks' logits).
 double loss_bytes_per_token(const ModelConfig& m, Loss loss, double element_bytes);
 
-// The widths in the three profiles (profile.cpp, profile_megatron.cpp, profile_fsdp.cpp).
+// The widths in the four profiles (profile.cpp, profile_megatron.cpp, profile_fsdp.cpp,
+// profile_torchtitan.cpp).
 LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB,
                             const RecomputedModules& again = {}, bool fp8 = false);
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
+LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool selective_op);
 
 }  // namespace memfine

@@ -205,7 +205,8 @@ Field<P> framework_key() {
           "`megatron_te`",
           "the training framework whose memory and time are projected: `megatron_te` (Megatron-Core with Transformer "
           "Engine, what NVIDIA's and most published MoE recipes run), `fsdp_te` (PyTorch FSDP2 with TE kernels, NeMo "
-          "AutoModel's), or `memfine_layer` (this suite's own layer, as `memfine run` measures it); or a map of "
+          "AutoModel's), `torchtitan` (PyTorch FSDP2 with torchtitan's own eager layers, fp32 shards), or "
+          "`memfine_layer` (this suite's own layer, as `memfine run` measures it); or a map of "
           "`name` and "
           "the keys below",
           [](MapReader& r, P& c) {
@@ -220,6 +221,10 @@ Field<P> framework_key() {
                 r.problems().add(n["recompute_modules"], "framework.recompute_modules",
                                  "Megatron-Core's option (--recompute-modules); " + name_of(c.framework.name) +
                                      " recomputes no module alone");
+              if (c.framework.selective_op && c.framework.name != Framework::Torchtitan)
+                r.problems().add(n["selective_op"], "framework.selective_op",
+                                 "torchtitan's option (activation_checkpoint.selective_ac_option op); " +
+                                     name_of(c.framework.name) + " has no per-op checkpointing");
             } else {
               fields::read_enum(r, "framework", c.framework.name);
             }
@@ -275,10 +280,11 @@ const Section<ProjectConfig>& project_keys() {
        unsigned_integer<P>("seed", &P::seed, "the routing law's draw"),
        mtp_key(),
        seq_key(),
-       choice<P>("sharding", &P::sharding, {"auto", "distributed_optimizer", "fsdp"},
-                 "the framework's (`fsdp_te`: fsdp; the others: distributed_optimizer), Megatron's distributed "
-                 "optimizer (bf16 weights and fp32 gradients whole, 12 bytes of optimizer state a parameter sharded) "
-                 "or FSDP's (16 bytes a parameter sharded, the weights gathered as `framework.reshard` says)"),
+       choice<P>(
+           "sharding", &P::sharding, {"auto", "distributed_optimizer", "fsdp"},
+           "the framework's (`fsdp_te`, `torchtitan`: fsdp; the others: distributed_optimizer), Megatron's distributed "
+           "optimizer (bf16 weights and fp32 gradients whole, 12 bytes of optimizer state a parameter sharded) "
+           "or FSDP's (16 bytes a parameter sharded, the weights gathered as `framework.reshard` says)"),
        enumerated<P>("dispatcher", &P::dispatcher,
                      "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
                      "(across nodes a token once per node), each at the hardware preset's measured rate"),
