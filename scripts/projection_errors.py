@@ -165,7 +165,8 @@ def memory_leave_one_out(peaks):
 def measure():
     current = {key(r): r for r in lines(CURRENT) if r.get("published") and r.get("strategy")}
     first = {key(r): r for r in lines(FIRST)}
-    # The peaks by the framework profile that priced them (each prices memory apart): every profile
+    # The peaks by the framework profile that prices each run today (each prices memory apart; a run
+    # moved to a new profile brings the error its first projection made under the old): every profile
     # the validation projects gets a range, one without peaks of its own the pooled one.
     speed, peaks = [], {}
     for k, r in sorted(first.items()):
@@ -247,7 +248,8 @@ speed:
 layer_pass_s: {per_pass:.6f}
 memory:
   # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected
-  # peak)| over each framework profile's first projections with a published peak (allocated, else
+  # peak)| over the first projections of the runs each framework profile prices today (a run moved to
+  # a new profile brings its first projection's error) with a published peak (allocated, else
   # reserved), and of |log(limit / projected need)| for one without whose fit (ran, or out of memory)
   # the projection contradicted; a profile with fewer than 4 of its own takes the wider of every
   # profile's pooled bound and its own largest miss.
