@@ -167,8 +167,12 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
   out.push_back(
       std::string(f.fsdp ? "static: FSDP: weights, gradients and Adam moments (" + four_digits(f.fsdp_state_bytes) +
                                " bytes a parameter) sharded over DP x CP (experts: DP x CP x TP / EP), " +
-                               std::string(f.reshard ? "two layers' weights gathered"
-                                                     : "every layer's weights gathered until backward")
+                               std::string(l_.pp > 1 && f.pipelined_unsharded_grad_bytes > 0
+                                               ? "under PyTorch's pipelining the stage's weights gathered and its "
+                                                 "gradients accumulated unsharded (" +
+                                                     four_digits(f.pipelined_unsharded_grad_bytes) + " bytes a parameter)"
+                                           : f.reshard ? "two layers' weights gathered"
+                                                       : "every layer's weights gathered until backward")
                          : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +
                                " gradients whole, fp32 master weights and " + (f.moment_bytes == 2 ? "bf16" : "fp32") +
                                " Adam moments sharded over DP x CP (experts: over DP x CP x TP / EP) by the "
