@@ -89,14 +89,22 @@ TEST(Framework, TorchtitanKeepsWhatItsCodeSaves) {
   StrategyShape full;
   full.recompute_layer = true;
   EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, full, 2).token, 2 * 2048);
-  const LayerWidths op = layer_widths(Profile::Torchtitan, m, none, 2, {}, false, true);
+  const LayerWidths op = layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, true});
   const double kept = 2 * 2048 + 2 * (4096 + 512) + 2 * 4096 + 4 * 32 + 8 * 2 * 2048;
   EXPECT_DOUBLE_EQ(op.token, kept);
   EXPECT_DOUBLE_EQ(op.row, 2 * 2048);
   EXPECT_DOUBLE_EQ(op.token + op.token_again, w.token);
   EXPECT_DOUBLE_EQ(op.row + op.row_again, w.row);
   // A strategy that recomputes the layer leaves nothing for the per-op policy.
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, full, 2, {}, false, true).token, 2 * 2048);
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, full, 2, {{}, false, true}).token, 2 * 2048);
+  // Through DeepEP the scores weigh the rows on the expert's side: a token keeps its top-k indices
+  // alone; a row its bf16 output and score beside the expert's set and three int64 indices, unpadded.
+  const LayerWidths deepep = layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, false, true});
+  EXPECT_DOUBLE_EQ(deepep.token, attention + 2 * 2 * 2048 + 4 + 4 * 128 + 8 * 8);
+  EXPECT_DOUBLE_EQ(deepep.row, 2 * (2048 + 4 * 768) + 2 * (2048 + 1) + 3 * 8);
+  // Its combine returns a token once: op-level checkpointing keeps one row of h a token for it.
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, true, true}).token,
+                   kept - 7 * 2 * 2048);
 }
 
 RecomputedModules modules(bool layernorm, bool mla_up_proj, bool mlp, bool core_attn) {
@@ -115,7 +123,7 @@ TEST(Framework, LayernormRecomputationLetsTheUnfusedNormsGo) {
   const RecomputedModules norms = modules(true, false, false, false);
   const StrategyShape none;
   const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2);
-  const LayerWidths n = layer_widths(Profile::MegatronTe, m, none, 2, norms);
+  const LayerWidths n = layer_widths(Profile::MegatronTe, m, none, 2, {norms});
   EXPECT_DOUBLE_EQ(n.token, w.token - norm);
   EXPECT_DOUBLE_EQ(n.token_again, norm);
   EXPECT_DOUBLE_EQ(n.row, w.row);
@@ -123,18 +131,18 @@ TEST(Framework, LayernormRecomputationLetsTheUnfusedNormsGo) {
   StrategyShape block;
   block.moe = MoeMode::RecomputedBlock;
   const LayerWidths b = layer_widths(Profile::MegatronTe, m, block, 2);
-  const LayerWidths nb = layer_widths(Profile::MegatronTe, m, block, 2, norms);
+  const LayerWidths nb = layer_widths(Profile::MegatronTe, m, block, 2, {norms});
   EXPECT_DOUBLE_EQ(nb.token, b.token - norm);
   EXPECT_DOUBLE_EQ(nb.token_again, b.token_again + norm);
   StrategyShape full;
   full.recompute_layer = true;
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, m, full, 2, norms).token_again,
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, m, full, 2, {norms}).token_again,
                    layer_widths(Profile::MegatronTe, m, full, 2).token_again);
   ModelConfig mla = m;
   mla.attention = "mla", mla.q_lora_rank = 512, mla.kv_lora_rank = 256, mla.rope_head_dim = 64;
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, norms).token,
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, {norms}).token,
                    layer_widths(Profile::MegatronTe, mla, none, 2).token - 2 * norm);
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, norms).dense,
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::MegatronTe, mla, none, 2, {norms}).dense,
                    layer_widths(Profile::MegatronTe, mla, none, 2).dense - norm);
 }
 
@@ -150,7 +158,7 @@ TEST(Framework, EachRecomputedModuleLetsGoWhatItsCodeSays) {
   mla.attention = "mla", mla.q_lora_rank = 512, mla.kv_lora_rank = 256, mla.rope_head_dim = 64;
   const StrategyShape none;
   auto widths = [&](const ModelConfig& x, const RecomputedModules& r) {
-    return layer_widths(Profile::MegatronTe, x, none, 2, r);
+    return layer_widths(Profile::MegatronTe, x, none, 2, {r});
   };
   const RecomputedModules off = modules(false, false, false, false);
   const double qkv = 2 * 32.0 * (2 * 128 + 128);

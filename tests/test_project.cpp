@@ -1227,7 +1227,7 @@ TEST(Project, Fp8PricesTheLinearsGemmsCastsCopiesAndSavedInputs) {
   EXPECT_NEAR(fp8.static_gb - bf16.static_gb, 2 * linears / 1e9, 1e-6);
   // The routed row: fc1's and fc2's inputs an FP8 byte, z bf16, 8 bytes of probability and row map.
   StrategyShape none;
-  const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2, {}, true);
+  const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2, {{}, true});
   EXPECT_DOUBLE_EQ(w.row, double(m.hidden) + double(m.ffn_hidden) + 2 * 2 * double(m.ffn_hidden) + 8);
   EXPECT_NE(w.row_text.find("fp8"), std::string::npos);
 }

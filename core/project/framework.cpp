@@ -97,8 +97,12 @@ void expert_bias_traffic(FrameworkSetting& s) {
 // on (4 h) and the rows permuted by expert (4 h); SiLU (4 F) and its product with h3 (6 F); the
 // rows unpermuted (4 h), a zeroed buffer (2 h) filled by index (4 h), cast to fp32 (6 h) and read by
 // the bmm that weighs them (4 h): 32 h + 10 F, beside the fused path's 8 h + 6 F (memory_bound_bytes).
-void eager_routing_traffic(FrameworkSetting& s) {
-  if (s.profile == Profile::Torchtitan) s.routed_row_h_bytes = 32 - 8, s.routed_row_f_bytes = 10 - 6;
+// Through DeepEP (distributed/deepep/deepep.py): the received rows permuted by index_select (4 h),
+// SiLU and the product (10 F), the outputs weighed by their bf16 scores (4 h) and scatter-added back
+// (4 h): 12 h + 10 F.
+void eager_routing_traffic(FrameworkSetting& s, Dispatcher dispatcher) {
+  if (s.profile != Profile::Torchtitan) return;
+  s.routed_row_h_bytes = (dispatcher == Dispatcher::DeepEp ? 12 : 32) - 8, s.routed_row_f_bytes = 10 - 6;
 }
 
 // The dispatchers' SMs: Megatron-Core's defaults (transformer_config.py moe_deepep_num_sms 20,
@@ -160,7 +164,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
   expert_bias_traffic(s);
-  eager_routing_traffic(s);
+  eager_routing_traffic(s, c.dispatcher);
   launches(s);
   dispatcher_sms(s);
   return s;

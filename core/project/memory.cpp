@@ -92,8 +92,9 @@ double StageMemory::lazy_of(const Stage& st) const {
 }
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
-  return layer_widths(set_.framework.profile, m_, s, set_.element_bytes, set_.framework.recomputed, set_.fp8,
-                      set_.framework.selective_op);
+  const FrameworkSetting& f = set_.framework;
+  return layer_widths(f.profile, m_, s, set_.element_bytes,
+                      {f.recomputed, set_.fp8, f.selective_op, set_.dispatcher == Dispatcher::DeepEp});
 }
 
 double StageMemory::activations(const Stage& st, const StrategyShape& s) const {

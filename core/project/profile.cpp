@@ -7,14 +7,14 @@
 namespace memfine {
 
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         const RecomputedModules& again, bool fp8, bool selective_op) {
+                         const ProfileOptions& o) {
   switch (p) {
     case Profile::MegatronTe:
-      return megatron_widths(m, s, element_bytes, again, fp8);
+      return megatron_widths(m, s, element_bytes, o.again, o.fp8);
     case Profile::FsdpTe:
       return fsdp_widths(m, s, element_bytes);
     case Profile::Torchtitan:
-      return torchtitan_widths(m, s, element_bytes, selective_op);
+      return torchtitan_widths(m, s, element_bytes, o.selective_op, o.deepep);
     default:
       return memfine_widths(m, s, element_bytes);
   }

@@ -32,11 +32,17 @@ using Profile = Framework;
 // recomputes modules only under selective granularity).
 RecomputedModules recomputed_under(const RecomputedModules& again, const StrategyShape& s);
 
-// `fp8`: the linears in FP8 (Transformer Engine's FP8 recipes): each keeps its input for backward as
-// an FP8 copy (megatron_te's profile alone prices it). `selective_op`: torchtitan's per-op selective
-// checkpointing (its profile alone has it).
+// What a run's framework settings change in its profile's widths.
+struct ProfileOptions {
+  RecomputedModules again;  // Megatron's --recompute-modules (megatron_te's profile alone has them)
+  // The linears in FP8 (Transformer Engine's FP8 recipes): each keeps its input for backward as an
+  // FP8 copy (megatron_te's profile alone prices it).
+  bool fp8 = false;
+  bool selective_op = false;  // torchtitan's per-op selective checkpointing (its profile alone)
+  bool deepep = false;        // the expert-parallel path through DeepEP (torchtitan's profile tells it apart)
+};
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
-                         const RecomputedModules& again = {}, bool fp8 = false, bool selective_op = false);
+                         const ProfileOptions& o = {});
 
 // Megatron-Core's norms in a layer that are modules of their own, not fused into the next linear
 // (what its layernorm recomputation runs again): a MoE layer's, and MLA's input norm.
@@ -53,6 +59,7 @@ LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double 
 LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB,
                             const RecomputedModules& again = {}, bool fp8 = false);
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
-LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool selective_op);
+LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool selective_op,
+                              bool deepep);
 
 }  // namespace memfine

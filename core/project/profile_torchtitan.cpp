@@ -1,8 +1,9 @@
 // torchtitan's MoE models (models/deepseek_v3, models/qwen3 and the shared models/moe) under FSDP2,
-// eager, the standard expert-parallel path (all_to_all_single), the router's scores applied after the
-// experts as every shipped flavour does: what autograd keeps, read from the code at torchtitan
-// 36a4b6942 (2025-12-17; files below under torchtitan/), and from PyTorch where its kernels decide.
-// Its per-op selective checkpointing keeps a list of ops' outputs instead (activation_checkpoint.py).
+// eager, by its expert-parallel path (all_to_all_single, or DeepEP's buffer), the router's scores
+// applied after the experts as every shipped flavour does: what autograd keeps, read from the code at
+// torchtitan 36a4b6942 (2025-12-17; files below under torchtitan/), and from PyTorch where its
+// kernels decide. Its per-op selective checkpointing keeps a list of ops' outputs instead
+// (activation_checkpoint.py).
 #include <vector>
 
 #include "core/project/profile.h"
@@ -67,7 +68,8 @@ double saved_linears(const std::vector<double>& outputs, double kB) {
 
 }  // namespace
 
-LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool selective_op) {
+LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool selective_op,
+                              bool deepep) {
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts), k = double(m.topk);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);
   const double attn = attention_kept(m, kB);
@@ -79,7 +81,9 @@ LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, doub
   // gathered score (fp32), the reorderer's stable argsort and the token index idx // k (int64 each),
   // and an fp32 copy of the expert's output, which the bmm that weighs the outputs by their scores
   // saves; the shared experts' eager MLP (w1's output, SiLU's, w3's and their product).
-  p.block = kFp32 * E + k * (kFp32 * h + 3 * kInt64 + kFp32) + kB * 4 * Fs;
+  // Through DeepEP (distributed/deepep/deepep.py, expert_parallel.py DeepEPExpertParallel) the scores
+  // weigh the rows on the expert's side, in bf16: a token keeps its top-k index alone.
+  p.block = kFp32 * E + (deepep ? k * kInt64 : k * (kFp32 * h + 3 * kInt64 + kFp32)) + kB * 4 * Fs;
   // Per received row (models/moe/utils.py _permute, moe.py GroupedExperts): the permuted input,
   // which torch._grouped_mm saves for w1 and w3, SiLU's input h1, its output, h3 and their product
   // (w2's input), and the int32 permutation index. Rows are padded to 8 an expert: not priced.
@@ -94,12 +98,16 @@ LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, doub
     default:
       row = {kB * (h + 4 * F), "h + 4F"};
   }
-  p.row = row.bytes + kInt32;
+  // Through DeepEP: no padding; beside the expert's set, its bf16 output and score (the product that
+  // weighs it saves both), the int64 index the combine's scatter_add saves and the two int64 of the
+  // index_put that builds the routing map.
+  p.row = row.bytes + (deepep ? kB * (h + 1) + 3 * kInt64 : kInt32);
   p.arrived = kB * h;
   p.layer_input = kB * h;  // full checkpointing (ptd_checkpoint_wrapper) keeps the block's input
   p.dense = attn + ffn_norm + kB * 4 * Fd;
   LayerWidths w = assemble(p, s);
-  w.row_text = row.text + " bf16 + an int32 index; a sent row's fp32 output copy, its indices and score";
+  w.row_text = deepep ? row.text + " + h bf16 (its output) + int64 indices (DeepEP's path)"
+                      : row.text + " bf16 + an int32 index; a sent row's fp32 output copy, its indices and score";
   if (selective_op && !s.recompute_layer && s.moe == MoeMode::Stored && s.chunks <= 1) {
     // Op-level selective checkpointing: each layer keeps its input, the saved linears' outputs, the
     // attention's output and logsumexp; each routed row its dispatch's output, and each sent one its
@@ -108,7 +116,9 @@ LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, doub
     if (Fs > 0) moe_mm.insert(moe_mm.end(), {Fs, Fs, h});  // w1, w3, w2 in the order forward runs them
     dense_mm.insert(dense_mm.end(), {Fd, Fd, h});
     const double H = double(m.heads), out = m.attention == "none" ? 0 : kB * H * double(m.v_dim()) + kFp32 * H;
-    const double moe_token = kB * h + saved_linears(moe_mm, kB) + out + k * kB * h, moe_row = kB * h;
+    // The combine returns each token once through DeepEP, a row per assignment through all_to_all_single.
+    const double combined = deepep ? kB * h : k * kB * h;
+    const double moe_token = kB * h + saved_linears(moe_mm, kB) + out + combined, moe_row = kB * h;
     const double dense_token = kB * h + saved_linears(dense_mm, kB) + out;
     w.token = moe_token, w.token_again = p.outside + p.block - moe_token;
     w.row = moe_row, w.row_again = p.row - moe_row;
