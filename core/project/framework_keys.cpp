@@ -70,11 +70,11 @@ const Section<FrameworkConfig>& framework_keys() {
            "the others' vocab_fp32), `vocab_fp32` "
            "(bf16 logits and their fp32 softmax: Megatron's vocab-parallel cross-entropy, TE's fused one from "
            "2.18, AutoModel's MaskedCrossEntropy with fp32_upcast, this suite's), `vocab_bf16` (two bf16 "
-           "vocabulary-wide tensors: TE's fused loss before 2.18, MaskedCrossEntropy without fp32_upcast), "
+           "vocabulary-wide tensors: TE's fused loss before 2.18, MaskedCrossEntropy without fp32_upcast, a "
+           "cross-entropy torch.compile compiled, which keeps its input and its gradient: Dao-AILab/quack issue 48), "
            "`vocab_fp32_upcast` (cross-entropy on an fp32 copy of the logits: its fp32 log-probabilities and "
-           "two fp32 gradients at backward's peak: torchtitan's eager loss; a compiled one keeps what Inductor "
-           "decides, not priced apart), `chunked` (torchtitan's chunked loss, "
-           "cut cross-entropy: an fp32 gradient of the hidden state and one of 8 chunks' logits)"),
+           "two fp32 gradients at backward's peak: torchtitan's loss run eager), `chunked` (torchtitan's chunked "
+           "loss, cut cross-entropy: an fp32 gradient of the hidden state and one of 8 chunks' logits)"),
        choice<F>("reshard", &F::reshard, {"auto", "true", "false"},
                  "FSDP: whether a layer's gathered bf16 weights are let go after its forward (`false`, NeMo "
                  "AutoModel's default: every layer's stay until backward; `auto`: the framework's)"),
