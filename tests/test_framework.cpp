@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "core/project/config.h"
@@ -192,15 +195,19 @@ TEST(Framework, TheLossByWhatItKeeps) {
 const std::string kExperiments = std::string(MEMFINE_TESTS_DIR) + "/../experiments";
 
 // A project file written here, loaded as `memfine project` loads it; removed after.
+// A folder of the process's own: ctest runs this binary's tests side by side, each a process.
 ProjectConfig load(const std::string& text) {
-  const std::string file = ::testing::TempDir() + "/framework_project.yaml";
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("framework_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string file = (dir / "framework_project.yaml").string();
   std::ofstream(file) << text;
   try {
     ProjectConfig c = load_project(file, kExperiments + "/project");
-    std::remove(file.c_str());
+    std::filesystem::remove_all(dir);
     return c;
   } catch (...) {
-    std::remove(file.c_str());
+    std::filesystem::remove_all(dir);
     throw;
   }
 }
