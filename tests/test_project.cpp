@@ -500,20 +500,24 @@ TEST(Project, InterleavedMegatronHidesThePipelineSends) {
 
 // torchtitan under FSDP2: fp32 shards (16 bytes a parameter); without pipeline parallelism two
 // layers' bf16 weights gathered; with it PyTorch's pipelining keeps the stage gathered (2 bytes) and
-// its gradients unsharded in fp32 (4), three times what a stage gathered alone holds. Its op-level
-// checkpointing runs the routed experts again for backward; its eager routing moves more a row.
-TEST(Project, TorchtitanUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
+// its gradients unsharded in fp32 (4), three times what a stage gathered alone holds, as NeMo
+// AutoModel's does for what its FSDP manages. torchtitan's op-level checkpointing runs the routed
+// experts again for backward; its eager routing moves more a row.
+TEST(Project, FsdpUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
   const ModelConfig m = plain();
   Hardware hw = plain_gpu();
   Layout l;
   l.ep = 2, l.dp = 2, l.global_batch = 8;
-  auto with = [&](const std::string& framework, int64_t pp, bool op = false) {
+  // `gathered_only`: the gradients' unsharded accumulation and resharding left out, the weights
+  // gathered for the whole stage.
+  auto with = [&](const std::string& framework, int64_t pp, bool op = false, bool gathered_only = false) {
     ProjectConfig c;
     c.framework.name = *enum_named<Framework>(framework);
     c.framework.selective_op = op;
     ProjectSetting set;
     set.framework = framework_setting(c);
-    set.framework.fsdp_state_bytes = 0;  // the gathered weights alone
+    set.framework.fsdp_state_bytes = 0, set.framework.allocated_extra = 0;  // the gathered weights alone
+    if (gathered_only) set.framework.pipelined_unsharded_grad_bytes = 0, set.framework.reshard = false;
     l.pp = pp;
     return estimate(m, hw, l, *strategy("no_recompute"), set);
   };
@@ -528,16 +532,15 @@ TEST(Project, TorchtitanUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
   EXPECT_TRUE(f.reshard);
   EXPECT_EQ(f.loss, Loss::VocabFp32Upcast);
   EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, Loss::VocabFp32Upcast, 2), 12 * double(m.vocab));
-  // fsdp_te with `reshard: false` holds a stage gathered: torchtitan at PP 2 holds three times that.
-  ProjectConfig gathered;
-  gathered.framework.name = Framework::FsdpTe, gathered.framework.reshard = "false";
-  ProjectSetting set;
-  set.framework = framework_setting(gathered);
-  set.framework.fsdp_state_bytes = 0, set.framework.allocated_extra = 0;
-  l.pp = 2;
-  const double stage = estimate(m, hw, l, *strategy("no_recompute"), set).static_gb;
+  // At PP 2 torchtitan holds three times its stage gathered alone.
+  const double stage = with("torchtitan", 2, false, true).static_gb;
   EXPECT_NEAR(with("torchtitan", 2).static_gb, 3 * stage, 1e-12);
   EXPECT_LT(with("torchtitan", 1).static_gb, with("torchtitan", 2).static_gb / 2);
+  // NeMo AutoModel runs the same pipelining, but its routed experts, sharded by EP alone here (expert
+  // data parallelism of 1), sit outside FSDP: neither gathered nor accumulated unsharded.
+  const double outside = with("fsdp_te", 2, false, true).static_gb;
+  EXPECT_LT(outside, stage);
+  EXPECT_NEAR(with("fsdp_te", 2).static_gb, 3 * outside, 1e-12);
   // Op-level checkpointing keeps less and runs the experts again.
   const Estimate kept = with("torchtitan", 1), op = with("torchtitan", 1, true);
   EXPECT_LT(op.activation_gb, kept.activation_gb);

@@ -131,7 +131,12 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   // apply_fsdp, at 36a4b6942): under pipeline parallelism PyTorch's pipelining stage keeps the stage
   // gathered after backward too and accumulates its gradients unsharded in the reduce dtype, fp32
   // (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)), whatever the resharding says.
-  s.pipelined_unsharded_grad_bytes = titan ? 4 : 0;
+  // NeMo AutoModel runs the same pipelining (components/distributed/pipelining/functional.py, its
+  // fsdp_mixin.py deferring the gradients' sync and resharding to the last micro-batch) with
+  // reduce_dtype fp32 (config.py), at Automodel 36044ad3d1; its routed experts leave FSDP where EP
+  // alone shards them (moe/parallelizer.py: ignored_params), torchtitan's stay in it (efsdp).
+  s.pipelined_unsharded_grad_bytes = titan || f.name == Framework::FsdpTe ? 4 : 0;
+  s.unsharded_experts_outside_fsdp = f.name == Framework::FsdpTe;
   s.selective_op = f.selective_op;
   // PyTorch FSDP in mixed precision keeps fp32 weights, gradients and Adam moments (16 bytes a
   // parameter's shard); NeMo AutoModel loads its models in bf16 (its recipes' torch_dtype), so its

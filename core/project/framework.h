@@ -32,6 +32,9 @@ struct FrameworkSetting {
   // pipeline stage it keeps the stage's weights gathered and accumulates its gradients unsharded, in
   // the reduce dtype (these bytes a parameter), until the step's last micro-batch; 0: not priced.
   double pipelined_unsharded_grad_bytes = 0;
+  // FSDP: where the routed experts are not sharded beyond EP (expert data parallelism of 1), they sit
+  // outside FSDP, their slice's weights and gradients kept in their own dtype, never gathered.
+  bool unsharded_experts_outside_fsdp = false;
   // torchtitan's per-op selective checkpointing beside a strategy that keeps its layers.
   bool selective_op = false;
   // A routed row's memory-bound bytes, a forward's, beyond the fused path's (core/model/flops.h

@@ -70,11 +70,14 @@ double StageMemory::static_of(const Stage& st) const {
   // transposed FP8 operand), cached from a step's first micro-batch on (TE's is_first_microbatch).
   const double fp8_weights = set_.fp8 ? 2 * (st.linear_params + st.expert_params) : 0;
   if (f.fsdp) {
-    const double stage = st.params + st.expert_params;
+    // The parameters FSDP manages: all but the routed experts where they sit outside it.
+    const bool experts_in = !(f.unsharded_experts_outside_fsdp && expert_dp_ <= 1);
+    const double managed = st.params + (experts_in ? st.expert_params : 0);
+    const double layer = layer_params_ - (experts_in ? 0 : layer_expert_params_);
     const bool pipelined = l_.pp > 1 && f.pipelined_unsharded_grad_bytes > 0;
-    const double gathered = pipelined   ? (2 + f.pipelined_unsharded_grad_bytes) * stage
-                            : f.reshard ? 2 * 2 * layer_params_
-                                        : 2 * stage;
+    const double gathered = pipelined   ? (2 + f.pipelined_unsharded_grad_bytes) * managed
+                            : f.reshard ? 2 * 2 * layer
+                                        : 2 * managed;
     return (st.params / dp_shard_ + st.expert_params / expert_dp_) * f.fsdp_state_bytes + gathered + f.allocated_extra +
            fp8_weights;
   }
@@ -173,7 +176,10 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
                                                  "gradients accumulated unsharded (" +
                                                      four_digits(f.pipelined_unsharded_grad_bytes) + " bytes a parameter)"
                                            : f.reshard ? "two layers' weights gathered"
-                                                       : "every layer's weights gathered until backward")
+                                                       : "every layer's weights gathered until backward") +
+                               (f.unsharded_experts_outside_fsdp && expert_dp_ <= 1
+                                    ? ", the routed experts (sharded by EP alone) outside FSDP"
+                                    : "")
                          : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +
                                " gradients whole, fp32 master weights and " + (f.moment_bytes == 2 ? "bf16" : "fp32") +
                                " Adam moments sharded over DP x CP (experts: over DP x CP x TP / EP) by the "
