@@ -33,7 +33,8 @@ PEAK_GOAL, MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 10.0, 25.0, 15.0
 LATER_CHANGES = (("the calibration term's form and value were set", "c109c6d", "2026-11-29T14:42:28Z"),
                  ("the overlap's hidden share was taken from Megatron Core's report", "fe46180",
                   "2026-11-30T03:23:01Z"),
-                 ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"))
+                 ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
+                 ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"))
 
 
 def load(path):
