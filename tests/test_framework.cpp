@@ -5,10 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <unistd.h>
-
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 #include "core/project/config.h"
@@ -17,6 +14,7 @@
 #include "core/project/project.h"
 #include "core/project/rates.h"
 #include "core/strategy/registry.h"
+#include "scratch.h"
 
 namespace memfine {
 namespace {
@@ -195,19 +193,15 @@ TEST(Framework, TheLossByWhatItKeeps) {
 const std::string kExperiments = std::string(MEMFINE_TESTS_DIR) + "/../experiments";
 
 // A project file written here, loaded as `memfine project` loads it; removed after.
-// A folder of the process's own: ctest runs this binary's tests side by side, each a process.
 ProjectConfig load(const std::string& text) {
-  const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / ("framework_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string file = (dir / "framework_project.yaml").string();
+  const std::string file = test_util::scratch_root() + "/framework_project.yaml";
   std::ofstream(file) << text;
   try {
     ProjectConfig c = load_project(file, kExperiments + "/project");
-    std::filesystem::remove_all(dir);
+    std::remove(file.c_str());
     return c;
   } catch (...) {
-    std::filesystem::remove_all(dir);
+    std::remove(file.c_str());
     throw;
   }
 }
