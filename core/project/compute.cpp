@@ -67,8 +67,10 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
   const bool sorts = sorts_rows(set) && m.experts > l.ep;
   // And where the framework runs the routing's glue eager, what its ops move beyond the fused path.
-  const double routed_row = mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0) +
-                            set.framework.routed_row_h_bytes * h + set.framework.routed_row_f_bytes * g;
+  const FrameworkSetting& fw = set.framework;
+  const double eager_h = set.dispatcher == Dispatcher::DeepEp ? fw.deepep_routed_row_h_bytes : fw.routed_row_h_bytes;
+  const double routed_row =
+      mb.routed_row + (sorts ? 2 * 2 * h * set.element_bytes : 0) + eager_h * h + fw.routed_row_f_bytes * g;
   const double token_bytes = st.layers * mb.attention + st.dense * mb.dense_ffn + st.moe * mb.moe_token + st.heads * mb.head;
   const double hbm = hw.hbm_gb_s * 1e9;
   // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a

@@ -100,9 +100,9 @@ void expert_bias_traffic(FrameworkSetting& s) {
 // Through DeepEP (distributed/deepep/deepep.py): the received rows permuted by index_select (4 h),
 // SiLU and the product (10 F), the outputs weighed by their bf16 scores (4 h) and scatter-added back
 // (4 h): 12 h + 10 F.
-void eager_routing_traffic(FrameworkSetting& s, Dispatcher dispatcher) {
+void eager_routing_traffic(FrameworkSetting& s) {
   if (s.profile != Profile::Torchtitan) return;
-  s.routed_row_h_bytes = (dispatcher == Dispatcher::DeepEp ? 12 : 32) - 8, s.routed_row_f_bytes = 10 - 6;
+  s.routed_row_h_bytes = 32 - 8, s.deepep_routed_row_h_bytes = 12 - 8, s.routed_row_f_bytes = 10 - 6;
 }
 
 // The dispatchers' SMs: Megatron-Core's defaults (transformer_config.py moe_deepep_num_sms 20,
@@ -169,7 +169,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
   expert_bias_traffic(s);
-  eager_routing_traffic(s, c.dispatcher);
+  eager_routing_traffic(s);
   launches(s);
   dispatcher_sms(s);
   return s;

@@ -38,9 +38,9 @@ struct FrameworkSetting {
   // torchtitan's per-op selective checkpointing beside a strategy that keeps its layers.
   bool selective_op = false;
   // A routed row's memory-bound bytes, a forward's, beyond the fused path's (core/model/flops.h
-  // memory_bound_bytes): per element of the hidden size and of the expert's (framework.cpp counts
-  // them from the framework's code).
-  double routed_row_h_bytes = 0, routed_row_f_bytes = 0;
+  // memory_bound_bytes): per element of the hidden size, by the path DeepEP's dispatcher takes or
+  // the others', and of the expert's (framework.cpp counts them from the framework's code).
+  double routed_row_h_bytes = 0, deepep_routed_row_h_bytes = 0, routed_row_f_bytes = 0;
   double fsdp_state_bytes = 16;     // FSDP: bytes a parameter's shard holds (weights, gradients, moments)
   double grad_bytes = 4;            // the distributed optimizer's gradient buffer, a parameter
   double moment_bytes = 4;          // each of Adam's two moments, a parameter's shard

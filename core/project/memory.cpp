@@ -71,11 +71,9 @@ double StageMemory::static_of(const Stage& st) const {
   const double fp8_weights = set_.fp8 ? 2 * (st.linear_params + st.expert_params) : 0;
   if (f.fsdp) {
     // The parameters FSDP manages: all but the routed experts where they sit outside it.
-    const bool experts_in = !(f.unsharded_experts_outside_fsdp && expert_dp_ <= 1);
-    const double managed = st.params + (experts_in ? st.expert_params : 0);
-    const double layer = layer_params_ - (experts_in ? 0 : layer_expert_params_);
-    const bool pipelined = l_.pp > 1 && f.pipelined_unsharded_grad_bytes > 0;
-    const double gathered = pipelined   ? (2 + f.pipelined_unsharded_grad_bytes) * managed
+    const double managed = st.params + (experts_in_fsdp() ? st.expert_params : 0);
+    const double layer = layer_params_ - (experts_in_fsdp() ? 0 : layer_expert_params_);
+    const double gathered = pipelined_unsharded() ? (2 + f.pipelined_unsharded_grad_bytes) * managed
                             : f.reshard ? 2 * 2 * layer
                                         : 2 * managed;
     return (st.params / dp_shard_ + st.expert_params / expert_dp_) * f.fsdp_state_bytes + gathered + f.allocated_extra +
@@ -84,6 +82,14 @@ double StageMemory::static_of(const Stage& st) const {
   const double whole = 2 + f.grad_bytes, sharded = 4 + 2 * f.moment_bytes;
   return st.params * (whole + sharded / dp_shard_) + st.expert_params * (whole + sharded / expert_dp_) +
          f.allocated_extra + fp8_weights;
+}
+
+bool StageMemory::pipelined_unsharded() const {
+  return l_.pp > 1 && set_.framework.pipelined_unsharded_grad_bytes > 0;
+}
+
+bool StageMemory::experts_in_fsdp() const {
+  return !(set_.framework.unsharded_experts_outside_fsdp && expert_dp_ <= 1);
 }
 
 double StageMemory::lazy_of(const Stage& st) const {
@@ -171,13 +177,13 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
   out.push_back(
       std::string(f.fsdp ? "static: FSDP: weights, gradients and Adam moments (" + four_digits(f.fsdp_state_bytes) +
                                " bytes a parameter) sharded over DP x CP (experts: DP x CP x TP / EP), " +
-                               std::string(l_.pp > 1 && f.pipelined_unsharded_grad_bytes > 0
+                               std::string(pipelined_unsharded()
                                                ? "under PyTorch's pipelining the stage's weights gathered and its "
                                                  "gradients accumulated unsharded (" +
                                                      four_digits(f.pipelined_unsharded_grad_bytes) + " bytes a parameter)"
                                            : f.reshard ? "two layers' weights gathered"
                                                        : "every layer's weights gathered until backward") +
-                               (f.unsharded_experts_outside_fsdp && expert_dp_ <= 1
+                               (!experts_in_fsdp()
                                     ? ", the routed experts (sharded by EP alone) outside FSDP"
                                     : "")
                          : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +

@@ -60,6 +60,10 @@ class StageMemory {
   double offloaded(const Stage& st, const StrategyShape& s) const;
   double static_of(const Stage& st) const;
   double lazy_of(const Stage& st) const;  // Adam's moments of its shard, created at the first optimizer step
+  // FSDP: whether PyTorch's pipelining keeps the stage gathered with its gradients unsharded, and
+  // whether the routed experts are among what FSDP manages (framework.h says when).
+  bool pipelined_unsharded() const;
+  bool experts_in_fsdp() const;
   ModelConfig m_;
   Layout l_;
   ProjectSetting set_;

@@ -217,13 +217,20 @@ ERRORS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.ab
                       "experiments", "project", "errors.yaml")
 
 
-def held_out(path=ERRORS):
-    """errors.yaml's leave-one-out figures of the range on the first projections: (coverage, half-width,
-    runs), or None without the file."""
+def _errors_text(path):
+    """errors.yaml's text, or None without the file."""
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        text = f.read()
+        return f.read()
+
+
+def held_out(path=ERRORS):
+    """errors.yaml's leave-one-out figures of the range on the first projections: (coverage, half-width,
+    runs), or None without the file."""
+    text = _errors_text(path)
+    if text is None:
+        return None
     speed = text[text.index("speed:"):text.index("memory:")]
     got = {k: float(re.search(rf"^  {k}: ([0-9.]+)$", speed, re.M).group(1))
            for k in ("held_out_coverage", "held_out_half_width", "runs", "level")}
@@ -233,10 +240,10 @@ def held_out(path=ERRORS):
 def need_ranges(path=ERRORS):
     """errors.yaml's need ranges by framework profile, [(profile, runs, low, high)], and their
     leave-one-out coverage (a share, or None); None without the file."""
-    if not os.path.exists(path):
+    text = _errors_text(path)
+    if text is None:
         return None
-    with open(path) as f:
-        memory = f.read().split("\nmemory:", 1)[-1]
+    memory = text.split("\nmemory:", 1)[-1]
     ranges = [(m[1], int(m[2]), float(m[3]), float(m[4])) for m in
               re.finditer(r"^  (\w+): \{runs: (\d+), low: ([0-9.]+), high: ([0-9.]+)\}", memory, re.M)]
     held = re.search(r"held (\d+)%", memory)
