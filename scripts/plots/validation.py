@@ -155,7 +155,8 @@ def runs(model_dir):
         row = {"case": case, "pair": case.startswith("pair_"), "ran": not pub.get("out_of_memory"),
                "framework": r.get("framework", "?"),
                "layout": _layout(r), "strategy": r["strategy"], "fit": r.get("fit", "yes" if r["fits"] else "no"),
-               "fits": r["fits"], "need_gb": r.get("need_gb", r["peak_gb"]), "source": pub["source"],
+               "fits": r["fits"], "need_gb": r.get("need_gb", r["peak_gb"]), "usable_gb": r.get("usable_gb"),
+               "source": pub["source"],
                "commit": r.get("git_commit", "?"), "calibration": pub.get("calibration", ""),
                "known_issue": pub.get("known_issue", ""), "record": r}
         for key, mine in (("peak_gb", "peak_gb"), ("reserved_gb", "reserved_gb")):
@@ -321,13 +322,14 @@ def table_rows(rows):
         out.append([r["case"] + (" (pair)" if r["pair"] else "") + (" (calibration)" if r["calibration"] else "")
                     + (" (known issue)" if r["known_issue"] else ""),
                     r["framework"], f"{r['layout']}, {r['strategy']}",
-                    f"{r['fit']} ({r['need_gb']:.1f} GB)", peak, thr,
+                    f"{r['fit']} ({r['need_gb']:.1f} of {r['usable_gb']:.1f} GB)" if r.get("usable_gb")
+                    else f"{r['fit']} ({r['need_gb']:.1f} GB)", peak, thr,
                     f"{r['first_error']:+.1f}%" if r.get("first_error") is not None else "-", r.get("why", "")])
     return out
 
 
 def header():
-    return ["run", "framework", "layout, strategy", "fits at 80 GB (needs)", "peak GB: projected vs published",
+    return ["run", "framework", "layout, strategy", "fits (needs, of the GPU's memory)", "peak GB: projected vs published",
             "throughput: projected vs published", "at its first projection",
             "why it misses (the projection's own parts)"]
 
