@@ -186,7 +186,7 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   EXPECT_EQ(models.at("deepseek_v3").model.moe_layers(), 58);
   EXPECT_EQ(models.at("deepseek_v3").model.attention, "mla");
   for (const char* h : {"h100_80gb", "h200", "h800", "a100_80gb", "memfine_64gb"}) ASSERT_TRUE(hardware.count(h)) << h;
-  EXPECT_EQ(hardware.at("h200").memory_gb, 150.75);
+  EXPECT_EQ(hardware.at("h200").memory_gb, 150.11);
   // A preset that extends another has the other's keys and its own over them.
   EXPECT_EQ(hardware.at("h800").memory_gb, hardware.at("h100_80gb").memory_gb);
   EXPECT_EQ(hardware.at("h800").nvlink_gb_s, 200);

@@ -195,7 +195,8 @@ const Section<Hardware>& hardware_keys() {
   using H = Hardware;
   static const Section<H> s{
       "hardware",
-      {number<H>("memory_gb", &H::memory_gb, 1e-3, 1e6, "a GPU's memory as the device reports it (nvidia-smi's total), GB of 1e9 bytes (required)"),
+      {number<H>("memory_gb", &H::memory_gb, 1e-3, 1e6,
+                 "a GPU's memory as PyTorch reports its total (total_memory), GB of 1e9 bytes (required)"),
        integer<H>("gpus_per_node", &H::gpus_per_node, 1, 1 << 16, "GPUs a node's fast link (NVLink) joins"),
        number<H>("bf16_dense_tflops", &H::bf16_dense_tflops, kLeastRate, 1e6,
                  "the datasheet's dense bf16 peak: MFU's denominator, no rate divides by it"),
