@@ -635,6 +635,27 @@ class Validation(unittest.TestCase):
         self.assertIn("of 2 published layouts that ran, 1 projected to fit at usable_memory 1.0 and 0 borderline", said)
         self.assertIn("projected not to fit: pair_x_learned (82.5 GB)", said)
 
+    def test_a_change_to_fit_is_judged_by_the_first_fits_made_after_it(self):
+        since = validation.LATER_FIT_CHANGES[0][2]
+        old, new, oom = (self.row(n, 1000.0, None) for n in ("old", "new", "oom"))
+        oom["published"] = {"source": "an issue", "values": {}, "out_of_memory": True}
+        for r in (old, new, oom):
+            r["case_file"], r["fit"] = r["project"] + ".yaml", "yes"
+        # The first projections: before the change, and after it with fits of their own.
+        first = [dict(old, date="2026-01-01T00:00:00Z", fit="no"), dict(new, date=since, fit="borderline"),
+                 dict(oom, date=since, fit="yes")]
+        d = tempfile.mkdtemp()
+        try:
+            for name, records in (("project_validation.jsonl", (old, new, oom)), ("project_first.jsonl", first)):
+                with open(os.path.join(d, name), "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in records)
+            s = validation.summary(validation.runs(d))
+        finally:
+            shutil.rmtree(d)
+        said = " ".join(validation.verdict_lines(s))
+        self.assertIn("its own test: 2; at their first projection, of 1 that ran 0 to fit, 1 borderline, 0 not; "
+                      "of 1 that ran out of memory 0 not to fit, 0 borderline, 1 to fit (new, oom).", said)
+
     def test_a_run_out_of_memory_is_a_negative_case_in_the_matrix(self):
         oom = self.row("oom", 1000.0, None)
         oom["published"] = {"source": "an issue", "values": {}, "out_of_memory": True}

@@ -35,6 +35,10 @@ LATER_CHANGES = (("the calibration term's form and value were set", "c109c6d", "
                   "2026-11-30T03:23:01Z"),
                  ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
                  ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"))
+# The same for changes to what decides fit: a layout first projected from then on is judged by the
+# fit its first projection gave.
+LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
+                      "2026-11-30T09:28:03Z"),)
 
 
 def load(path):
@@ -159,6 +163,10 @@ def runs(model_dir):
                "source": pub["source"],
                "commit": r.get("git_commit", "?"), "calibration": pub.get("calibration", ""),
                "known_issue": pub.get("known_issue", ""), "record": r}
+        if (r.get("case_file"), r["strategy"]) in first:
+            f = first[(r.get("case_file"), r["strategy"])]
+            row["first_date"] = f.get("date", "")
+            row["first_fit"] = f.get("fit", "yes" if f.get("fits") else "no")
         for key, mine in (("peak_gb", "peak_gb"), ("reserved_gb", "reserved_gb")):
             if key in values:
                 row["peak"] = (key, r[mine], values[key], _err(r[mine], values[key]))
@@ -174,7 +182,6 @@ def runs(model_dir):
             if (r.get("case_file"), r["strategy"]) in first:
                 f = first[(r.get("case_file"), r["strategy"])]
                 row["first_error"] = _speed_error(f, values)
-                row["first_date"] = f.get("date", "")
                 # A first projection with a range entered after the range and the calibration were set:
                 # neither was fitted on it.
                 if f.get("tokens_per_s_gpu_range") and row["first_error"] is not None:
@@ -270,6 +277,8 @@ def summary(rows):
     ranged = [r["range"] for r in rows if "range" in r and not r["calibration"] and not r["known_issue"]]
     entered = [r for r in rows if "first_range" in r and not r["calibration"] and not r["known_issue"]]
     after = [(what, commit, [r for r in entered if r["first_date"] >= since]) for what, commit, since in LATER_CHANGES]
+    fit_after = [(what, commit, [r for r in rows if r.get("first_date", "") >= since])
+                 for what, commit, since in LATER_FIT_CHANGES]
     return {
         "runs": len(rows),
         # Every layout that ran, the learned-routing pairs' as well: each is checked for fit.
@@ -303,6 +312,12 @@ def summary(rows):
                    "throughput": _throughput_check([r["first_error"] for r in runs]),
                    "held": sum(r["first_range"][0] for r in runs), "runs": [r["case"] for r in runs]}
                   for what, commit, runs in after],
+        # Layouts first projected with a later change to fit in place: their first fit, its own test.
+        "fit_after": [{"what": what, "commit": commit,
+                       "matrix": {(a, b): sum((FIT_ROWS[0] if r["ran"] else FIT_ROWS[1], r["first_fit"]) == (a, b)
+                                              for r in runs) for a in FIT_ROWS for b in FIT_COLUMNS},
+                       "runs": [r["case"] for r in runs]}
+                      for what, commit, runs in fit_after],
     }
 
 
@@ -391,6 +406,16 @@ def verdict_lines(s):
                     f"{s['matrix'][('out of memory', 'borderline')]} borderline, "
                     f"{s['matrix'][('out of memory', 'yes')]} to fit (the matrix below)."
                     if s["negatives"] else "no run that ran out of memory is in the set."))
+    for a in s.get("fit_after", []):
+        m, n = a["matrix"], len(a["runs"])
+        ran = sum(m[(FIT_ROWS[0], b)] for b in FIT_COLUMNS)
+        lines.append(f"- Layouts first projected after {a['what']} ({a['commit']}), its own test: "
+                     + (f"{n}; at their first projection, of {ran} that ran {m[(FIT_ROWS[0], 'yes')]} to fit, "
+                        f"{m[(FIT_ROWS[0], 'borderline')]} borderline, {m[(FIT_ROWS[0], 'no')]} not"
+                        + (f"; of {n - ran} that ran out of memory {m[(FIT_ROWS[1], 'no')]} not to fit, "
+                           f"{m[(FIT_ROWS[1], 'borderline')]} borderline, {m[(FIT_ROWS[1], 'yes')]} to fit"
+                           if n > ran else "; none that ran out of memory yet")
+                        + f" ({', '.join(a['runs'])})." if n else "none yet."))
     if s["peaks"]:
         lines.append(f"- Peak memory: {s['peaks_within']} of {len(s['peaks'])} published peaks within {PEAK_GOAL:g}% "
                      f"(errors {', '.join(f'{e:+.1f}%' for e in s['peaks'])}).")
