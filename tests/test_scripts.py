@@ -562,13 +562,14 @@ class Validation(unittest.TestCase):
                 "peak_gb": 10.0, "tokens_per_s_gpu": tokens, "step_s": 1.0, "published": pub,
                 "step_parts_s": {"compute": 0.5, "comm": 0.2, "launch": 0.0, "optimizer": 0.0}}
 
-    def runs(self, *records):
-        """validation.runs over these records, written where it reads them (and removed after)."""
+    def runs(self, *records, first=()):
+        """validation.runs over these records (and `first`, their first projections), written where it
+        reads them (and removed after)."""
         d = tempfile.mkdtemp()
         try:
-            with open(os.path.join(d, "project_validation.jsonl"), "w") as f:
-                for r in records:
-                    f.write(json.dumps(r) + "\n")
+            for name, lines in (("project_validation.jsonl", records), ("project_first.jsonl", first)):
+                with open(os.path.join(d, name), "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in lines)
             return validation.runs(d)
         finally:
             shutil.rmtree(d)
@@ -644,14 +645,7 @@ class Validation(unittest.TestCase):
         # The first projections: before the change, and after it with fits of their own.
         first = [dict(old, date="2026-01-01T00:00:00Z", fit="no"), dict(new, date=since, fit="borderline"),
                  dict(oom, date=since, fit="yes")]
-        d = tempfile.mkdtemp()
-        try:
-            for name, records in (("project_validation.jsonl", (old, new, oom)), ("project_first.jsonl", first)):
-                with open(os.path.join(d, name), "w") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in records)
-            s = validation.summary(validation.runs(d))
-        finally:
-            shutil.rmtree(d)
+        s = validation.summary(self.runs(old, new, oom, first=first))
         said = " ".join(validation.verdict_lines(s))
         self.assertIn("its own test: 2; at their first projection, of 1 that ran 0 to fit, 1 borderline, 0 not; "
                       "of 1 that ran out of memory 0 not to fit, 0 borderline, 1 to fit (new, oom).", said)

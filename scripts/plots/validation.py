@@ -163,8 +163,8 @@ def runs(model_dir):
                "source": pub["source"],
                "commit": r.get("git_commit", "?"), "calibration": pub.get("calibration", ""),
                "known_issue": pub.get("known_issue", ""), "record": r}
-        if (r.get("case_file"), r["strategy"]) in first:
-            f = first[(r.get("case_file"), r["strategy"])]
+        f = first.get((r.get("case_file"), r["strategy"]))
+        if f is not None:
             row["first_date"] = f.get("date", "")
             row["first_fit"] = f.get("fit", "yes" if f.get("fits") else "no")
         for key, mine in (("peak_gb", "peak_gb"), ("reserved_gb", "reserved_gb")):
@@ -179,8 +179,7 @@ def runs(model_dir):
             row["throughput"] = (quantity, ours, theirs, err)
             if r.get("tokens_per_s_gpu_range") and r.get("tokens_per_s_gpu"):
                 row["range"] = _in_range(r, err)
-            if (r.get("case_file"), r["strategy"]) in first:
-                f = first[(r.get("case_file"), r["strategy"])]
+            if f is not None:
                 row["first_error"] = _speed_error(f, values)
                 # A first projection with a range entered after the range and the calibration were set:
                 # neither was fitted on it.
@@ -261,6 +260,14 @@ def need_ranges(path=ERRORS):
 FIT_ROWS, FIT_COLUMNS = ("ran", "out of memory"), ("yes", "borderline", "no")
 
 
+def _fit_matrix(rows, fit):
+    """What the source saw (ran or out of memory) against the fit a row's `fit` key says: counts."""
+    matrix = {(a, b): 0 for a in FIT_ROWS for b in FIT_COLUMNS}
+    for r in rows:
+        matrix[(FIT_ROWS[0] if r["ran"] else FIT_ROWS[1], r[fit])] += 1
+    return matrix
+
+
 def summary(rows):
     """The checks' verdicts over the published runs."""
     thr = [r["throughput"][3] for r in rows if "throughput" in r and not r["calibration"] and not r["known_issue"]]
@@ -271,9 +278,7 @@ def summary(rows):
     peaks = [r["peak"][3] for r in rows if "peak" in r]
     pr = pairs(rows)
     ran = [r for r in rows if r["ran"]]
-    matrix = {(a, b): 0 for a in FIT_ROWS for b in FIT_COLUMNS}
-    for r in rows:
-        matrix[(FIT_ROWS[0] if r["ran"] else FIT_ROWS[1], r["fit"])] += 1
+    matrix = _fit_matrix(rows, "fit")
     ranged = [r["range"] for r in rows if "range" in r and not r["calibration"] and not r["known_issue"]]
     entered = [r for r in rows if "first_range" in r and not r["calibration"] and not r["known_issue"]]
     after = [(what, commit, [r for r in entered if r["first_date"] >= since]) for what, commit, since in LATER_CHANGES]
@@ -314,8 +319,7 @@ def summary(rows):
                   for what, commit, runs in after],
         # Layouts first projected with a later change to fit in place: their first fit, its own test.
         "fit_after": [{"what": what, "commit": commit,
-                       "matrix": {(a, b): sum((FIT_ROWS[0] if r["ran"] else FIT_ROWS[1], r["first_fit"]) == (a, b)
-                                              for r in runs) for a in FIT_ROWS for b in FIT_COLUMNS},
+                       "matrix": _fit_matrix(runs, "first_fit"),
                        "runs": [r["case"] for r in runs]}
                       for what, commit, runs in fit_after],
     }
