@@ -30,6 +30,7 @@ import functools
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -47,6 +48,7 @@ LEVEL = 0.8
 # The commit of CURRENT the calibration term is fitted on: the projection as it stood before the term
 # (fixed, so that later results, calibrated, never refit it).
 BEFORE = "dfabd24"
+PRESET = re.compile(r"[a-z0-9_]+")  # a model preset's name, as models.yaml keys them
 
 
 def lines(path, commit=None):
@@ -168,7 +170,7 @@ def measure():
     # The peaks by the framework profile that prices each run today (each prices memory apart; a run
     # moved to a new profile brings the error its first projection made under the old): every profile
     # the validation projects gets a range, one without peaks of its own the pooled one.
-    speed, peaks = [], {}
+    speed, peaks, seen = [], {}, {}
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -176,6 +178,8 @@ def measure():
         values = now["published"]["values"]
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
+            if PRESET.fullmatch(now["model"]):  # a model written inline is its file's own
+                seen.setdefault((now["framework"], now["model"]), []).append((V._speed_error(r, values), math.log(s)))
         mine = peaks.setdefault(now["framework"], [])
         if (p := peak_ratio(r, values)) is not None:
             mine.append(math.log(p))
@@ -188,7 +192,7 @@ def measure():
                if k in current and not current[k]["published"].get("known_issue")
                and not r["published"].get("calibration")
                and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
-    return speed, peaks, counted
+    return speed, peaks, counted, seen
 
 
 def leave_one_out(xs, interval):
@@ -204,8 +208,24 @@ def leave_one_out(xs, interval):
     return (held / len(widths), statistics.median(widths)) if widths else (None, None)
 
 
+def seen_text(seen, lo, hi):
+    """errors.yaml's `seen`: by profile, then model, the count, how many were projected too fast and how
+    many the range (residuals centred, within [lo, hi]) holds, and the lowest, median and highest
+    first-projection error."""
+    out = []
+    for f in sorted({f for f, _ in seen}):
+        out.append(f"  {f}:")
+        for (g, m), runs in sorted(seen.items()):
+            if g == f:
+                errs = [e for e, _ in runs]
+                held = sum(lo <= x <= hi for _, x in runs)
+                out.append(f"    {m}: {{runs: {len(runs)}, too_fast: {sum(e > 0 for e in errs)}, held: {held}, "
+                           f"low: {min(errs):.1f}, median: {statistics.median(errs):.1f}, high: {max(errs):.1f}}}")
+    return "\n".join(out)
+
+
 def render():
-    speed, peaks, counted = measure()
+    speed, peaks, counted, seen = measure()
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
     per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
@@ -256,6 +276,12 @@ memory:
   # {loo_memory}
   level: {LEVEL}
 {profiles}
+seen:
+  # What the validation saw of each model preset under each framework profile: the throughput
+  # errors (projected over published, less 1, in %) of the speed range's runs at their first
+  # projection, and how many of them the range above holds; `memfine project` names them beside an
+  # answer for the same model and profile.
+{seen_text(seen, centre + lo, centre + hi)}
 """
 
 

@@ -1203,6 +1203,62 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
   std::filesystem::remove_all(dir);
 }
 
+// errors.yaml's `seen` names, beside an answer, what the validation saw of its model under its framework
+// profile at the first projections; a model it never ran is said to be one; a count past the runs is
+// refused at its line.
+TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
+  const std::string dir = ::testing::TempDir() + "/seen_presets";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"models.yaml", "hardware.yaml"})
+    std::filesystem::copy_file(kExperiments + "/project/" + f, dir + "/" + f,
+                               std::filesystem::copy_options::overwrite_existing);
+  const std::string file = kExperiments + "/project_qwen3_30b_a3b.yaml";
+  const std::string head = "speed: {low: 0.5, high: 1.25}\nlayer_pass_s: 0.004\nmemory: {}\n";
+  std::ofstream(dir + "/errors.yaml")
+      << head
+      << "seen:\n  megatron_te:\n"
+         "    qwen3_30b_a3b: {runs: 4, too_fast: 3, held: 3, low: -10, median: 5, high: 20}\n";
+  const ProjectConfig c = load_project(file, dir);
+  ASSERT_EQ(c.framework.name, Framework::MegatronTe);
+  const ProjectResult r = run_project(c);
+  ASSERT_FALSE(r.ranked.empty());
+  std::string table = project_table(c, r);
+  table.erase(std::remove(table.begin(), table.end(), '\n'), table.end());  // unfolded
+  std::string flat;
+  for (size_t i = 0; i < table.size(); ++i)
+    if (!(table[i] == ' ' && i > 0 && table[i - 1] == ' ')) flat += table[i];
+  EXPECT_NE(flat.find("the validation's runs of qwen3_30b_a3b under megatron_te: 4, off at their first projection "
+                      "by -10% to +20% (median +5%), too fast on 3 of 4; the range, fitted on them and the others, "
+                      "holds 3"),
+            std::string::npos)
+      << flat;
+  EXPECT_NE(project_json(c, r).find("\"validation_seen\":{\"error_pct\":[-10.0,5.0,20.0],\"held\":3,\"runs\":4,"
+                                    "\"too_fast\":3}"),
+            std::string::npos);
+  // Under another profile the validation has not run it.
+  std::ofstream(dir + "/errors.yaml")
+      << head
+      << "seen:\n  fsdp_te:\n"
+         "    qwen3_30b_a3b: {runs: 1, too_fast: 0, held: 1, low: -1, median: -1, high: -1}\n";
+  const ProjectConfig other = load_project(file, dir);
+  const ProjectResult o = run_project(other);
+  EXPECT_NE(project_table(other, o).find("no run of qwen3_30b_a3b under megatron_te is in the validation"),
+            std::string::npos);
+  EXPECT_NE(project_json(other, o).find("\"validation_seen\":{\"runs\":0}"), std::string::npos);
+  std::ofstream(dir + "/errors.yaml")
+      << head
+      << "seen:\n  megatron_te:\n"
+         "    qwen3_30b_a3b: {runs: 2, too_fast: 3, held: 1, low: 0, median: 0, high: 0}\n";
+  try {
+    load_project(file, dir);
+    ADD_FAILURE() << "more runs too fast than runs was accepted";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_NE(std::string(x.what()).find("errors.yaml:6: seen.megatron_te.qwen3_30b_a3b.too_fast"), std::string::npos)
+        << x.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // FP8 (precision: fp8): the linears' GEMMs at the preset's FP8 ratio, their casts at the HBM rate,
 // their saved inputs one byte an element, their weights' FP8 copies two bytes a parameter.
 TEST(Project, Fp8PricesTheLinearsGemmsCastsCopiesAndSavedInputs) {

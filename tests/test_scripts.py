@@ -766,6 +766,16 @@ class ProjectionErrors(unittest.TestCase):
         cov, half = P.leave_one_out(xs, P.equal_tails)
         self.assertGreaterEqual(cov, 0.8)
 
+    def test_seen_by_profile_and_model(self):
+        """errors.yaml's `seen`: each profile's models with their runs, how many were too fast and
+        held by the range, and their lowest, median and highest first-projection error."""
+        import projection_errors as P
+        seen = {("megatron_te", "m"): [(10.0, -0.1), (-5.0, 0.05), (50.0, -0.4)], ("fsdp_te", "m"): [(1.0, 0.0)]}
+        text = P.seen_text(seen, -0.2, 0.2)
+        self.assertEqual(text.splitlines(), [
+            "  fsdp_te:", "    m: {runs: 1, too_fast: 1, held: 1, low: 1.0, median: 1.0, high: 1.0}",
+            "  megatron_te:", "    m: {runs: 3, too_fast: 2, held: 2, low: -5.0, median: 10.0, high: 50.0}"])
+
     def test_memory_by_profile(self):
         """A profile with 4 peaks has its own bound; one with fewer the wider of the pooled bound and
         its own largest miss."""

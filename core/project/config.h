@@ -183,6 +183,17 @@ struct ProjectionErrors {
     auto it = memory.find(f);
     return it == memory.end() ? nullptr : &it->second;
   }
+  // What the validation saw of a model preset under a framework profile: its runs' throughput errors
+  // at their first projection (projected over published, less 1, in %), and how many the range holds.
+  struct Seen {
+    int64_t runs = 0, too_fast = 0, held = 0;
+    double low = 0, median = 0, high = 0;
+  };
+  std::map<std::pair<Framework, std::string>, Seen> seen;
+  const Seen* seen_of(Framework f, const std::string& model) const {
+    auto it = seen.find({f, model});
+    return it == seen.end() ? nullptr : &it->second;
+  }
 };
 
 // errors.yaml of `presets_dir`, appending problems as "FILE:LINE: key: what"; none there: not read.

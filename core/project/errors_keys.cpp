@@ -49,7 +49,30 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
     m.check_unknown();
     e.memory[f] = range;
   }
-  for (auto* m : {&r, &speed, &memory}) m->check_unknown();
+  // seen: profile -> model preset -> its runs' first-projection errors (optional).
+  MapReader seen(r.child("seen"), "seen", p);
+  for (const auto& [f, name] : EnumNames<Framework>::all) {
+    const YAML::Node models = seen.child(name);
+    if (!models.IsDefined() || models.IsNull()) continue;
+    const std::string path = std::string("seen.") + name;
+    MapReader in(models, path, p);  // reports a value that is not a map, and a repeated key
+    if (!models.IsMap()) continue;
+    for (const auto& kv : models) {
+      if (!kv.first.IsScalar()) continue;
+      const std::string model = kv.first.Scalar();
+      MapReader m(in.child(model), path + "." + model, p);
+      if (!kv.second.IsMap()) continue;
+      ProjectionErrors::Seen s;
+      m.read_int("runs", s.runs, 1, 1000000);
+      m.read_int("too_fast", s.too_fast, 0, s.runs);
+      m.read_int("held", s.held, 0, s.runs);
+      for (auto [k, dst] : {std::pair{"low", &s.low}, {"median", &s.median}, {"high", &s.high}})
+        m.read_number(k, *dst, -100, 1e6);
+      m.check_unknown();
+      e.seen[{f, model}] = s;
+    }
+  }
+  for (auto* m : {&r, &speed, &memory, &seen}) m->check_unknown();
   for (const char* k : {"speed", "memory", "layer_pass_s"})
     if (!root[k].IsDefined()) p.add(root, k, "missing");
   e.file = file;

@@ -114,6 +114,20 @@ std::string nearest(const ProjectConfig& c, const ProjectResult& r) {
   return o.str();
 }
 
+// What the validation saw of this model under this framework profile at its first projections: how
+// sure an answer is where the validation has run the model, and that it has not where it has not.
+std::string seen_text(const ProjectConfig& c) {
+  const std::string who = c.model_name + " under " + name_of(c.framework.name);
+  const ProjectionErrors::Seen* s = c.errors.seen_of(c.framework.name, c.model_name);
+  if (!s) return "no run of " + who + " is in the validation: its range is the other models' errors";
+  auto pct = [](double x) { return (x > 0 ? "+" : "") + fmt_double("%.0f", x) + "%"; };
+  const std::string runs = std::to_string(s->runs);
+  return "the validation's runs of " + who + ": " + runs + ", off at their first projection by " +
+         (s->runs == 1 ? pct(s->low) : pct(s->low) + " to " + pct(s->high) + " (median " + pct(s->median) + ")") +
+         ", too fast on " + std::to_string(s->too_fast) + " of " + runs +
+         "; the range, fitted on them and the others, holds " + std::to_string(s->held);
+}
+
 }  // namespace
 
 std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool wide) {
@@ -194,6 +208,7 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
           four_digits(err.speed_low) + ", " + four_digits(err.speed_high) + "], the need " +
           (need ? "x [" + four_digits(need->low) + ", " + four_digits(need->high) + "]" : std::string("without one")) +
           " (" + name_of(c.framework.name) + "'s)");
+      said.push_back(seen_text(c));
     }
     for (const auto& a : said) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
@@ -229,6 +244,11 @@ const std::vector<FieldSpec>& projection_schema() {
        "the hottest rank's s' over its balanced share at this EP: worst layer, mean over layers, held", k},
       {"published", "object", "",
        "a validation file's published figures (values by quantity; source, evidence, calibration, known_issue)", k},
+      {"validation_seen", "object", "",
+       "what the validation saw of this model under this framework profile (errors.yaml seen): runs, too_fast, "
+       "held (by the range) and error_pct, the lowest, median and highest throughput error at their first "
+       "projection (%)",
+       k},
       {"peak_gb", "number", "GB", "the hottest GPU's allocated peak", k},
       {"static_gb", "number", "GB", "weights, gradients and optimizer state on it", k},
       {"activation_gb", "number", "GB", "activations at its peak", k},
@@ -323,6 +343,14 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
                         {"rank", rank}};
     for (const auto& [k, v] : stamp) j[k] = v;
     if (c.framework.ep_overlap) j["ep_overlap_hidden"] = overlap_hidden;
+    if (!c.errors.file.empty()) {
+      const ProjectionErrors::Seen* s = c.errors.seen_of(c.framework.name, c.model_name);
+      j["validation_seen"] = s ? nlohmann::json{{"runs", s->runs},
+                                                {"too_fast", s->too_fast},
+                                                {"held", s->held},
+                                                {"error_pct", {s->low, s->median, s->high}}}
+                               : nlohmann::json{{"runs", 0}};
+    }
     if (auto it = r.overload.find(l.ep); it != r.overload.end())
       j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}, {"held", e.held_overload}};
     if (nlohmann::json pub = published_of(published, e.strategy); !pub.is_null()) j["published"] = pub;
