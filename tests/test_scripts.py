@@ -716,6 +716,27 @@ class Validation(unittest.TestCase):
         self.assertIn("2 runs, 1 over 25%", said)
 
 
+class SeenLines(unittest.TestCase):
+    """REPORT's line on what the validation saw by model and framework: a pair whose runs all missed
+    one way is named, a mixed one only among the most run."""
+
+    def test_one_way_and_most_run(self):
+        from plots import project
+
+        def run(model, framework, seen):
+            return {"framework": framework, "record": {"model": model, "validation_seen": seen}}
+        runs = [run("a", "megatron_te", {"runs": 3, "too_fast": 3, "held": 1, "error_pct": [60.0, 70.0, 240.0]}),
+                run("b", "megatron_te", {"runs": 5, "too_fast": 2, "held": 5, "error_pct": [-10.0, 1.0, 20.0]}),
+                run("c", "fsdp_te", {"runs": 1, "too_fast": 0, "held": 1, "error_pct": [-1.0, -1.0, -1.0]}),
+                run("d", "torchtitan", {"runs": 0})]
+        line, = project.seen_lines(runs)
+        self.assertIn("3 pairs have runs", line)
+        self.assertIn("one way at their first projection: a under megatron_te (3 runs, too fast, +60% to +240% "
+                      "(median +70%); the range holds 1); the two most run: b under megatron_te (5 runs, too fast "
+                      "on 2, -10% to +20% (median +1%); the range holds 5); a under megatron_te", line)
+        self.assertEqual(project.seen_lines(runs[3:]), [])
+
+
 class FirstProjections(unittest.TestCase):
     """scripts/first_projections.py: a run's error in speed whichever figure its source gives (a
     shorter step is faster), and the summary counts what the validation table counts: neither a

@@ -212,6 +212,32 @@ def scaling(src, out_dir):
     return paths
 
 
+def seen_lines(runs):
+    """What `memfine project` names beside an answer (errors.yaml `seen`, as each run's record carries
+    it): the model-and-framework pairs whose runs all missed one way at their first projection, and
+    the two most run."""
+    seen = {}
+    for r in runs:
+        s = r["record"].get("validation_seen")
+        if s and s.get("runs"):
+            seen[(r["record"]["model"], r["framework"])] = s
+
+    def text(k):
+        s = seen[k]
+        lo, med, hi = s["error_pct"]
+        way = ("too fast" if s["too_fast"] == s["runs"] else "too slow" if not s["too_fast"]
+               else f"too fast on {s['too_fast']}")
+        span = f"{lo:+.0f}%" if s["runs"] == 1 else f"{lo:+.0f}% to {hi:+.0f}% (median {med:+.0f}%)"
+        return f"{k[0]} under {k[1]} ({s['runs']} runs, {way}, {span}; the range holds {s['held']})"
+    if not seen:
+        return []
+    one_way = sorted(k for k, s in seen.items() if s["runs"] >= 2 and s["too_fast"] in (0, s["runs"]))
+    most = sorted(seen, key=lambda k: -seen[k]["runs"])[:2]
+    return [f"- By model and framework (errors.yaml `seen`, which `memfine project` names beside an answer): "
+            f"{len(seen)} pairs have runs; those of two or more whose runs all missed one way at their first "
+            f"projection: {'; '.join(map(text, one_way)) or 'none'}; the two most run: {'; '.join(map(text, most))}."]
+
+
 def report_lines(model_dir, here_src=None):
     """REPORT.md's section, decided by the numbers; `here_src`: project_here's projections, if any."""
     src = os.path.join(model_dir, "project_validation.jsonl")
@@ -222,7 +248,7 @@ def report_lines(model_dir, here_src=None):
     out = ["## Planning at cluster scale: `memfine project`", "",
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
-    out += V.verdict_lines(s)
+    out += V.verdict_lines(s) + seen_lines(runs)
     out += ["", *V.fit_matrix(s)]
     out += ["", *markdown(V.header(), V.table_rows(runs))]
     other = other_rows(model_dir)
