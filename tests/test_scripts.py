@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """Tests of the plotting and table scripts on small fixture results files."""
+import contextlib
+import io
 import json
 import math
 import os
@@ -714,6 +716,55 @@ class Validation(unittest.TestCase):
         said = " ".join(validation.verdict_lines(s))
         self.assertIn("not counted, as known regressions of their framework: regressed", said)
         self.assertIn("2 runs, 1 over 25%", said)
+
+
+class AttentionProbe(unittest.TestCase):
+    """The GPU attention probe: GPT-OSS's sinks folded in through the log-sum-exp (as NeMo AutoModel's
+    FlexAttention path does) are a softmax with one more logit a head; it counts a window's FLOPs as
+    memfine project does; its dry run writes a row per backend and case, measured or saying why not."""
+
+    def setUp(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            self.skipTest("no torch for this interpreter")
+
+    def test_sinks_through_the_lse_are_one_more_logit(self):
+        import torch
+        import gpu_attention_probe as p
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(1, 4, 16, 8, generator=g, dtype=torch.float64)
+        k, v = (torch.randn(1, 2, 16, 8, generator=g, dtype=torch.float64) for _ in range(2))
+        sink = torch.randn(4, generator=g, dtype=torch.float64)
+        for window in (0, 5):
+            plain, lse = p.eager(q, k, v, window)
+            joined, _ = p.eager(q, k, v, window, sink)
+            self.assertTrue(torch.allclose(p.with_sinks(plain, lse, sink), joined, atol=1e-12), window)
+            self.assertFalse(torch.allclose(plain, joined, atol=1e-3), window)  # the sinks do weigh
+
+    def test_a_window_counts_the_pairs_its_mask_keeps(self):
+        import gpu_attention_probe as p
+        self.assertEqual(p.keys_per_query(4096, 0), 2048)  # causal: half the sequence (FlashAttention's count)
+        for seq, window in ((64, 8), (4096, 128), (16, 16)):
+            kept = int(p.allowed(seq, window, "cpu").sum())
+            self.assertAlmostEqual(seq * p.keys_per_query(seq, window), kept, places=6)
+        self.assertEqual(p.forward_flops(4096, 64, 64, 0), 4.0 * 4096 * 2048 * 64 * 64)
+
+    def test_dry_run_writes_every_case(self):
+        import gpu_attention_probe as p
+        with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            out = os.path.join(d, "attention.json")
+            self.assertEqual(p.main(["--device", "cpu", "--quick", "--repeats", "1", "--out", out]), 0)
+            with open(out) as f:
+                doc = json.load(f)
+        rows = doc["rows"]
+        self.assertTrue(all(("error" in r) != ("fwd_bwd_tflops" in r) for r in rows), rows)
+        eager = {(r["model"], r["sinks"]) for r in rows if r["backend"] == "eager"}
+        self.assertEqual(eager, {("tiny", False), ("tiny windowed", False), ("tiny windowed", True)})
+        self.assertTrue(all(r["fwd_bwd_tflops"] > 0 for r in rows if r["backend"] == "eager"))
+        # SDPA has no window: no flash or cudnn row for the windowed case.
+        self.assertFalse([r for r in rows if r["backend"] in ("flash", "cudnn") and r["window"]])
 
 
 class SeenLines(unittest.TestCase):
