@@ -654,10 +654,52 @@ TEST(Project, TheExpertsKernelsOnTheGemmTableBesideTheCurve) {
   EXPECT_NEAR(e.expert_table_tflops, 400, 1e-9);
   EXPECT_NEAR(e.expert_accumulated_tflops, 400 * at.gemm_s / (at.gemm_s + at.accumulate_s), 1e-9);
   EXPECT_LT(e.expert_accumulated_tflops, e.expert_table_tflops);
-  set.framework.profile = Profile::FsdpTe;
+  set.framework.wgrad_accumulate_bytes = 0;  // a profile that does not fuse it (fsdp_te, torchtitan)
   EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).expert_accumulated_tflops, 0);
   hw.gemm_table = {};
   EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).expert_table_tflops, 0);
+}
+
+// Megatron-Core's experts add each weight gradient into the gradient buffer (8 bytes a weight read
+// and written, fp32) per micro-batch and per chunk however few their rows: the step pays what that
+// traffic takes beyond the product at the curve's rate, MemFine's chunks pay it once each, a
+// recomputed forward does not run it, and a profile that does not fuse it pays none.
+TEST(Project, ExpertsWeightGradientsAccumulateIntoTheBuffer) {
+  Hardware hw = plain_gpu();
+  hw.hbm_gb_s = 100;  // slow enough that the traffic outlasts the product
+  const ModelConfig m = plain();
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 4;  // two micro-batches a step
+  const ProjectSetting set{};              // megatron_te, fp32 gradients
+  ProjectSetting off = set;
+  off.framework.wgrad_accumulate_bytes = 0;  // a profile that does not fuse it (fsdp_te, torchtitan)
+  const double h = double(m.hidden), g = double(m.ffn_hidden), local = double(m.experts) / double(l.ep);
+  const double layers = double(m.moe_layers()), micro = 2;
+  // What the accumulation adds a micro-batch: its traffic beyond the weight gradients' product.
+  auto extra = [&](double rows, double runs) {
+    const double traffic = layers * local * runs * 3 * h * g * 8 / 100e9;
+    const double product = layers * local * runs * 2 * rows * 3 * h * g / 100e12;  // the curve: 100 TFLOP/s
+    return std::max(0.0, traffic - product);
+  };
+  const Estimate with = estimate(m, hw, l, *strategy("no_recompute"), set);
+  const Estimate without = estimate(m, hw, l, *strategy("no_recompute"), off);
+  const double rows = with.expert_rows;
+  ASSERT_GT(extra(rows, 1), 0);
+  EXPECT_NEAR(with.compute - without.compute, micro * extra(rows, 1), 1e-9 * with.compute);
+  EXPECT_NEAR(with.step - without.step, micro * extra(rows, 1), 1e-9 * with.step);
+  // Four chunks: four accumulations a micro-batch, each at a quarter of the rows; beyond the whole
+  // MoE's one, MemFine's chunks' overhead.
+  const Estimate c4 = estimate(m, hw, l, *strategy("memfine(chunks=4)"), set);
+  const Estimate c4_off = estimate(m, hw, l, *strategy("memfine(chunks=4)"), off);
+  EXPECT_NEAR(c4.compute - c4_off.compute, micro * extra(rows, 1), 1e-9 * c4.compute);
+  EXPECT_NEAR(c4.chunk_overhead - c4_off.chunk_overhead, micro * (extra(rows / 4, 4) - extra(rows, 1)), 1e-9 * c4.step);
+  // A recomputed forward runs no weight gradient.
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("full_recompute"), set).recompute,
+              estimate(m, hw, l, *strategy("full_recompute"), off).recompute, 1e-12);
+  // Where the product outlasts the traffic, nothing: a fast HBM.
+  hw.hbm_gb_s = 1e7;
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).step,
+              estimate(m, hw, l, *strategy("no_recompute"), off).step, 1e-12);
 }
 
 // A dense GEMM table: its points exactly, linear in the logarithms of the shape between them, flat

@@ -93,10 +93,21 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double cast_row = set.fp8 ? kCast * (2 * h + 3 * g) : 0;
   const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row + cast_row) * received / hbm : 0;
   const double memory_t = hw.hbm_gb_s > 0 ? (3 * token_bytes + cast_token) * tokens / tp / hbm + routed_t : 0;
+  // Each local expert's weight-gradient GEMM, per micro-batch and per chunk, reads and writes its
+  // gradient buffer (framework.wgrad_accumulate_bytes a weight) however few its rows: it takes the
+  // longer of its product at the curve's rate and that traffic at the HBM rate. (The H200 probe's
+  // wgrad_acc, the product and then the add, runs slower still: an upper bound.)
+  auto accumulate_t = [&](double runs, double rows) {
+    if (fw.wgrad_accumulate_bytes <= 0 || hw.hbm_gb_s <= 0) return 0.0;
+    const double traffic = st.moe * double(m.experts) / double(l.ep) * runs * 3 * h * g * fw.wgrad_accumulate_bytes;
+    return std::max(0.0, traffic / hbm - expert_flops / 3 / expert_rate(rows));
+  };
+  const double accumulate = accumulate_t(moe_runs(s), expert_gemm_rows(m, l, s, received));
   Compute c;
-  c.total = dense_t + core_t + expert_t + memory_t;
+  c.accumulate = accumulate;
+  c.total = dense_t + core_t + expert_t + memory_t + accumulate;
   c.dense = dense_t;
-  c.chunk = expert_t - expert_flops / expert_rate(rows_per_expert);
+  c.chunk = expert_t - expert_flops / expert_rate(rows_per_expert) + accumulate - accumulate_t(1, rows_per_expert);
   c.experts = expert_t + routed_t;
   if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
   // What the framework's --recompute-modules run again for backward (core/project/profile_megatron.cpp
@@ -126,23 +137,29 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
     const Launches& f = set.framework.forward;
     c.modules_launches += st.layers * f.attention + st.dense * f.dense_ffn + st.moe * f.moe;
   }
-  c.note = "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
-           attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
-           grouped_rate_note(hw) +
-           "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
-           "residuals, rotary, permutes" +
-           (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
-           ", SwiGLU's product, the loss" +
-           (bias_row > 0 ? ", the experts' output biases added outside the GEMMs (" +
-                               four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
-                         : "") +
-           ") at " + four_digits(hw.hbm_gb_s) +
-           " GB/s; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers" +
-           (set.fp8 ? "; in FP8 the linears' GEMMs (dense and grouped; not the router's, the attention core's or the "
-                      "output layer's) at the preset's FP8 over bf16 ratio at their rows (" +
-                          four_digits(fp8_speedup(hw, 512)) + "x at 512 rows, " + four_digits(fp8_speedup(hw, 8192)) +
-                          "x at 8192), their inputs and outputs' gradients cast at the HBM rate (6 bytes an element)"
-                    : "");
+  c.note =
+      "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
+      attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
+      grouped_rate_note(hw) +
+      "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
+      "residuals, rotary, permutes" +
+      (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
+      ", SwiGLU's product, the loss" +
+      (bias_row > 0 ? ", the experts' output biases added outside the GEMMs (" +
+                          four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
+                    : "") +
+      ") at " + four_digits(hw.hbm_gb_s) + " GB/s" +
+      (fw.wgrad_accumulate_bytes > 0
+           ? "; each local expert's weight gradient at the longer of its product and its accumulation into the "
+             "gradient buffer (" +
+                 four_digits(fw.wgrad_accumulate_bytes) + " bytes a weight at the HBM rate, per micro-batch and chunk)"
+           : "") +
+      "; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers" +
+      (set.fp8 ? "; in FP8 the linears' GEMMs (dense and grouped; not the router's, the attention core's or the "
+                 "output layer's) at the preset's FP8 over bf16 ratio at their rows (" +
+                     four_digits(fp8_speedup(hw, 512)) + "x at 512 rows, " + four_digits(fp8_speedup(hw, 8192)) +
+                     "x at 8192), their inputs and outputs' gradients cast at the HBM rate (6 bytes an element)"
+               : "");
   return c;
 }
 

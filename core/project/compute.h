@@ -38,6 +38,9 @@ struct Compute {
   double experts = 0;  // the routed experts' GEMMs and their rows' memory-bound kernels
   double act_hbm = 0;  // SiLU(a) * b of the routed rows recomputed, at the HBM rate
   double dense = 0;    // the dense GEMMs (attention projections, dense and shared FFNs, the head)
+  // Of total, backward's alone: the experts' weight gradients' accumulation into the gradient buffer
+  // where it outlasts their products (a recomputed forward does not run it).
+  double accumulate = 0;
   // What the framework's --recompute-modules run again for backward (none where the shape
   // recomputes the layer whole), and the kernels the host launches for it.
   double modules_again = 0, modules_launches = 0;

@@ -101,9 +101,8 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.expert_tflops = grouped_rate(hw, e.expert_rows) * fp8 / 1e12;
   if (!hw.gemm_table.empty()) {
     const double h = double(m.hidden), g = double(m.ffn_hidden);
-    // Megatron-Core's TEGroupedLinear accumulates into main_grad (fuse_wgrad_accumulation, on unless
-    // --no-gradient-accumulation-fusion); the other frameworks' accumulation is not counted.
-    const double acc = set.framework.profile == Profile::MegatronTe ? 2 * set.framework.grad_bytes : 0;
+    // Beside the accumulation into the gradient buffer (framework.wgrad_accumulate_bytes), added.
+    const double acc = set.framework.wgrad_accumulate_bytes;
     ExpertKernels k = expert_kernels(hw, e.expert_rows, h, g, acc);
     k.gemm_s /= fp8;
     const double flops = 3 * expert_forward_flops(e.expert_rows, h, g);

@@ -46,8 +46,9 @@ struct Estimate {
   // (the grouped GEMM curve's least sure part is its few-row end).
   double expert_rows = 0, expert_tflops = 0;
   // The same GEMMs' rate on the dense GEMM table at one expert's shape, and with the weight
-  // gradients' accumulation (where the framework fuses it) at the HBM rate beside (rates.h
-  // expert_kernels): a check on the curve, not priced; 0 where the preset has no table.
+  // gradients' accumulation (where the framework fuses it) at the HBM rate added to them (rates.h
+  // expert_kernels): a check on the curve, not priced (the step prices the accumulation where it
+  // outlasts the product, compute.cpp); 0 where the preset has no table.
   double expert_table_tflops = 0, expert_accumulated_tflops = 0;
   double tokens_per_s_gpu = 0, model_tflops_gpu = 0;
   double balanced_tokens_per_s_gpu = 0;  // the same with balanced routing

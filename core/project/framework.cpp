@@ -144,6 +144,10 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   // torchtitan builds its models in fp32 (training.dtype's default) and FSDP2 keeps the shards in it.
   s.fsdp_state_bytes = f.name == Framework::FsdpTe ? 8 : 16;
   s.grad_bytes = f.grad_dtype == "bf16" ? 2 : 4;
+  // Megatron-Core's TEGroupedLinear accumulates each weight gradient into main_grad, the GEMM reading
+  // and writing it (fuse_wgrad_accumulation, on unless --no-gradient-accumulation-fusion); the other
+  // profiles' accumulation is not counted.
+  s.wgrad_accumulate_bytes = s.profile == Profile::MegatronTe ? 2 * s.grad_bytes : 0;
   s.moment_bytes = f.moment_dtype == "bf16" ? 2 : 4;
   s.allocated_extra = s.profile == Profile::Memfine || titan ? 0 : kTeWorkspaces;  // torchtitan runs no TE
   s.workspace = (f.workspace_gb >= 0 ? f.workspace_gb : kWorkspaceGb) * 1e9;

@@ -43,6 +43,9 @@ struct FrameworkSetting {
   double routed_row_h_bytes = 0, deepep_routed_row_h_bytes = 0, routed_row_f_bytes = 0;
   double fsdp_state_bytes = 16;     // FSDP: bytes a parameter's shard holds (weights, gradients, moments)
   double grad_bytes = 4;            // the distributed optimizer's gradient buffer, a parameter
+  // What each routed expert's weight-gradient GEMM reads and writes of the gradient buffer, bytes a
+  // weight, however few its rows (Megatron's gradient accumulation fusion; 0: not counted).
+  double wgrad_accumulate_bytes = 8;
   double moment_bytes = 4;          // each of Adam's two moments, a parameter's shard
   double allocated_extra = 0;       // bytes the framework allocates once (TE's cuBLAS workspaces)
   double workspace = 0;             // bytes outside the allocator (CUDA context, NCCL)
