@@ -34,7 +34,8 @@ LATER_CHANGES = (("the calibration term's form and value were set", "c109c6d", "
                  ("the overlap's hidden share was taken from Megatron Core's report", "fe46180",
                   "2026-11-30T03:23:01Z"),
                  ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
-                 ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"))
+                 ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"),
+                 ("Megatron's expert weight-gradient accumulation was priced", "2a7a8cf", "2026-11-30T11:54:55Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
