@@ -164,7 +164,8 @@ def _grouped_probe_lines(doc, path):
             f"Megatron's gradient accumulation fusion keeps it, ran at {span(grouped, lo, 'wgrad_acc_tflops')} "
             f"TFLOP/s at {lo} rows against {span(grouped, lo, 'wgrad_tflops')} for the product alone, and "
             f"{span(grouped, hi, 'wgrad_acc_tflops')} against {span(grouped, hi, 'wgrad_tflops')} at {hi}: "
-            "the projection's step time leaves that add out.", ""]
+            "an upper bound of the fused kernel's, whose least (the longer of the product and the buffer's read "
+            "and write at the HBM rate) the projection prices under Megatron's profile.", ""]
 
 
 def _file_label(label):
