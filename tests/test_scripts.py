@@ -750,6 +750,27 @@ class AttentionProbe(unittest.TestCase):
             self.assertAlmostEqual(seq * p.keys_per_query(seq, window), kept, places=6)
         self.assertEqual(p.forward_flops(4096, 64, 64, 0), 4.0 * 4096 * 2048 * 64 * 64)
 
+    def test_report_line(self):
+        from plots import gpu_report
+
+        def row(model, backend, head_dim, window, sinks, tflops):
+            return {"model": model, "backend": backend, "seq": 4096, "head_dim": head_dim, "window": window,
+                    "sinks": sinks, "fwd_bwd_tflops": tflops}
+        doc = {"device": "Test GPU", "torch": "2.11", "git_commit": "abc", "rows": [
+            row("q", "flash", 128, 0, False, 500.0), row("m", "flash", 128, 0, False, 520.0),
+            row("q", "cudnn", 128, 0, False, 600.0), row("gpt_oss full", "flash", 64, 0, False, 400.0),
+            row("gpt_oss full", "cudnn", 64, 0, False, 450.0), row("gpt_oss full", "flex", 64, 0, False, 300.0),
+            row("gpt_oss full", "flex", 64, 0, True, 280.0), row("gpt_oss windowed", "flex", 64, 128, False, 60.0),
+            row("gpt_oss windowed", "flex", 64, 128, True, 50.0),
+            {"model": "x", "backend": "cudnn", "head_dim": 64, "window": 0, "sinks": False, "error": "no kernel"}]}
+        line, blank = gpu_report.attention_probe_lines(doc, "results/x/probes/attention.json")
+        self.assertEqual(blank, "")
+        self.assertIn("head dim 128: FlashAttention 500-520, cuDNN 600; head dim 64: FlashAttention 400, cuDNN 450.",
+                      line)
+        self.assertIn("the full causal layer 300 (280 with its sinks), the 128-token windowed layer 60 (50), 0.20 of "
+                      "the full layer's rate", line)
+        self.assertEqual(gpu_report.attention_probe_lines({"rows": [doc["rows"][-1]]}, "p"), [])
+
     def test_dry_run_writes_every_case(self):
         import gpu_attention_probe as p
         with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()), \

@@ -138,7 +138,40 @@ def probe_lines(gpu_dir):
     grouped, path = _json(gpu_dir, "probes", "grouped.json")
     if grouped:
         out += _grouped_probe_lines(grouped, path)
+    attention, path = _json(gpu_dir, "probes", "attention.json")
+    if attention:
+        out += attention_probe_lines(attention, path)
     return out
+
+
+def attention_probe_lines(doc, path):
+    """scripts/gpu_attention_probe.py: forward and backward TFLOP/s by kernel at the models' heads, and
+    what GPT-OSS's window and sinks cost under FlexAttention against its full causal layer."""
+    ok = [r for r in doc["rows"] if "error" not in r]
+    if not ok:
+        return []
+
+    def rate(backend, head_dim=None, model=None, sinks=False):
+        v = [r["fwd_bwd_tflops"] for r in ok if r["backend"] == backend and r["sinks"] == sinks
+             and (head_dim is None or r["head_dim"] == head_dim) and (model is None or r["model"] == model)
+             and (model is not None or not r["window"])]
+        return (min(v), max(v)) if v else None
+
+    def text(v):
+        return "-" if v is None else f"{v[0]:.0f}" if round(v[0]) == round(v[1]) else f"{v[0]:.0f}-{v[1]:.0f}"
+    dims = sorted({r["head_dim"] for r in ok if not r["window"]}, reverse=True)
+    parts = [f"head dim {d}: FlashAttention {text(rate('flash', d))}, cuDNN {text(rate('cudnn', d))}" for d in dims]
+    out = (f"Attention (`{os.path.relpath(path)}`, {doc['device']}, PyTorch {doc['torch']}, "
+           f"{R.commit_text(doc.get('git_commit', '?'))}; forward and backward at seq "
+           f"{ok[0]['seq']}, causal, TFLOP/s as the projection counts them): " + "; ".join(parts) + ".")
+    full, windowed = rate("flex", model="gpt_oss full"), rate("flex", model="gpt_oss windowed")
+    if full and windowed:
+        sunk = rate("flex", model="gpt_oss full", sinks=True), rate("flex", model="gpt_oss windowed", sinks=True)
+        out += (f" FlexAttention at GPT-OSS's heads, as NeMo AutoModel runs it: the full causal layer "
+                f"{text(full)} ({text(sunk[0])} with its sinks), the 128-token windowed layer {text(windowed)} "
+                f"({text(sunk[1])}), {windowed[0] / full[0]:.2f} of the full layer's rate, at which the projection "
+                "prices a windowed layer's FLOPs.")
+    return [out, ""]
 
 
 def _grouped_probe_lines(doc, path):
