@@ -28,6 +28,38 @@ bool sorts_rows(const ProjectSetting& set) {
   return set.framework.alltoall_sorts_rows && set.dispatcher == Dispatcher::AllToAll;
 }
 
+namespace {
+
+// How compute_of priced a micro-batch, as the projection's notes say it: the rates taken, the
+// memory-bound kernels counted.
+std::string pricing_note(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set, bool sorts, bool biases) {
+  return "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
+         attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
+         grouped_rate_note(hw) +
+         "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
+         "residuals, rotary, permutes" +
+         (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
+         ", SwiGLU's product, the loss" +
+         (biases ? ", the experts' output biases added outside the GEMMs (" +
+                       four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
+                 : "") +
+         ") at " + four_digits(hw.hbm_gb_s) + " GB/s" +
+         (set.framework.wgrad_accumulate_bytes > 0
+              ? "; each local expert's weight gradient at the longer of its product and its accumulation into the "
+                "gradient buffer (" +
+                    four_digits(set.framework.wgrad_accumulate_bytes) +
+                    " bytes a weight at the HBM rate, per micro-batch and chunk)"
+              : "") +
+         "; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers" +
+         (set.fp8 ? "; in FP8 the linears' GEMMs (dense and grouped; not the router's, the attention core's or the "
+                    "output layer's) at the preset's FP8 over bf16 ratio at their rows (" +
+                        four_digits(fp8_speedup(hw, 512)) + "x at 512 rows, " + four_digits(fp8_speedup(hw, 8192)) +
+                        "x at 8192), their inputs and outputs' gradients cast at the HBM rate (6 bytes an element)"
+                  : "");
+}
+
+}  // namespace
+
 Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,
                    const StrategyShape& s, const ProjectSetting& set, double received) {
   const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp);
@@ -137,29 +169,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
     const Launches& f = set.framework.forward;
     c.modules_launches += st.layers * f.attention + st.dense * f.dense_ffn + st.moe * f.moe;
   }
-  c.note =
-      "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
-      attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
-      grouped_rate_note(hw) +
-      "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
-      "residuals, rotary, permutes" +
-      (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
-      ", SwiGLU's product, the loss" +
-      (bias_row > 0 ? ", the experts' output biases added outside the GEMMs (" +
-                          four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
-                    : "") +
-      ") at " + four_digits(hw.hbm_gb_s) + " GB/s" +
-      (fw.wgrad_accumulate_bytes > 0
-           ? "; each local expert's weight gradient at the longer of its product and its accumulation into the "
-             "gradient buffer (" +
-                 four_digits(fw.wgrad_accumulate_bytes) + " bytes a weight at the HBM rate, per micro-batch and chunk)"
-           : "") +
-      "; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers" +
-      (set.fp8 ? "; in FP8 the linears' GEMMs (dense and grouped; not the router's, the attention core's or the "
-                 "output layer's) at the preset's FP8 over bf16 ratio at their rows (" +
-                     four_digits(fp8_speedup(hw, 512)) + "x at 512 rows, " + four_digits(fp8_speedup(hw, 8192)) +
-                     "x at 8192), their inputs and outputs' gradients cast at the HBM rate (6 bytes an element)"
-               : "");
+  c.note = pricing_note(m, hw, set, sorts, bias_row > 0);
   return c;
 }
 
