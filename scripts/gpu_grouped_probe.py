@@ -13,7 +13,10 @@ and one dense GEMM of all the rows (`dense`, the ceiling). TFLOP/s count 2 x row
 product. Beside them, `wgrad_acc`: the weight gradient added into an fp32 gradient buffer per
 expert, as Megatron's gradient-accumulation fusion keeps it (Transformer Engine accumulates into
 main_grad, cuBLAS's beta = 1): here the product and then the add, an upper bound of the fused
-kernel's time, which reads and writes 8 bytes a weight however few the rows. Prints one JSON object:
+kernel's time, which reads and writes 8 bytes a weight however few the rows; and, with the loop,
+`wgrad_fused`: the fused kernel itself, a GEMM per expert writing into the buffer (torch.addmm with
+an fp32 out_dtype, PyTorch 2.8 and later), what `memfine project` prices as the longer of the
+product and that traffic. Prints one JSON object:
 the device, PyTorch, the commit, and a row per case.
 
 usage: gpu_grouped_probe.py [--out FILE.json] [--repeats N] [--quick] [--device cpu]
@@ -98,6 +101,19 @@ def products(backend, sizes, offs):
     return fwd, dgrad, wgrad
 
 
+def fused_wgrad(sizes):
+    """The weight gradient accumulated into an fp32 buffer [experts, k, n] by each expert's GEMM
+    itself (cuBLAS's beta = 1 with an fp32 output), as Transformer Engine's GroupedLinear runs it
+    under Megatron's gradient-accumulation fusion."""
+    def run(x, dy, main_grad):
+        for e, (a, d) in enumerate(zip(x.split(sizes), dy.split(sizes))):
+            try:
+                torch.addmm(main_grad[e], a.t(), d, out_dtype=torch.float32, out=main_grad[e])
+            except TypeError as err:  # no out_dtype before PyTorch 2.8
+                raise RuntimeError(str(err)) from err
+    return run
+
+
 def case(h, F, experts, sizes, backend, dtype, device, repeats):
     """TFLOP/s of the two projections' forward, data and weight gradients, and all three."""
     timed = timer(device)
@@ -105,7 +121,7 @@ def case(h, F, experts, sizes, backend, dtype, device, repeats):
     offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32).to(device)
     out = {}
     total_ms = {"fwd": 0.0, "dgrad": 0.0, "wgrad": 0.0}
-    flops, acc_ms = 0.0, 0.0
+    flops, acc_ms, fused_ms = 0.0, 0.0, 0.0
     for k, n in ((h, 2 * F), (F, h)):
         # Drawn where they are used (the values do not matter to the time; the device's generator is
         # seeded in run()).
@@ -121,6 +137,12 @@ def case(h, F, experts, sizes, backend, dtype, device, repeats):
             parts = {"fwd": lambda: fwd(x, w), "dgrad": lambda: dgrad(dy, w), "wgrad": lambda: wgrad(x, dy)}
             main_grad = torch.zeros(experts, k, n, dtype=torch.float32, device=device)
             acc_ms += timed(lambda: main_grad.add_(wgrad(x, dy)), repeats)
+            if backend == "loop" and fused_ms is not None:
+                fused = fused_wgrad(sizes)
+                try:
+                    fused_ms += timed(lambda: fused(x, dy, main_grad), repeats)
+                except RuntimeError as err:
+                    fused_ms, out["wgrad_fused_error"] = None, str(err).splitlines()[0]
         for name, fn in parts.items():
             total_ms[name] += timed(fn, repeats)
         flops += 2.0 * rows * k * n
@@ -129,6 +151,8 @@ def case(h, F, experts, sizes, backend, dtype, device, repeats):
     out["tflops"] = 3 * flops / (sum(total_ms.values()) * 1e-3) / 1e12
     if acc_ms > 0:
         out["wgrad_acc_tflops"] = flops / (acc_ms * 1e-3) / 1e12
+    if fused_ms:
+        out["wgrad_fused_tflops"] = flops / (fused_ms * 1e-3) / 1e12
     out["ms"] = sum(total_ms.values())
     return out
 

@@ -976,6 +976,24 @@ class GroupedProbe(unittest.TestCase):
         self.assertEqual(p.split(512, 8, "even", g), [512] * 8)
         self.assertNotEqual(p.split(512, 8, "lognormal", g), [512] * 8)
 
+    def test_the_fused_weight_gradient_accumulates_each_experts_product(self):
+        """wgrad_fused: each expert's weight gradient added into its slice of the fp32 buffer by the GEMM
+        itself (torch.addmm's documented semantics stand in for cuBLAS's beta = 1 here)."""
+        import torch
+        import gpu_grouped_probe as p
+
+        def addmm(input, a, b, out_dtype=None, out=None):
+            self.assertEqual(out_dtype, torch.float32)
+            return out.copy_(input + a.float() @ b.float())
+        sizes = [3, 5, 0, 8]
+        x, dy = torch.randn(16, 6, dtype=torch.float64), torch.randn(16, 4, dtype=torch.float64)
+        main_grad = torch.zeros(4, 6, 4, dtype=torch.float64)
+        with mock.patch.object(torch, "addmm", addmm):
+            for _ in range(2):
+                p.fused_wgrad(sizes)(x, dy, main_grad)
+        _, _, wgrad = p.products("loop", sizes, None)
+        self.assertTrue(torch.allclose(main_grad, 2 * wgrad(x, dy)))
+
     def test_the_loop_is_each_experts_products(self):
         import torch
         import gpu_grouped_probe as p
@@ -1136,6 +1154,20 @@ class GroupedProbeCurve(unittest.TestCase):
     def test_the_curve_is_the_median_over_shapes_of_the_even_grouped_rows(self):
         from plots import grouped_probe
         self.assertEqual(grouped_probe.curve(self.doc()), [[256, 200.0], [512, 400.0]])
+
+    def test_report_names_the_fused_accumulation_where_measured(self):
+        from plots import gpu_report
+        doc = self.doc()
+        for r in doc["rows"]:
+            r.update(wgrad_tflops=300.0, wgrad_acc_tflops=90.0)
+        line = gpu_report._grouped_probe_lines(doc, "results/x/probes/grouped.json")[0]
+        self.assertNotIn("The fused kernel itself", line)
+        for r in doc["rows"]:
+            if r["backend"] == "loop":
+                r["wgrad_fused_tflops"] = 150.0 if r["rows_per_expert"] == 256 else 250.0
+        line = gpu_report._grouped_probe_lines(doc, "results/x/probes/grouped.json")[0]
+        self.assertIn("The fused kernel itself (each expert's GEMM writing into the buffer, as Transformer Engine "
+                      "runs it): 150-150 TFLOP/s at 256 rows, 250-250 at 512.", line)
 
     def test_figure_and_table(self):
         from plots import grouped_probe

@@ -198,7 +198,11 @@ def _grouped_probe_lines(doc, path):
             f"TFLOP/s at {lo} rows against {span(grouped, lo, 'wgrad_tflops')} for the product alone, and "
             f"{span(grouped, hi, 'wgrad_acc_tflops')} against {span(grouped, hi, 'wgrad_tflops')} at {hi}: "
             "an upper bound of the fused kernel's, whose least (the longer of the product and the buffer's read "
-            "and write at the HBM rate) the projection prices under Megatron's profile.", ""]
+            "and write at the HBM rate) the projection prices under Megatron's profile."
+            + (f" The fused kernel itself (each expert's GEMM writing into the buffer, as Transformer Engine runs "
+               f"it): {span(loop, lo, 'wgrad_fused_tflops')} TFLOP/s at {lo} rows, "
+               f"{span(loop, hi, 'wgrad_fused_tflops')} at {hi}."
+               if any(r.get("wgrad_fused_tflops") for r in loop) else ""), ""]
 
 
 def _file_label(label):
