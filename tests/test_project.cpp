@@ -1165,15 +1165,22 @@ TEST(Presets, APresetExtendsAnotherAndALoopIsRefused) {
   std::remove(file.c_str());
 }
 
-// errors.yaml beside the presets puts a range on every answer and calibrates the speed: the range
-// holds the point, a need whose range crosses the limit is borderline, the calibration is a part of
-// the step; without the file, no range.
-TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
-  const std::string dir = ::testing::TempDir() + "/errors_presets";
+// The committed model and hardware presets copied into a temporary folder of `name`, for a test to
+// put its own errors.yaml beside them.
+std::string presets_copy(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
   std::filesystem::create_directories(dir);
   for (const char* f : {"models.yaml", "hardware.yaml"})
     std::filesystem::copy_file(kExperiments + "/project/" + f, dir + "/" + f,
                                std::filesystem::copy_options::overwrite_existing);
+  return dir;
+}
+
+// errors.yaml beside the presets puts a range on every answer and calibrates the speed: the range
+// holds the point, a need whose range crosses the limit is borderline, the calibration is a part of
+// the step; without the file, no range.
+TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
+  const std::string dir = presets_copy("errors_presets");
   const std::string file = kExperiments + "/project_qwen3_30b_a3b.yaml";
   const ProjectConfig bare = load_project(file, dir);
   EXPECT_TRUE(bare.errors.file.empty());
@@ -1249,11 +1256,7 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
 // profile at the first projections; a model it never ran is said to be one; a count past the runs is
 // refused at its line.
 TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
-  const std::string dir = ::testing::TempDir() + "/seen_presets";
-  std::filesystem::create_directories(dir);
-  for (const char* f : {"models.yaml", "hardware.yaml"})
-    std::filesystem::copy_file(kExperiments + "/project/" + f, dir + "/" + f,
-                               std::filesystem::copy_options::overwrite_existing);
+  const std::string dir = presets_copy("seen_presets");
   const std::string file = kExperiments + "/project_qwen3_30b_a3b.yaml";
   const std::string head = "speed: {low: 0.5, high: 1.25}\nlayer_pass_s: 0.004\nmemory: {}\n";
   std::ofstream(dir + "/errors.yaml")

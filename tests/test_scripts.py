@@ -533,15 +533,21 @@ class Variant(unittest.TestCase):
             self.assertEqual(len(out["strategies"]), len(doc["strategies"]) - 1)
 
 
-class PeakProbe(unittest.TestCase):
-    """The GPU peak probe runs its attention block on a CPU too (where torch imports): a peak of at
-    least the saved softmax, [heads, seq, seq], and at most a handful of them."""
+class TorchCase(unittest.TestCase):
+    """A test of a GPU probe's code on this CPU: skipped where this interpreter has no torch."""
 
-    def test_cpu_peak_counts_the_score_matrices(self):
+    def setUp(self):
         try:
             import torch  # noqa: F401
         except ImportError:
             self.skipTest("no torch for this interpreter")
+
+
+class PeakProbe(TorchCase):
+    """The GPU peak probe runs its attention block on a CPU too (where torch imports): a peak of at
+    least the saved softmax, [heads, seq, seq], and at most a handful of them."""
+
+    def test_cpu_peak_counts_the_score_matrices(self):
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_peak_probe.py"), "--device", "cpu",
                             "--dtype", "float32", "--seq", "128", "--heads", "4", "--kv-heads", "2", "--head-dim", "8",
                             "--hidden", "32"], capture_output=True, text=True)
@@ -718,16 +724,10 @@ class Validation(unittest.TestCase):
         self.assertIn("2 runs, 1 over 25%", said)
 
 
-class AttentionProbe(unittest.TestCase):
+class AttentionProbe(TorchCase):
     """The GPU attention probe: GPT-OSS's sinks folded in through the log-sum-exp (as NeMo AutoModel's
     FlexAttention path does) are a softmax with one more logit a head; it counts a window's FLOPs as
     memfine project does; its dry run writes a row per backend and case, measured or saying why not."""
-
-    def setUp(self):
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            self.skipTest("no torch for this interpreter")
 
     def test_sinks_through_the_lse_are_one_more_logit(self):
         import torch
@@ -955,15 +955,9 @@ def dry_run(probe, out):
         return json.load(f)
 
 
-class GroupedProbe(unittest.TestCase):
+class GroupedProbe(TorchCase):
     """The GPU grouped GEMM probe's splits and its per-expert loop, checked against the per-expert
     products on a CPU (where torch imports); its dry run writes a case per split, backend and rows."""
-
-    def setUp(self):
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            self.skipTest("no torch for this interpreter")
 
     def test_splits_keep_every_row_in_aligned_groups(self):
         import torch
@@ -1094,16 +1088,10 @@ class GpusSideBySide(unittest.TestCase):
         self.assertIn("| memory model within 5% of the CUDA meter, `gpu_model_accuracy` | - | 1 of 1 (lowest +4.0%) |", text)
 
 
-class Fp8Probe(unittest.TestCase):
+class Fp8Probe(TorchCase):
     """The GPU FP8 probe's three GEMMs, each on operands cast in the layout its kernel takes, give the
     bf16 products (torch._scaled_mm's documented semantics stand in for it on a CPU, float16 for E4M3);
     its dry run writes a row per GEMM and says why no FP8 ran."""
-
-    def setUp(self):
-        try:
-            import torch  # noqa: F401
-        except ImportError:
-            self.skipTest("no torch for this interpreter")
 
     def test_the_fp8_gemms_are_the_bf16_ones(self):
         import torch

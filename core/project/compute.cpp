@@ -129,10 +129,10 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // gradient buffer (framework.wgrad_accumulate_bytes a weight) however few its rows: it takes the
   // longer of its product at the curve's rate and that traffic at the HBM rate. (The H200 probe's
   // wgrad_acc, the product and then the add, runs slower still: an upper bound.)
+  const double traffic =
+      st.moe * double(m.experts) / double(l.ep) * accumulate_seconds(hw, h, g, fw.wgrad_accumulate_bytes);
   auto accumulate_t = [&](double runs, double rows) {
-    if (fw.wgrad_accumulate_bytes <= 0 || hw.hbm_gb_s <= 0) return 0.0;
-    const double traffic = st.moe * double(m.experts) / double(l.ep) * runs * 3 * h * g * fw.wgrad_accumulate_bytes;
-    return std::max(0.0, traffic / hbm - expert_flops / 3 / expert_rate(rows));
+    return traffic > 0 ? std::max(0.0, runs * traffic - expert_flops / 3 / expert_rate(rows)) : 0.0;
   };
   const double accumulate = accumulate_t(moe_runs(s), expert_gemm_rows(m, l, s, received));
   Compute c;

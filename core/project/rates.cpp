@@ -61,6 +61,10 @@ double gemm_rate(const Hardware& hw, double m, double n, double k) {
   return rate * 1e12;
 }
 
+double accumulate_seconds(const Hardware& hw, double h, double g, double accumulate_bytes) {
+  return hw.hbm_gb_s > 0 ? 3 * h * g * accumulate_bytes / (hw.hbm_gb_s * 1e9) : 0;
+}
+
 ExpertKernels expert_kernels(const Hardware& hw, double rows, double h, double g, double accumulate_bytes) {
   ExpertKernels k;
   if (rows <= 0) return k;
@@ -68,7 +72,7 @@ ExpertKernels expert_kernels(const Hardware& hw, double rows, double h, double g
     const double f = 2 * rows * n * in;
     k.gemm_s += f / gemm_rate(hw, rows, n, in) + f / gemm_rate(hw, rows, in, n) + f / gemm_rate(hw, in, n, rows);
   }
-  if (hw.hbm_gb_s > 0) k.accumulate_s = 3 * h * g * accumulate_bytes / (hw.hbm_gb_s * 1e9);
+  k.accumulate_s = accumulate_seconds(hw, h, g, accumulate_bytes);
   return k;
 }
 

@@ -42,10 +42,14 @@ std::string gemm_rate_note(const Hardware& hw);
 // (multi_stream_cublas_gemm, TransformerEngine d0067d0d common/gemm/cublaslt_gemm.cu). And the
 // weight gradients' accumulation into the framework's gradient buffer (Megatron's
 // gradient_accumulation_fusion: every weight read and written, `accumulate_bytes` of them, however
-// few the rows) at the HBM rate. A kernel-level check on the grouped GEMM curve, not priced.
+// few the rows) at the HBM rate. A kernel-level check on the grouped GEMM curve, not priced (the step
+// prices the accumulation where it outlasts the product: compute.cpp).
 struct ExpertKernels {
   double gemm_s = 0, accumulate_s = 0;
 };
 ExpertKernels expert_kernels(const Hardware& hw, double rows, double h, double g, double accumulate_bytes);
+// Seconds one expert's weight gradients (3 x h x g weights) take to be read and written into a
+// gradient buffer of `accumulate_bytes` a weight both ways at the HBM rate; 0 without one.
+double accumulate_seconds(const Hardware& hw, double h, double g, double accumulate_bytes);
 
 }  // namespace memfine
