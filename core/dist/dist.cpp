@@ -318,6 +318,8 @@ void Dist::allreduce_sum(at::Tensor& t) const {
   }
 }
 
+void Dist::barrier() const { impl_->pg->barrier()->wait(); }
+
 void Dist::store_set(const std::string& key, const std::string& value) const {
   impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }

@@ -63,6 +63,9 @@ class Dist {
   // "notify": how many rows each rank will send to this one.
   std::vector<int64_t> exchange_counts(const std::vector<int64_t>& send) const;
   void allreduce_sum(at::Tensor& t) const;
+  // Returns once every rank has called it: a rank that leaves the job early waits here, so that none
+  // closes its connections while another is still making its own.
+  void barrier() const;
   // The rendezvous store, for small messages (results records to rank 0).
   void store_set(const std::string& key, const std::string& value) const;
   std::string store_get(const std::string& key) const;  // waits up to the timeout

@@ -127,20 +127,27 @@ std::unique_ptr<Job> start_job(Command command, const std::string& yaml, const R
   }
   Dist* dist = job->dist.get();
   job->writer = !dist || dist->rank() == 0;
-  if (const std::string why = ranks_problem(job->points, dist ? dist->world() : 0, job_place().launched);
-      !why.empty()) {
-    if (job->writer) std::cerr << why << "\n";  // every rank finds it; rank 0 says it
-    return nullptr;
-  }
-  if (command == Command::Train && dist)
+  // Every rank finds what the file asks that ranks cannot do; rank 0 says it, and none leaves before
+  // all have joined (a rank still connecting would fail on the closed connection instead).
+  std::string why = ranks_problem(job->points, dist ? dist->world() : 0, job_place().launched);
+  if (why.empty() && command == Command::Train && dist)
     for (const auto& p : job->points)
       if (p.config.verify) {
-        if (job->writer)
-          std::cerr << p.config.where("verify") << ": verify: training on real ranks is not verified (each rank's "
-                    << "learned routing has no one-process equivalent to hold it to); set it to false, or verify "
-                       "the same model on one process (parallel.ep: 1)\n";
-        return nullptr;
+        why = p.config.where("verify") +
+              ": verify: training on real ranks is not verified (each rank's learned routing has no one-process "
+              "equivalent to hold it to); set it to false, or verify the same model on one process (parallel.ep: 1)";
+        break;
       }
+  if (!why.empty()) {
+    if (job->writer) std::cerr << why << "\n";
+    if (dist) {
+      try {
+        dist->barrier();
+      } catch (const std::exception&) {  // a rank already gone: nothing left to wait for
+      }
+    }
+    return nullptr;
+  }
   for (auto& p : job->points) p.config.threads = resolve_threads(opt.threads >= 0 ? opt.threads : p.config.threads);
 
   // Rank 0 finds the folder, opens the records and checks them; every rank learns what it found.
