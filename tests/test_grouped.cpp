@@ -219,6 +219,9 @@ TEST(GroupedExperts, NativeGroupedGemmMatchesTheLoopOnTheGpu) {
   }
   ExperimentConfig c = tiny_config("bfloat16", "zipf", 2);
   c.device = "cuda", c.kernels = "fused";
-  expect_grouped_as_loop(c, 3e-2);
+  for (const char* wgrad : {"grouped", "per_expert"}) {
+    c.expert_wgrad = wgrad;
+    expect_grouped_as_loop(c, 3e-2);
+  }
 }
 #endif

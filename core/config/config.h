@@ -150,6 +150,10 @@ struct ExperimentConfig {
   // "grouped" (one per projection for all of them, as TEGroupedMLP: core/moe/grouped.h); grouped, a
   // MoE runs as ranges of few operators (core/moe/ranged.h) where it can.
   std::string expert_gemm = "grouped";
+  // Grouped, where the experts' weight gradients come from: "grouped" (the grouped GEMM's; LibTorch's
+  // native one makes them in a buffer of its own, then added) or "per_expert" (a GEMM per expert
+  // accumulating into .grad in place, as Transformer Engine's fused accumulation does).
+  std::string expert_wgrad = "grouped";
   int64_t threads = 0;  // 0 = all cores
   int64_t warmup = 1;
   int64_t repeats = 3;

@@ -120,6 +120,12 @@ const Section<ExperimentConfig>& top_keys() {
                  "the experts' count, and its row work in fused kernels of its own (core/moe/ranged.h); or one per "
                  "expert through the stages one by one (loop). Buffer-free experts, Megatron's weighted "
                  "arrangement, a stash, offloaded or encoded expert modules and real ranks run the loop"),
+       choice<E>("expert_wgrad", &E::expert_wgrad, {"grouped", "per_expert"},
+                 "where a MoE run as ranges (expert_gemm: grouped) takes its experts' weight gradients from: the "
+                 "grouped GEMM (grouped, the default: LibTorch's native one writes them to a buffer of its own, "
+                 "then added into .grad; elsewhere a GEMM per expert accumulates in place), or a GEMM per expert "
+                 "accumulating into .grad in place everywhere (per_expert: no buffer and no add, as Transformer "
+                 "Engine's fused weight-gradient accumulation; more launches). Differs only on a GPU in bf16"),
        integer<E>("threads", &E::threads, 0, 1024,
                   "LibTorch intra-op threads and OpenBLAS's own pool, 0 = all cores (also `--threads`); recorded in "
                   "`env.threads`"),

@@ -230,18 +230,20 @@ void range_backward(const Call& call, const RangeLayout& L, size_t c, Saved s, c
     return;
   }
   ModuleScope experts(Module::Experts);
+  // Without the groups' device offsets the weight gradients take a GEMM per expert, in place.
+  const at::Tensor wgrad_offs = mr.wgrad_per_expert ? at::Tensor() : L.offs[c];
   if (!s.act.defined()) s.act = ops::moe_swiglu(s.z);
   at::Tensor g_out = ops::moe_output_grad(gy, probs, t.peer_grads, g_peer, mr.loss_norm, L.src, L.slot, b, R);
   ops::moe_probs_grad_(gp, s.out, gy, L.src, L.slot, b, t.remote_outputs, L.remote_key, L.remote_token, L.remote_slot,
                        L.remote_begin[c], L.remote(c));
   s.out.reset();
-  ops::moe_grouped_wgrad_(g2.all, s.act, g_out, L.offs[c], L.sizes[c]);
+  ops::moe_grouped_wgrad_(g2.all, s.act, g_out, wgrad_offs, L.sizes[c]);
   s.act.reset();
   at::Tensor g_act = ops::moe_grouped_mm(g_out, w2, L.offs[c], L.sizes[c], true);
   g_out.reset();
   at::Tensor g_z = ops::moe_swiglu_backward(g_act, s.z);
   g_act.reset(), s.z.reset();
-  ops::moe_grouped_wgrad_(g1.all, s.rows, g_z, L.offs[c], L.sizes[c]);
+  ops::moe_grouped_wgrad_(g1.all, s.rows, g_z, wgrad_offs, L.sizes[c]);
   at::Tensor g_rows = ops::moe_grouped_mm(g_z, w1, L.offs[c], L.sizes[c], true);
   g_z.reset(), s.rows.reset();
   ops::moe_scatter_grad_(gx, g_rows, L.src, b);

@@ -50,6 +50,9 @@ struct MoeRouting {
   // The local experts as one grouped GEMM per projection (`expert_gemm: grouped`): the MoE runs as
   // ranges (core/moe/ranged.h) where ranged_moe says it can; else one GEMM per expert.
   bool grouped = false;
+  // Grouped, where its weight gradients go (`expert_wgrad`): from the grouped GEMM (false: LibTorch's
+  // native one makes them in a buffer, then added) or a GEMM per expert into .grad in place (true).
+  bool wgrad_per_expert = false;
   // Grouped and fused, it may run as ranges of few operators (core/moe/ranged.h); false where the
   // strategy reads the experts' modules' saved tensors (offloading them).
   bool ranged = true;

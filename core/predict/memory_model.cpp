@@ -80,8 +80,8 @@ Sizes sizes_of(const ExperimentConfig& c, const EmulatedRank& rank, const Strate
              !s.own_expert &&
              !off.has(Module::ExpertFc1) && !off.has(Module::MoeAct) && !off.has(Module::ExpertFc2);
   // LibTorch's native grouped GEMM: bf16 on a GPU from 2.8 (this build's version stands for the GPU's).
-  z.native_grouped = c.device == "cuda" && c.dtype == "bfloat16" &&
-                     (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8));
+  z.wgrad_buffer = c.device == "cuda" && c.dtype == "bfloat16" && c.expert_wgrad == "grouped" &&
+                   (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8));
   return z;
 }
 

@@ -157,7 +157,7 @@ double ranged_kept(const Sizes& z, const MoeRows& m) {
 
 double ranged_backward_extra(const Sizes& z, const MoeRows& m) {
   const double rh = z.E * ranged_rows(m) * z.h, rg = z.E * ranged_rows(m) * z.g;
-  const double w = z.native_grouped ? z.E * z.h * z.g * double(m.own.size()) : 0;  // one projection's weights
+  const double w = z.wgrad_buffer ? z.E * z.h * z.g * double(m.own.size()) : 0;  // one projection's weights
   // rows, z, act, out and the outputs' gradient; then (out gone) the down projection's weight
   // gradient and the activation's gradient (act gone); then z's beside it; then the rows' beside
   // z's (z and the activation's gone).

@@ -63,8 +63,9 @@ struct Sizes {
   // The MoE runs as ranges of few operators (core/moe/ranged.h): see moe_stored_ranged.
   bool ranged = false;
   // There, the experts' weight gradients come out of LibTorch's native grouped GEMM in a buffer of
-  // their own before they are added (a GPU in bf16 with LibTorch 2.8+); elsewhere in place.
-  bool native_grouped = false;
+  // their own before they are added (a GPU in bf16 with LibTorch 2.8+, expert_wgrad: grouped);
+  // elsewhere in place.
+  bool wgrad_buffer = false;
   double expert_g() const {
     return buffer_free ? (keep_act ? 3 : 2) : act_recomputed ? 2 : 4;
   }  // stored widths of g per row

@@ -42,6 +42,7 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
   routing.loss_norm = double(x.numel());
   routing.fused = in.config->kernels == "fused";
   routing.grouped = in.config->expert_gemm == "grouped";
+  routing.wgrad_per_expert = in.config->expert_wgrad == "per_expert";
   routing.expert = s.expert();
   // Offloading (or encoding) the experts' modules reads what autograd saves inside them, module by
   // module: those keep the stages' own graph.

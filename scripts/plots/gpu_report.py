@@ -214,7 +214,12 @@ def chunk_cost_lines(gpu_dir):
     out = []
     for before in sorted(glob.glob(os.path.join(gpu_dir, "gpu_chunk_cost.before-*"))):
         out += _chunk_cost_lines(gpu_dir, os.path.basename(before))
-    return _chunk_cost_lines(gpu_dir, "gpu_chunk_cost") + out
+    return _chunk_cost_lines(gpu_dir, "gpu_chunk_cost") + out + _chunk_cost_lines(gpu_dir, "gpu_wgrad")
+
+
+TITLES = {"gpu_chunk_cost": "Where a chunk's time goes",
+          "gpu_wgrad": "Where a chunk's weight gradients go: the grouped GEMM's buffer then an add "
+                       "(`expert_wgrad: grouped`), or a GEMM per expert adding in place (`per_expert`)"}
 
 
 def _chunk_cost_lines(gpu_dir, folder):
@@ -222,8 +227,7 @@ def _chunk_cost_lines(gpu_dir, folder):
     summary, spath = _json(gpu_dir, folder, "trace_summary.json")
     if not recs:
         return []
-    title = ("Where a chunk's time goes" if folder == "gpu_chunk_cost" else
-             f"The same, measured earlier and kept as `{folder}`")
+    title = TITLES.get(folder, f"The same, measured earlier and kept as `{folder}`")
     out = [f"{title} ({_source(recs, path)}; speed against full recomputation"
            + (f"; one more step of each under LibTorch's profiler, `{os.path.relpath(spath)}`" if summary else "")
            + "):", ""]
@@ -237,6 +241,9 @@ def _chunk_cost_lines(gpu_dir, folder):
         speed = _speed(same, r["strategy"])
         at = f" at {r['point']}" if r["point"] != "base" else ""
         cell = f"- {r['strategy']}{at}: {R.median_ms(r):.1f} ms a step" + (f", {speed:.2f}x" if speed else "")
+        if folder == "gpu_wgrad" and R.activation(r) is not None:  # the buffer is held in backward
+            cell += (f", {R.activation(r) / 2**30:.2f} GiB of activations (the model said "
+                     f"{r.get('predicted_activation_bytes', 0) / 2**30:.2f})")
         if "ops_per_step" in r:
             syncs = r["host_syncs_per_step"]
             cell += f", {r['ops_per_step']} operators and {syncs} read{'' if syncs == 1 else 's'} of the device a step"
@@ -315,28 +322,31 @@ def rate_lines(gpu_dir):
     return out
 
 
-# The side-by-side table's rows for gpu_chunk_cost, kept together at its top.
-CHUNK_ROW = "8 chunks / full recomputation, `gpu_chunk_cost`"
+# The side-by-side table's rows for gpu_chunk_cost and gpu_wgrad, kept together at its top.
+CHUNK_ROWS = "8 chunks / full recomputation, `gpu_"
 
 
 def _chunk_cells(gpu_dir):
     """{row label: cell} of 8 chunks against full recomputation per experts' path and graphs, with
     the traced step's GPU busy share where traced."""
-    recs, _ = _recs(gpu_dir, "gpu_chunk_cost")
-    summary, _ = _json(gpu_dir, "gpu_chunk_cost", "trace_summary.json")
     cells = {}
-    for point, rs in R.by_point(recs).items():
-        speed = _speed(rs, "memfine(chunks=8)")
-        if speed is None:
-            continue
-        config = R.config_of([_ok(rs, "memfine(chunks=8)")])  # older records name no graphs: none
-        gemm, graphs = config.get("expert_gemm", "loop"), config.get("graphs") or "none"
-        cell = f"{speed:.2f}x"
-        label = _file_label(point) + "." + _file_label("memfine(chunks=8)") + ".json"
-        t = next((t for t in summary or [] if t["trace"].endswith(label)), None)
-        if t:
-            cell += f" ({100 * t['gpu_busy_ms'] / t['span_ms']:.0f}% busy)"
-        cells[f"{CHUNK_ROW}, experts {gemm}, graphs {graphs}"] = cell
+    for folder in ("gpu_chunk_cost", "gpu_wgrad"):
+        recs, _ = _recs(gpu_dir, folder)
+        summary, _ = _json(gpu_dir, folder, "trace_summary.json")
+        for point, rs in R.by_point(recs).items():
+            speed = _speed(rs, "memfine(chunks=8)")
+            if speed is None:
+                continue
+            config = R.config_of([_ok(rs, "memfine(chunks=8)")])  # older records name no graphs: none
+            gemm, graphs = config.get("expert_gemm", "loop"), config.get("graphs") or "none"
+            wgrad = config.get("expert_wgrad", "grouped")
+            cell = f"{speed:.2f}x"
+            label = _file_label(point) + "." + _file_label("memfine(chunks=8)") + ".json"
+            t = next((t for t in summary or [] if t["trace"].endswith(label)), None)
+            if t:
+                cell += f" ({100 * t['gpu_busy_ms'] / t['span_ms']:.0f}% busy)"
+            row = f"8 chunks / full recomputation, `{folder}`, experts {gemm}"
+            cells[row + (f", weight gradients {wgrad}" if folder == "gpu_wgrad" else "") + f", graphs {graphs}"] = cell
     return cells
 
 
@@ -380,7 +390,7 @@ def side_by_side(gpu_dirs):
     for _, c in cols:
         rows += [k for k in c if k not in rows]
     first = {k: i for i, k in enumerate(rows)}  # the chunk-cost rows together, then as they came
-    rows.sort(key=lambda k: (not k.startswith(CHUNK_ROW), first[k]))
+    rows.sort(key=lambda k: (not k.startswith(CHUNK_ROWS), first[k]))
     head = ["measure"]
     for d, _ in cols:
         for name in ("gpu_chunk_cost", "gpu_deepseek", "gpu_model_accuracy", "gpu_budget"):
