@@ -1,5 +1,6 @@
 // The command-line contract, end to end through the built `memfine` binary.
 #include <gtest/gtest.h>
+#include <torch/version.h>
 #include <algorithm>
 
 #include <cstdio>
@@ -450,6 +451,36 @@ TEST(Cli, GraphsAreRefusedWhereAStepCannotBeReplayed) {
   EXPECT_NE(r.err.find("graphs: a captured step replays one routing"), std::string::npos) << r.err;
 }
 
+// `attention_kernel: sdpa` runs grouped-query attention through a fused kernel: refused without one
+// (LibTorch 1.x), without attention, in float64 (the unfused fallback), and beside offloading
+// attention's tensors, each at its line.
+TEST(Cli, FusedAttentionIsRefusedWhereItCannotRunAsModelled) {
+  std::string text = kTiny;
+  text.replace(text.find("seed: 2"), 7, "seed: 2\nattention_kernel: sdpa");
+  Result r = run("validate " + write("sdpa.yaml", text));
+#if TORCH_VERSION_MAJOR < 2
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(":3: attention_kernel: this build's LibTorch (1.x) has no scaled_dot_product_attention"),
+            std::string::npos)
+      << r.err;
+#else
+  EXPECT_EQ(r.code, 0) << r.err;
+#endif
+  EXPECT_EQ(run("predict " + write("sdpa_predict.yaml", text)).code, 0);  // predictions need no kernel
+  std::string none = text;
+  none.replace(none.find("model: {"), 8, "model: {attention: none, ");
+  r = run("validate " + write("sdpa_none.yaml", none));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("attention_kernel: sdpa runs grouped-query attention; model.attention is 'none'"),
+            std::string::npos)
+      << r.err;
+  std::string offloaded = text;
+  offloaded.replace(offloaded.find("strategies:\n"), 12, "strategies:\n  - {name: offload, modules: [core_attn]}\n");
+  r = run("validate " + write("sdpa_offload.yaml", offloaded));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("offloads or encodes attention's saved tensors"), std::string::npos) << r.err;
+}
+
 #ifdef MEMFINE_TORCH_CUDA
 // On a GPU every strategy that can be captured replays a graph whose loss and gradients are the
 // eager step's (graph_err within the dtype's tolerance, and verified against the reference as
@@ -591,6 +622,14 @@ TEST(Cli, EveryShippedExperimentValidates) {
                                                            {"graphs: step", "graphs: none"}};  // graphs need CUDA
       for (const auto& [from, to] : eager)
         if (const size_t g = text.find(from); g != std::string::npos) text.replace(g, from.size(), to);
+#if TORCH_VERSION_MAJOR < 2
+      // LibTorch 1.x has no fused attention kernel (its refusal is Cli.FusedAttentionIsRefused...).
+      const std::pair<std::string, std::string> unfused[] = {
+          {"attention_kernel: [eager, sdpa]", "attention_kernel: [eager]"},
+          {"attention_kernel: sdpa", "attention_kernel: eager"}};
+      for (const auto& [from, to] : unfused)
+        if (const size_t g = text.find(from); g != std::string::npos) text.replace(g, from.size(), to);
+#endif
       file = write(entry.path().filename().string(), text);
     }
 #endif

@@ -75,6 +75,35 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
   std::cout << "worst relative error: " << worst << "\n";
 }
 
+// Attention through LibTorch 2.x's fused kernel (`attention_kernel: sdpa`) keeps q, k, v, its output
+// and a float32 log-sum-exp instead of the scores: the model against the meter for the strategies
+// that run attention stored, recomputed and beside chunks, and the same loss and gradients as the
+// eager attention's. LibTorch 1.x has no such kernel (validation refuses it there).
+TEST(MemoryModel, FusedAttentionKeepsNoScores) {
+#if TORCH_VERSION_MAJOR < 2
+  GTEST_SKIP() << "LibTorch 1.x has no scaled_dot_product_attention";
+#else
+  MemoryMeter::get("cpu");
+  ExperimentConfig c = test_util::tiny_config("float32", "zipf", 4);
+  c.model.hidden = 64, c.model.ffn_hidden = 96, c.model.seq = 64, c.model.shared_experts = 1;
+  ExperimentConfig eager = c;
+  c.attention_kernel = "sdpa";
+  const EmulatedRank rank = make_emulated_rank(c, -1);
+  for (const auto& sp : {spec("no_recompute"), spec("full_recompute"), spec("moe_act_recompute"),
+                         spec("memfine", {{"chunks", "4"}}), spec("memfine", {{"chunks", "[0, 2]"}})}) {
+    const Prediction p = make_strategy(sp)->predict(c, rank);
+    const int64_t measured = test_util::step_peak(c, sp);
+    EXPECT_LT(std::abs(double(p.activation_bytes - measured) / double(measured)), 0.05)
+        << sp.label() << ": predicted " << p.activation_bytes << ", measured " << measured << " (" << p.phase << ")";
+    EXPECT_LT(make_strategy(sp)->predict(c, rank).activation_bytes,
+              make_strategy(sp)->predict(eager, rank).activation_bytes)
+        << sp.label();
+    EXPECT_LT(test_util::max_rel_diff(test_util::loss_and_grads(c, sp), test_util::loss_and_grads(eager, sp)), 1e-4)
+        << sp.label();
+  }
+#endif
+}
+
 // Dispatch and combine through the fused row kernels (`kernels: fused`, the GPU's default; their
 // host reference here): combine keeps no weighted copy of the rows it adds. With every expert
 // local (ep 1) that copy is most of what differs from ATen's path, and the model is within 2%.

@@ -154,6 +154,9 @@ struct ExperimentConfig {
   // native one makes them in a buffer of its own, then added) or "per_expert" (a GEMM per expert
   // accumulating into .grad in place, as Transformer Engine's fused accumulation does).
   std::string expert_wgrad = "grouped";
+  // How grouped-query attention runs: "eager" (the scores, the mask and the softmax as ATen tensors)
+  // or "sdpa" (LibTorch 2.x's scaled_dot_product_attention: a fused kernel that keeps no scores).
+  std::string attention_kernel = "eager";
   int64_t threads = 0;  // 0 = all cores
   int64_t warmup = 1;
   int64_t repeats = 3;

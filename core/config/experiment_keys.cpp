@@ -120,6 +120,11 @@ const Section<ExperimentConfig>& top_keys() {
                  "the experts' count, and its row work in fused kernels of its own (core/moe/ranged.h); or one per "
                  "expert through the stages one by one (loop). Buffer-free experts, Megatron's weighted "
                  "arrangement, a stash, offloaded or encoded expert modules and real ranks run the loop"),
+       choice<E>("attention_kernel", &E::attention_kernel, {"eager", "sdpa"},
+                 "how grouped-query attention runs: eager (its scores, causal mask and softmax as ATen tensors of "
+                 "[micro_batch, heads, seq, seq], the default), or sdpa (LibTorch 2.x's scaled_dot_product_attention, "
+                 "causal: FlashAttention or cuDNN's fused kernel on a GPU, which keeps no scores, as training "
+                 "frameworks run attention). Needs LibTorch 2.x and model.attention: gqa"),
        choice<E>("expert_wgrad", &E::expert_wgrad, {"grouped", "per_expert"},
                  "where a MoE run as ranges (expert_gemm: grouped) takes its experts' weight gradients from: the "
                  "grouped GEMM (grouped, the default: LibTorch's native one writes them to a buffer of its own, "

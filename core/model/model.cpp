@@ -3,7 +3,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
 
+#include <torch/version.h>
+
 #include <cmath>
+#include <stdexcept>
 
 #include "core/util/hash.h"
 #include "core/util/host_sync.h"
@@ -131,7 +134,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-6) * weight;
 }
 
-at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m) {
+at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m, bool sdpa) {
   const int64_t b = m.micro_batch, s = m.seq, H = m.heads, KV = m.kv_heads, d = m.head_dim;
   at::Tensor q, k, v, ctx;
   {
@@ -147,7 +150,16 @@ at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConf
     };
     k = kv(w.wk), v = kv(w.wv);
   }
-  {
+  if (sdpa) {
+    ModuleScope core(Module::CoreAttn);
+#if TORCH_VERSION_MAJOR >= 2
+    // Causal, scaled by 1/sqrt(d) as below; its output is [b, s, H, d] in memory, so the projection
+    // reads it without a copy.
+    ctx = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#else
+    throw std::runtime_error("attention_kernel: sdpa needs LibTorch 2.x (this build's is 1.x)");
+#endif
+  } else {
     ModuleScope core(Module::CoreAttn);
     at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(d));
     at::Tensor causal = at::ones({s, s}, x.options().dtype(at::kBool)).triu(1);

@@ -49,7 +49,9 @@ Model make_model(const ExperimentConfig& c, int64_t rank);
 
 // Stages outside the MoE. `x` holds a rank's tokens as rows: [micro_batch * seq, hidden].
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight);
-at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m);
+// `sdpa`: LibTorch 2.x's fused scaled_dot_product_attention instead of the eager scores (a
+// LibTorch without it refuses it; validation says so first).
+at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m, bool sdpa = false);
 // Moves a layer's expert weights (each [in, out], same shape, dtype and device) into one storage,
 // in order, keeping each tensor (its identity, gradient and autograd leaf) as it is; no-op where
 // they already are.

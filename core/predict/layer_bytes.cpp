@@ -9,8 +9,11 @@ Outside outside_moe(const Sizes& z, bool input_needs_grad) {
   Outside o;
   if (z.attention) {
     o.norm1 = norm(input_needs_grad);
-    // q, k, v and the attention context as contiguous copies, the softmax output, the causal mask.
-    o.attention = z.E * (4 * z.T * z.heads_dim + z.b * z.H * z.s * z.s) + z.s * z.s;
+    // q, k, v and the attention context as contiguous copies, the softmax output, the causal mask;
+    // through sdpa, q, k and v as the projections made them, its output (which the projection reads
+    // in place) and the rows' log-sum-exp in float32.
+    o.attention = z.sdpa ? z.E * 4 * z.T * z.heads_dim + 4 * z.b * z.H * z.s
+                         : z.E * (4 * z.T * z.heads_dim + z.b * z.H * z.s * z.s) + z.s * z.s;
     o.h1 = act;
   }
   o.norm2 = norm(z.attention || input_needs_grad);

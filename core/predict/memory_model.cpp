@@ -67,6 +67,7 @@ Sizes sizes_of(const ExperimentConfig& c, const EmulatedRank& rank, const Strate
   z.gs = double(m.ffn_hidden * m.shared_experts);
   z.experts = double(m.experts), z.heads_dim = double(m.heads * m.head_dim), z.b = double(m.micro_batch);
   z.H = double(m.heads), z.s = double(m.seq), z.k = double(m.topk), z.attention = m.attention == "gqa";
+  z.sdpa = c.attention_kernel == "sdpa";
   z.act_recomputed = s.experts == ExpertStorage::ActRecomputed;
   z.buffer_free = s.experts == ExpertStorage::BufferFree;
   z.keep_act = s.keep_act;
@@ -224,7 +225,13 @@ void Step::layer_backward(int64_t l, double below) {
   // waits until the scores' chain is done. On a GPU, ATen's softmax backward
   // (softmax_backward_cuda_out) first forms grad * output in a third such tensor, alive beside
   // the two (scripts/gpu_peak_probe.py names it); its CPU kernel forms none.
-  if (z_.attention) {
+  // Through sdpa: what it kept, the context's gradient and q's, k's and v's; on a GPU,
+  // FlashAttention's backward also sums q's in a float32 buffer.
+  if (z_.attention && z_.sdpa) {
+    const double hd = z_.T * z_.heads_dim;
+    consider(below + o.norm1 + o.attention + act_ + 4 * z_.E * hd + (c_.device == "cuda" ? 4 * hd : 0),
+             at + ", attention");
+  } else if (z_.attention) {
     const double scores = z_.E * z_.b * z_.H * z_.s * z_.s, context = z_.E * z_.T * z_.heads_dim;
     consider(below + o.norm1 + o.attention - context + act_ + (c_.device == "cuda" ? 3 : 2) * scores,
              at + ", attention");

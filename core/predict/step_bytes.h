@@ -44,6 +44,7 @@ struct Sizes {
   double E;  // bytes per element
   double T, h, g, gs, experts, heads_dim, b, H, s, k;
   bool attention;
+  bool sdpa = false;            // attention by scaled_dot_product_attention's fused kernel: no scores kept
   bool act_recomputed = false;  // experts keep z = [a | b], not SiLU(a) and SiLU(a) * b
   bool buffer_free = false;     // experts keep z (and SiLU(a) * b with keep_act), no rows of width h
   bool keep_act = false;

@@ -1,4 +1,7 @@
 #include "core/run/validate.h"
+
+#include <torch/version.h>
+
 #include "core/config/reader.h"
 
 #include <algorithm>
@@ -60,7 +63,14 @@ void check_strategies(ExperimentConfig& c, Problems& p, bool parsed, Warnings& w
     if (!parsed) continue;
     try {
       const StrategyInfo& info = strategy_registry().at(spec.name);
-      make_strategy(spec);  // a strategy checks how its values go together when it is made
+      const auto made = make_strategy(spec);  // a strategy checks how its values go together when it is made
+      const OffloadSpec& off = made->shape().offload;
+      if (c.attention_kernel == "sdpa" &&
+          (off.has(Module::QkvLinear) || off.has(Module::CoreAttn) || off.has(Module::AttnProj)))
+        add(p, c, path,
+            spec.label() +
+                ": offloads or encodes attention's saved tensors, which sdpa keeps otherwise than the "
+                "memory model prices them: run it with attention_kernel: eager");
       const std::string warning = info.check_point ? info.check_point(spec, c) : "";
       if (!warning.empty()) ++warned[{c.where(path) + ": " + path, spec.label() + ": " + warning}];
     } catch (const std::exception& e) {
@@ -121,6 +131,21 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
         add(p, c, "graphs", "a captured step replays one routing: the workload must route every step alike (no "
                             "schedule, not the router's own)");
       if (c.train.enabled) add(p, c, "graphs", "memfine train runs its steps eagerly");
+    }
+    if (c.attention_kernel == "sdpa") {
+      if (c.model.attention != "gqa")
+        add(p, c, "attention_kernel",
+            "sdpa runs grouped-query attention; model.attention is '" + c.model.attention + "'");
+      if (c.dtype == "float64")
+        add(p, c, "attention_kernel",
+            "sdpa's fused kernels take float32 and bfloat16 (float64 would run its unfused "
+            "fallback, whose memory the model does not price)");
+#if TORCH_VERSION_MAJOR < 2
+      if (runnable_here)
+        add(p, c, "attention_kernel",
+            "this build's LibTorch (1.x) has no scaled_dot_product_attention: build against "
+            "LibTorch 2.x (scripts/gpu-build on a GPU, scripts/check-libtorch2 here)");
+#endif
     }
     if (c.kernels == "auto")
       c.kernels = c.device == "cuda" && (fused_kernels_available(c.device) || !runnable_here) ? "fused" : "aten";

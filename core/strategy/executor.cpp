@@ -22,7 +22,7 @@ LayerOutput layer_forward(const at::Tensor& x, const LayerInput& in, Strategy& s
       ModuleScope norm(Module::AttnNorm);
       xn1 = rms_norm(x, w.norm1);
     }
-    h = x + attention(xn1, w, m);
+    h = x + attention(xn1, w, m, in.config->attention_kernel == "sdpa");
   }
   at::Tensor xn;
   {

@@ -305,9 +305,10 @@ def model_lines(gpu_dir):
 
 
 def rate_lines(gpu_dir):
-    """Model TFLOP/s per strategy: at MoEBlaze's benchmark scale and at DeepSeek-V3's MoE shape."""
+    """Model TFLOP/s per strategy: at MoEBlaze's benchmark scale and at DeepSeek-V3's MoE shape (its
+    attention eager, and fused: gpu_sdpa)."""
     out = []
-    for experiment in ("gpu_baselines", "gpu_deepseek"):
+    for experiment in ("gpu_baselines", "gpu_deepseek", "gpu_sdpa"):
         recs, path = _recs(gpu_dir, experiment)
         name, peak = bf16_peak(recs) if recs else (None, None)
         if not peak:
@@ -353,15 +354,17 @@ def _chunk_cells(gpu_dir):
 def _gpu_cells(gpu_dir):
     """{row label: cell} of one GPU folder's headline measures, each from its records."""
     cells = _chunk_cells(gpu_dir)
-    ds, _ = _recs(gpu_dir, "gpu_deepseek")
-    for s, what in (("memfine(chunks=8)", "8 chunks"), ("memfine(chunks=auto)", "MACT")):
-        x = _speed(ds, s)
-        if x is not None:
-            cells[f"{what} / full recomputation, `gpu_deepseek` (DeepSeek-V3's MoE shape)"] = f"{x:.2f}x"
-    name, peak = bf16_peak(ds) if ds else (None, None)
-    nr = _ok(ds, "no_recompute")
-    if peak and nr and nr.get("tflops"):
-        cells["no_recompute's share of the bf16 peak, `gpu_deepseek`"] = f"{100 * nr['tflops'] / peak:.0f}%"
+    for experiment, shape in (("gpu_deepseek", "DeepSeek-V3's MoE shape"),
+                              ("gpu_sdpa", "the same, attention fused")):
+        ds, _ = _recs(gpu_dir, experiment)
+        for s, what in (("memfine(chunks=8)", "8 chunks"), ("memfine(chunks=auto)", "MACT")):
+            x = _speed(ds, s)
+            if x is not None:
+                cells[f"{what} / full recomputation, `{experiment}` ({shape})"] = f"{x:.2f}x"
+        name, peak = bf16_peak(ds) if ds else (None, None)
+        nr = _ok(ds, "no_recompute")
+        if peak and nr and nr.get("tflops"):
+            cells[f"no_recompute's share of the bf16 peak, `{experiment}`"] = f"{100 * nr['tflops'] / peak:.0f}%"
     budget, _ = _recs(gpu_dir, "gpu_budget")
     mact = next((r for r in budget if r["strategy"] == "memfine(chunks=auto)"), None)
     if mact:
