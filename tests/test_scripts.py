@@ -1089,13 +1089,17 @@ class GpusSideBySide(unittest.TestCase):
                         wgrad += [record(point, "full_recompute", ms=10, env=env, config=config),
                                   record(point, "memfine(chunks=8)", ms=ms8, act=act, env=env, config=config)]
                     write(d, "gpu_wgrad", wgrad)
-                    write(d, "gpu_sdpa", [record("base", "full_recompute", ms=8, env=env),
-                                          record("base", "memfine(chunks=8)", ms=10, env=env)])
+                    fused = dict(CONFIG, attention_kernel="sdpa")
+                    write(d, "gpu_sdpa", [record("base", "full_recompute", ms=8, env=env, config=fused),
+                                          record("base", "memfine(chunks=8)", ms=10, env=env, config=fused)])
                     wgrad_text = "\n".join(gpu_report.chunk_cost_lines(d))
                 dirs.append(d)
             text = "\n".join(gpu_report.side_by_side(dirs))
             self.assertEqual(gpu_report.side_by_side(dirs[:1]), [])
         self.assertIn("| 8 chunks / full recomputation, `gpu_sdpa` (the same, attention fused) | - | 0.80x |", text)
+        # how attention ran, counted over every record that has it: all but gpu_sdpa's eagerly
+        self.assertIn("Attention ran eagerly in 9 of the 11 records with attention", text)
+        self.assertNotIn("(`gpu_sdpa` runs it fused)", text)
         for way, cell in (("grouped", "0.83x"), ("per_expert", "0.95x")):
             self.assertIn(f"| 8 chunks / full recomputation, `gpu_wgrad`, experts grouped, weight gradients {way}, "
                           f"graphs step | - | {cell} |", text)

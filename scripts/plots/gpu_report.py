@@ -403,8 +403,27 @@ def side_by_side(gpu_dirs):
                 break
     return (["## The GPUs side by side", "",
              "Each cell from that GPU's records (its section below names the commit); speeds are full "
-             "recomputation's step time over the strategy's at the same point, the same way run.", ""]
+             "recomputation's step time over the strategy's at the same point, the same way run. "
+             + attention_note([d for d, _ in cols]), ""]
             + tables.markdown(head, [[k] + [c.get(k, "-") for _, c in cols] for k in rows]) + [""])
+
+
+def attention_note(gpu_dirs):
+    """How the records' attention ran: eagerly, its [heads, seq, seq] tensors alike in every strategy's
+    step and peak, or through the fused kernel (`attention_kernel: sdpa`)."""
+    eager = fused = 0
+    for d in gpu_dirs:
+        for path in glob.glob(os.path.join(d, "*", "results.jsonl")):
+            for r in R.load(path):
+                if r.get("config", {}).get("model", {}).get("attention", "gqa") != "gqa":
+                    continue
+                fused += r.get("config", {}).get("attention_kernel") == "sdpa"
+                eager += r.get("config", {}).get("attention_kernel", "eager") == "eager"
+    if not eager:
+        return ""
+    return (f"Attention ran eagerly in {eager} of the {eager + fused} records with attention: its scores, mask and "
+            "softmax as [heads, seq, seq] tensors add the same time to every strategy's step and, at long sequences, "
+            "set the peaks, which training frameworks' fused kernels do not" + (" (`gpu_sdpa` runs it fused)." if not fused else "."))
 
 
 def lines(cpu_results):
