@@ -324,7 +324,7 @@ def rate_lines(gpu_dir):
 
 
 # The side-by-side table's rows for gpu_chunk_cost and gpu_wgrad, kept together at its top.
-CHUNK_ROWS = "8 chunks / full recomputation, `gpu_"
+CHUNK_ROWS = ("8 chunks / full recomputation, `gpu_chunk_cost`", "8 chunks / full recomputation, `gpu_wgrad`")
 
 
 def _chunk_cells(gpu_dir):
@@ -393,7 +393,7 @@ def side_by_side(gpu_dirs):
     for _, c in cols:
         rows += [k for k in c if k not in rows]
     first = {k: i for i, k in enumerate(rows)}  # the chunk-cost rows together, then as they came
-    rows.sort(key=lambda k: (not k.startswith(CHUNK_ROWS), first[k]))
+    rows.sort(key=lambda k: (next((i for i, p in enumerate(CHUNK_ROWS) if k.startswith(p)), len(CHUNK_ROWS)), first[k]))
     head = ["measure"]
     for d, _ in cols:
         for name in ("gpu_chunk_cost", "gpu_deepseek", "gpu_model_accuracy", "gpu_budget"):
