@@ -283,6 +283,22 @@ def offload_lines(gpu_dir):
     return out + [""]
 
 
+def fused_model_lines(gpu_dir):
+    """The memory model against the CUDA meter where attention ran fused (`attention_kernel: sdpa`), whose
+    backward rule no other record checks: each strategy's error, from gpu_sdpa's and gpu_wgrad's records."""
+    out = []
+    for experiment in ("gpu_sdpa", "gpu_wgrad"):
+        recs, path = _recs(gpu_dir, experiment)
+        cells = [f"{r['strategy']}" + (f" at {r['point']}" if r["point"] != "base" else "")
+                 + f" {100 * R.model_error(r):+.1f}%" for r in recs
+                 if r["status"] == "ok" and r.get("config", {}).get("attention_kernel") == "sdpa"
+                 and R.activation(r) and r.get("predicted_activation_bytes")]
+        if cells:
+            out += [f"The memory model against the CUDA meter with attention fused (`{experiment}`, "
+                    f"{_source(recs, path)}): " + ", ".join(cells) + ".", ""]
+    return out
+
+
 def _model_errors(gpu_dir):
     """gpu_model_accuracy's records and the model's error in % at each point both measured and predicted."""
     recs, path = _recs(gpu_dir, "gpu_model_accuracy")
@@ -433,7 +449,8 @@ def lines(cpu_results):
     out = side_by_side(gpu_dirs)
     for gpu_dir in gpu_dirs:
         body = (grouped_lines(gpu_dir) + chunk_cost_lines(gpu_dir) + probe_lines(gpu_dir) + peak_lines(gpu_dir)
-                + budget_lines(gpu_dir) + model_lines(gpu_dir) + offload_lines(gpu_dir) + rate_lines(gpu_dir))
+                + budget_lines(gpu_dir) + model_lines(gpu_dir) + fused_model_lines(gpu_dir) + offload_lines(gpu_dir)
+                + rate_lines(gpu_dir))
         if body:
             out += [f"## On a GPU: `{os.path.relpath(gpu_dir)}`", "", *body]
     return out
