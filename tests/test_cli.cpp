@@ -1,6 +1,5 @@
 // The command-line contract, end to end through the built `memfine` binary.
 #include <gtest/gtest.h>
-#include <torch/version.h>
 #include <algorithm>
 
 #include <cstdio>
@@ -11,9 +10,10 @@
 #include <sstream>
 
 #include "cli_testing.h"
-#include "megatron_trace.h"
+#include "core/model/model.h"
 #include "core/record/committed_run.h"
 #include "core/record/results.h"
+#include "megatron_trace.h"
 
 namespace fs = std::filesystem;
 using memfine::json;
@@ -458,14 +458,14 @@ TEST(Cli, FusedAttentionIsRefusedWhereItCannotRunAsModelled) {
   std::string text = kTiny;
   text.replace(text.find("seed: 2"), 7, "seed: 2\nattention_kernel: sdpa");
   Result r = run("validate " + write("sdpa.yaml", text));
-#if TORCH_VERSION_MAJOR < 2
-  EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.err.find(":3: attention_kernel: this build's LibTorch (1.x) has no scaled_dot_product_attention"),
-            std::string::npos)
-      << r.err;
-#else
-  EXPECT_EQ(r.code, 0) << r.err;
-#endif
+  if (!memfine::fused_attention_available()) {
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find(":3: attention_kernel: this build's LibTorch (1.x) has no scaled_dot_product_attention"),
+              std::string::npos)
+        << r.err;
+  } else {
+    EXPECT_EQ(r.code, 0) << r.err;
+  }
   EXPECT_EQ(run("predict " + write("sdpa_predict.yaml", text)).code, 0);  // predictions need no kernel
   std::string none = text;
   none.replace(none.find("model: {"), 8, "model: {attention: none, ");
@@ -622,14 +622,13 @@ TEST(Cli, EveryShippedExperimentValidates) {
                                                            {"graphs: step", "graphs: none"}};  // graphs need CUDA
       for (const auto& [from, to] : eager)
         if (const size_t g = text.find(from); g != std::string::npos) text.replace(g, from.size(), to);
-#if TORCH_VERSION_MAJOR < 2
       // LibTorch 1.x has no fused attention kernel (its refusal is Cli.FusedAttentionIsRefused...).
       const std::pair<std::string, std::string> unfused[] = {
           {"attention_kernel: [eager, sdpa]", "attention_kernel: [eager]"},
           {"attention_kernel: sdpa", "attention_kernel: eager"}};
       for (const auto& [from, to] : unfused)
-        if (const size_t g = text.find(from); g != std::string::npos) text.replace(g, from.size(), to);
-#endif
+        if (const size_t g = text.find(from); !memfine::fused_attention_available() && g != std::string::npos)
+          text.replace(g, from.size(), to);
       file = write(entry.path().filename().string(), text);
     }
 #endif

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "core/meter/memory_meter.h"
+#include "core/model/model.h"
 #include "core/predict/cost_model.h"
 #include "core/predict/memory_model.h"
 #include "core/predict/paper_model.h"
@@ -81,9 +82,7 @@ TEST(MemoryModel, PredictsTheMeasuredPeakWithin5Percent) {
 // that run attention stored, recomputed and beside chunks, and the same loss and gradients as the
 // eager attention's. LibTorch 1.x has no such kernel (validation refuses it there).
 TEST(MemoryModel, FusedAttentionKeepsNoScores) {
-#if TORCH_VERSION_MAJOR < 2
-  GTEST_SKIP() << "LibTorch 1.x has no scaled_dot_product_attention";
-#else
+  if (!fused_attention_available()) GTEST_SKIP() << "LibTorch 1.x has no scaled_dot_product_attention";
   MemoryMeter::get("cpu");
   ExperimentConfig c = test_util::tiny_config("float32", "zipf", 4);
   c.model.hidden = 64, c.model.ffn_hidden = 96, c.model.seq = 64, c.model.shared_experts = 1;
@@ -104,7 +103,6 @@ TEST(MemoryModel, FusedAttentionKeepsNoScores) {
     EXPECT_LT(test_util::max_rel_diff(test_util::loss_and_grads(c, sp), test_util::loss_and_grads(eager, sp)), 1e-4)
         << sp.label();
   }
-#endif
 }
 
 // Dispatch and combine through the fused row kernels (`kernels: fused`, the GPU's default; their

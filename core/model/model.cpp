@@ -134,6 +134,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) {
   return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + 1e-6) * weight;
 }
 
+bool fused_attention_available() { return TORCH_VERSION_MAJOR >= 2; }
+
 at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m, bool sdpa) {
   const int64_t b = m.micro_batch, s = m.seq, H = m.heads, KV = m.kv_heads, d = m.head_dim;
   at::Tensor q, k, v, ctx;

@@ -52,6 +52,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight);
 // `sdpa`: LibTorch 2.x's fused scaled_dot_product_attention instead of the eager scores (a
 // LibTorch without it refuses it; validation says so first).
 at::Tensor attention(const at::Tensor& x, const LayerWeights& w, const ModelConfig& m, bool sdpa = false);
+// Whether this build's LibTorch has that kernel (2.x).
+bool fused_attention_available();
 // Moves a layer's expert weights (each [in, out], same shape, dtype and device) into one storage,
 // in order, keeping each tensor (its identity, gradient and autograd leaf) as it is; no-op where
 // they already are.

@@ -44,6 +44,8 @@ struct Compute {
   // What the framework's --recompute-modules run again for backward (none where the shape
   // recomputes the layer whole), and the kernels the host launches for it.
   double modules_again = 0, modules_launches = 0;
+  // One forward of it: a third of the passes (forward, and backward's two), less the accumulation.
+  double forward() const { return (total - accumulate) / 3; }
   // How it was priced, as the projection's notes say it: the rates taken, the memory-bound kernels
   // counted.
   std::string note;

@@ -122,7 +122,7 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
   // skip_dead: the replay skips the experts' second GEMM (a third of their forward FLOPs: h x 2g in,
   // g x h out) and the combine's all-to-all.
   const double dead = s.skip_dead && replays_moe(s) ? c.experts / 9 + a2a / 4 : 0;
-  if (s.recompute_layer) return (c.total - c.accumulate) / 3 + a2a / 2 - dead;
+  if (s.recompute_layer) return c.forward() + a2a / 2 - dead;
   if (s.moe != MoeMode::Stored) return c.experts / 3 + a2a / 2 - dead;
   if (s.experts == ExpertStorage::ActRecomputed || (s.experts == ExpertStorage::BufferFree && !s.keep_act))
     return c.act_hbm;
@@ -213,7 +213,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   }
   if (s.offload.to_host && s.offload.any()) {
     const double off_layer = mem.host_bytes / std::max(1.0, mem.layers_in_flight);
-    const double layer_fwd = (c.total - c.accumulate) / 3 / std::max(1.0, st.layers);
+    const double layer_fwd = c.forward() / std::max(1.0, st.layers);
     t.wait += st.layers * std::max({0.0, off_layer / (hw.device_to_host_gb_s * 1e9) - layer_fwd,
                                     off_layer / (hw.host_to_device_gb_s * 1e9) - 2 * layer_fwd});
   }

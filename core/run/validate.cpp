@@ -1,7 +1,5 @@
 #include "core/run/validate.h"
 
-#include <torch/version.h>
-
 #include "core/config/reader.h"
 
 #include <algorithm>
@@ -140,12 +138,10 @@ std::vector<SweepPoint> load_and_validate(const std::string& path, std::vector<s
         add(p, c, "attention_kernel",
             "sdpa's fused kernels take float32 and bfloat16 (float64 would run its unfused "
             "fallback, whose memory the model does not price)");
-#if TORCH_VERSION_MAJOR < 2
-      if (runnable_here)
+      if (runnable_here && !fused_attention_available())
         add(p, c, "attention_kernel",
             "this build's LibTorch (1.x) has no scaled_dot_product_attention: build against "
             "LibTorch 2.x (scripts/gpu-build on a GPU, scripts/check-libtorch2 here)");
-#endif
     }
     if (c.kernels == "auto")
       c.kernels = c.device == "cuda" && (fused_kernels_available(c.device) || !runnable_here) ? "fused" : "aten";

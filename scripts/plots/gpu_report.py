@@ -425,8 +425,8 @@ def side_by_side(gpu_dirs):
 
 
 def attention_note(gpu_dirs):
-    """How the records' attention ran: eagerly, its [heads, seq, seq] tensors alike in every strategy's
-    step and peak, or through the fused kernel (`attention_kernel: sdpa`)."""
+    """How the records' attention ran: eagerly, its [heads, seq, seq] tensors in every strategy's step
+    and peak, or through the fused kernel (`attention_kernel: sdpa`)."""
     eager = fused = 0
     for d in gpu_dirs:
         for path in glob.glob(os.path.join(d, "*", "results.jsonl")):
@@ -438,8 +438,9 @@ def attention_note(gpu_dirs):
     if not eager:
         return ""
     return (f"Attention ran eagerly in {eager} of the {eager + fused} records with attention: its scores, mask and "
-            "softmax as [heads, seq, seq] tensors add the same time to every strategy's step and, at long sequences, "
-            "set the peaks, which training frameworks' fused kernels do not" + (" (`gpu_sdpa` runs it fused)." if not fused else "."))
+            "softmax as [heads, seq, seq] tensors add time to every strategy's step (twice where attention is "
+            "recomputed) and, at long sequences, set the peaks, which training frameworks' fused kernels do not"
+            + (" (`gpu_sdpa` runs it fused)." if not fused else "."))
 
 
 def lines(cpu_results):
