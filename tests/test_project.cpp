@@ -922,8 +922,8 @@ TEST(Project, ConsecutiveExpertsReachTheFewestGpusAndNodes) {
   std::remove(file.c_str());
 }
 
-// Experts are not split by TP (expert TP 1, as the memory side keeps them), so an EP group is `ep`
-// neighbouring ranks: EP 8 under TP 4 stays on one node's NVLink, where EP 16 crosses the network.
+// With expert TP 1 (Megatron's parallel folding) an EP group is `ep` neighbouring ranks, whatever
+// attention's TP: EP 8 under TP 4 stays on one node's NVLink, where EP 16 crosses the network.
 TEST(Project, AnExpertGroupOfOneNodesRanksStaysOnNvlinkWhateverTp) {
   ModelConfig m = plain();
   m.topk = 8, m.experts = 64;
@@ -938,6 +938,66 @@ TEST(Project, AnExpertGroupOfOneNodesRanksStaysOnNvlinkWhateverTp) {
   l.ep = 16, l.dp = 4, l.tp = 2, l.global_batch = 4;  // 32 GPUs: an EP group on 2 nodes, half its rows cross the network
   const double across = (tokens_gpu * 2) * 8 * 1024 * 2.0 / 2 / 10e9;
   EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 4 * 16 * across, 1e-12);
+}
+
+// Expert TP (Megatron's --expert-tensor-parallel-size): each GPU of an ETP group keeps 1/etp of
+// its experts' weights, sharded over etp times fewer expert-data-parallel ranks, and runs the rows
+// its group gathers (twice the rows at half the FFN: the same FLOPs), each row keeping h at the
+// gathered rows and the FFN's widths at its share; the gather and the reduce-scatter are NVLink
+// time beside the all-to-all, and an EP group of EP x ETP neighbours crosses nodes where that does.
+// Layouts it cannot run, and a framework that does not split its experts, are refused.
+TEST(Project, ExpertTpSplitsEachExpertAndGathersItsRows) {
+  const ModelConfig m = plain();    // 16 layers, 16 experts of FFN 512, top 2, seq 1024, h 1024
+  const Hardware hw = plain_gpu();  // flat rates, NVLink 100 GB/s, the network 10, 8 GPUs a node
+  Layout one;
+  one.tp = 2, one.ep = 4, one.dp = 4, one.global_batch = 4;  // 8 GPUs, one micro-batch a step
+  Layout two = one;
+  two.etp = 2;
+  EXPECT_EQ(two.text(), "TP2 PP1 EP4 ETP2 DP4 CP1 mb1");
+  const ProjectSetting set{};  // megatron_te
+  const Estimate a = estimate(m, hw, one, *strategy("no_recompute"), set);
+  const Estimate b = estimate(m, hw, two, *strategy("no_recompute"), set);
+  EXPECT_DOUBLE_EQ(b.expert_rows, 2 * a.expert_rows);
+  EXPECT_NEAR(b.compute, a.compute, 1e-12 * a.compute);
+  const double h = 1024, F = 512, rows = 1024.0 / 2 * 2;  // a GPU's tokens (seq / TP) x top 2
+  EXPECT_NEAR(b.all_to_all - a.all_to_all, 4 * 16 * (2 * rows * h * 2 / 2 / 100e9), 1e-12);
+  // Weights: 4 local experts of 3 h F, bf16 and fp32 gradients whole (6 bytes), master weights and
+  // moments (12) over the expert-DP ranks: 2 at ETP 1, 1 at ETP 2.
+  const double experts = 16 * 4 * 3 * h * F;
+  EXPECT_NEAR((a.static_gb - b.static_gb) * 1e9, experts * (6 + 12.0 / 2) - experts / 2 * (6 + 12), 1e-3);
+  // A kept row: fc1's input (h), z (2F) and fc2's input (F) in bf16, 8 bytes of probability and place.
+  EXPECT_NEAR((b.activation_gb - a.activation_gb) * 1e9,
+              16 * (2 * rows * (2 * (h + 3 * F / 2) + 8) - rows * (2 * (h + 3 * F) + 8)), 1e-3);
+  // EP 8 x ETP 2 spans two nodes: the all-to-all crosses the network.
+  Layout wide;
+  wide.tp = 2, wide.ep = 8, wide.etp = 2, wide.dp = 8, wide.global_batch = 8;  // 16 GPUs
+  const double across = rows * h * 2 / 2 / 10e9 + 2 * rows * h * 2 / 2 / 100e9;
+  EXPECT_NEAR(estimate(m, hw, wide, *strategy("no_recompute"), set).all_to_all, 4 * 16 * across, 1e-12);
+
+  Layout bad = two;
+  bad.etp = 16, bad.dp = 64;
+  EXPECT_EQ(layout_problem(m, hw, bad), "ETP spans nodes");
+  bad.etp = 3;
+  EXPECT_EQ(layout_problem(m, hw, bad), "ETP does not divide the experts' FFN");
+  bad = two, bad.dp = 2;
+  EXPECT_EQ(layout_problem(m, hw, bad), "EP x ETP does not divide DP x CP x TP");
+  EXPECT_EQ(layout_problem(m, hw, two), "");
+
+  const std::string file = ::testing::TempDir() + "/etp_project.yaml";
+  const std::string head = "model: qwen3_30b_a3b\nhardware: h100_80gb\ngpus: 16\nglobal_batch: 16\n";
+  std::ofstream(file) << head << "framework: fsdp_te\nsearch: {tp: [2], ep: [4], etp: [1, 2]}\n";
+  try {
+    load_project(file, kExperiments + "/project");
+    ADD_FAILURE() << "accepted expert TP under fsdp_te";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("etp_project.yaml:6: search.etp: expert TP above 1 is priced for "
+                                         "megatron_te alone"),
+              std::string::npos)
+        << e.what();
+  }
+  std::ofstream(file) << head << "search: {tp: [2], ep: [4], etp: [1, 2]}\n";
+  EXPECT_EQ(load_project(file, kExperiments + "/project").search.etp, (std::vector<int64_t>{1, 2}));
+  std::remove(file.c_str());
 }
 
 // Every case of the validation set (experiments/project/validation/) projects each strategy it

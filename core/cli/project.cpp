@@ -33,7 +33,7 @@ Command project_command() {
           "will it fit, how fast, how much survives failures: layouts x strategies at cluster scale",
           R"(Projects a whole model (a preset of experiments/project/models.yaml or its keys) on a cluster (a
 hardware preset and a GPU count) for every layout of the file's search space (TP, PP with its
-virtual stages, EP, DP, CP, micro-batch) x registered strategy (each from its shape: what it keeps,
+virtual stages, EP with expert TP, DP, CP, micro-batch) x registered strategy (each from its shape: what it keeps,
 recomputes, chunks, offloads or drops; MACT's chunks chosen by what fits), under the file's routing
 imbalance: the hottest GPU's memory and whether it fits, the step time in parts (compute,
 recomputation, exposed communication, pipeline bubble), tokens per second per GPU beside the

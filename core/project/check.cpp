@@ -61,6 +61,15 @@ void check_framework(const ProjectConfig& c, Problems& p) {
              "fp8 needs the hardware preset's fp8_gemm_speedup_curve (FP8 over bf16 GEMM rates measured at the same "
              "shapes); " +
                  c.hardware.name + " has none");
+  // Expert TP is priced in Megatron-Core's terms (its dispatcher's gather over the ETP group).
+  if (c.framework.name != Framework::MegatronTe)
+    for (int64_t etp : c.search.etp)
+      if (etp > 1) {
+        p.add_at(c.where("search.etp"), "search.etp",
+                 "expert TP above 1 is priced for megatron_te alone (its --expert-tensor-parallel-size); " +
+                     name_of(c.framework.name) + " keeps each expert whole on a GPU");
+        break;
+      }
   if (f.ep_overlap_hidden >= 0 && !f.ep_overlap)
     p.add_at(c.where("framework.ep_overlap_hidden"), "framework.ep_overlap_hidden",
              "says how much of the all-to-all hides with `ep_overlap: true`, which is not set: it would do nothing");

@@ -62,7 +62,10 @@ std::string pricing_note(const ModelConfig& m, const Hardware& hw, const Project
 
 Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, const Stage& st,
                    const StrategyShape& s, const ProjectSetting& set, double received) {
-  const double h = double(m.hidden), g = double(m.ffn_hidden), tp = double(l.tp);
+  const double h = double(m.hidden), tp = double(l.tp);
+  // The routed experts as this GPU runs them: under expert TP its share of each FFN over the rows
+  // its ETP group gathers (layout.h).
+  const double g = double(expert_share(m, l).ffn_hidden), rows = expert_rows_on_gpu(l, received);
   const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp);
   const LayerFlops lf = layer_flops(m);
   // The dense GEMMs at their shapes: each a micro-batch's tokens on the CP rank as rows (sequence
@@ -88,14 +91,15 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
                          st.moe * (gemms_t(lg.shared) + gemms_t(lg.router, false, false)) +
                          st.heads * gemms_t(lg.lm_head, false, false) + st.mtp * gemms_t(lg.mtp_proj);
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
-  const double expert_flops = 3 * st.moe * expert_forward_flops(received, h, g);
-  const double rows_per_expert = received / (double(m.experts) / double(l.ep));
+  const double expert_flops = 3 * st.moe * expert_forward_flops(rows, h, g);
+  const double rows_per_expert = rows / (double(m.experts) / double(l.ep));
   const double core_t = core_flops / attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
   auto expert_rate = [&](double rows) { return grouped_rate(hw, rows) * fp8_speedup(hw, rows, set.fp8); };
   const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
-  const LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
+  LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
+  mb.routed_row = memory_bound_bytes(expert_share(m, l), set.element_bytes).routed_row;
   // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
   const bool sorts = sorts_rows(set) && m.experts > l.ep;
   // And where the framework runs the routing's glue eager, what its ops move beyond the fused path.
@@ -123,7 +127,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
                                            st.moe * cast_width(lg.shared) + st.mtp * cast_width(lg.mtp_proj))
                                 : 0;
   const double cast_row = set.fp8 ? kCast * (2 * h + 3 * g) : 0;
-  const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row + cast_row) * received / hbm : 0;
+  const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row + cast_row) * rows / hbm : 0;
   const double memory_t = hw.hbm_gb_s > 0 ? (3 * token_bytes + cast_token) * tokens / tp / hbm + routed_t : 0;
   // Each local expert's weight-gradient GEMM, per micro-batch and per chunk, reads and writes its
   // gradient buffer (framework.wgrad_accumulate_bytes a weight) however few its rows: it takes the
@@ -141,7 +145,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   c.dense = dense_t;
   c.chunk = expert_t - expert_flops / expert_rate(rows_per_expert) + accumulate - accumulate_t(1, rows_per_expert);
   c.experts = expert_t + routed_t;
-  if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * received * set.element_bytes * 3 * g / hbm;
+  if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * rows * set.element_bytes * 3 * g / hbm;
   // What the framework's --recompute-modules run again for backward (core/project/profile_megatron.cpp
   // says what each lets go), and their launches: each unfused norm's forward, which reads and
   // writes h a token; MLA's up-projections' GEMMs (its fused RoPE, two kernels, not priced); the
@@ -174,7 +178,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 }
 
 double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received) {
-  return received / (double(m.experts) / double(l.ep)) / moe_runs(s);
+  return expert_rows_on_gpu(l, received) / (double(m.experts) / double(l.ep)) / moe_runs(s);
 }
 
 }  // namespace memfine

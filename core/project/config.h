@@ -124,8 +124,8 @@ struct ModelPreset {
 constexpr int64_t kMostProjectEstimates = 100000;
 
 struct SearchSpace {
-  std::vector<int64_t> tp = {1, 2, 4, 8}, pp = {1, 2, 4, 8, 16}, ep = {1, 8, 16, 32, 64}, cp = {1}, micro_batch = {1},
-                       vpp = {1}, grad_accumulation = {1};
+  std::vector<int64_t> tp = {1, 2, 4, 8}, pp = {1, 2, 4, 8, 16}, ep = {1, 8, 16, 32, 64}, etp = {1}, cp = {1},
+                       micro_batch = {1}, vpp = {1}, grad_accumulation = {1};
 };
 
 // The training framework a run uses (core/project/framework.h): what its layers keep for backward

@@ -100,7 +100,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   const double fp8 = fp8_speedup(hw, e.expert_rows, set.fp8);
   e.expert_tflops = grouped_rate(hw, e.expert_rows) * fp8 / 1e12;
   if (!hw.gemm_table.empty()) {
-    const double h = double(m.hidden), g = double(m.ffn_hidden);
+    const double h = double(m.hidden), g = double(expert_share(m, l).ffn_hidden);
     // Beside the accumulation into the gradient buffer (framework.wgrad_accumulate_bytes), added.
     const double acc = set.framework.wgrad_accumulate_bytes;
     ExpertKernels k = expert_kernels(hw, e.expert_rows, h, g, acc);

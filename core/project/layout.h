@@ -12,10 +12,17 @@
 namespace memfine {
 
 // Why a layout cannot run the model on the hardware ("" when it can): TP within a node and dividing
-// the heads, EP dividing the experts and DP x CP x TP, PP x VPP at most the layers, the batch and
+// the heads, EP dividing the experts, ETP within a node and dividing the experts' FFN, EP x ETP
+// dividing DP x CP x TP, PP x VPP at most the layers, the batch and
 // the sequence divided, the file's pipeline layout (core/project/pipeline.h) fitting PP x VPP.
 std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l,
                            const std::string& pipeline_layout = "");
+
+// Expert TP (Layout::etp): each GPU of an ETP group runs the routed rows its expert-parallel rank
+// receives, gathered over the group (`received` x etp, Megatron's dispatcher gathers them after the
+// all-to-all), through its 1/etp share of each expert's FFN (the model expert_share gives).
+inline double expert_rows_on_gpu(const Layout& l, double received) { return received * double(l.etp); }
+ModelConfig expert_share(const ModelConfig& m, const Layout& l);
 
 // Micro-batches per step and data-parallel rank.
 int64_t micro_batches(const Layout& l);

@@ -10,10 +10,12 @@
 
 namespace memfine {
 
-StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received,
-                         double held)
-    : m_(m), l_(l), set_(set), received_(received), held_(held) {
-  const double h = double(m.hidden), g = double(m.ffn_hidden), E = double(m.experts), V = double(m.vocab);
+StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSetting& set, double received, double held)
+    : m_(m), l_(l), set_(set), received_(expert_rows_on_gpu(l, received)), held_(expert_rows_on_gpu(l, held)) {
+  // The routed experts' weights and rows as a GPU holds them: under expert TP its FFN share and
+  // the rows its ETP group gathers (layout.h).
+  const double h = double(m.hidden), g = double(expert_share(m, l).ffn_hidden), E = double(m.experts);
+  const double V = double(m.vocab);
   const double tp = double(l.tp);
   tokens_ = double(l.micro_batch) * double(m.seq) / double(l.cp);  // a micro-batch's tokens on a CP rank
   tokens_gpu_ = tokens_ / tp;                                      // sequence parallel inside TP
@@ -31,13 +33,13 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   // Parameters (bf16 weights of every kind) per layer on one GPU.
   const double attn_params = attention_proj_flops(m) / 2 / tp;
   const double dense_layer_params = attn_params + 3 * h * double(m.dense_ffn_hidden) / tp;
-  const double moe_layer_params = attn_params + h * E + 3 * h * g * double(m.shared_experts) / tp;
+  const double moe_layer_params = attn_params + h * E + 3 * h * double(m.ffn_hidden) * double(m.shared_experts) / tp;
   const double local_experts = E / double(l.ep);
   layer_expert_params_ = local_experts * 3 * h * g;
   layer_params_ = moe_layer_params + layer_expert_params_;
   const double table = V * h / tp;           // the embedding, or the output head
   const double mtp_params = 2 * h * h / tp;  // an MTP module's projection beside its MoE layer
-  dp_shard_ = double(l.dp * l.cp), expert_dp_ = double(l.dp * l.cp * l.tp) / double(l.ep);
+  dp_shard_ = double(l.dp * l.cp), expert_dp_ = double(l.dp * l.cp * l.tp) / double(l.ep * l.etp);
   // One micro-batch's loss at its peak (its logits; the framework's loss says how wide), with each
   // MTP module's beside the model's.
   const double logits = tokens_ / tp * loss_bytes_per_token(m, set.framework.loss, set.element_bytes);
@@ -102,8 +104,14 @@ double StageMemory::lazy_of(const Stage& st) const {
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
   const FrameworkSetting& f = set_.framework;
-  return layer_widths(f.profile, m_, s, set_.element_bytes,
-                      {f.recomputed, set_.fp8, f.selective_op, set_.dispatcher == Dispatcher::DeepEp});
+  const ProfileOptions o{f.recomputed, set_.fp8, f.selective_op, set_.dispatcher == Dispatcher::DeepEp};
+  LayerWidths w = layer_widths(f.profile, m_, s, set_.element_bytes, o);
+  if (l_.etp > 1) {
+    // A routed row's terms at the GPU's share of each expert's FFN.
+    const LayerWidths e = layer_widths(f.profile, expert_share(m_, l_), s, set_.element_bytes, o);
+    w.row = e.row, w.row_again = e.row_again, w.offload_row = e.offload_row, w.row_text = e.row_text;
+  }
+  return w;
 }
 
 double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
@@ -118,7 +126,7 @@ double StageMemory::activations(const Stage& st, const StrategyShape& s) const {
     // Paged Stash: the routed rows' saved tensors live in the pool's pages, sized from the mean rows
     // a rank receives, whatever the hottest receives; where it reruns, the pool is held beside the
     // plain computation.
-    const double mean = tokens_gpu_ * double(m_.topk);
+    const double mean = expert_rows_on_gpu(l_, tokens_gpu_ * double(m_.topk));
     const double page = double(s.stash.page_rows);  // the pool is whole pages, as the stash makes it
     const double pool = std::ceil(s.stash.device_factor * mean * st.inflight * st.moe / page) * page * w.row;
     if (!stash_reruns(s.stash, received_, mean)) kept -= st.inflight * st.moe * held_ * w.row;
@@ -171,25 +179,26 @@ StageMemory::Peak StageMemory::peak(const StrategyShape& s) const {
 }
 
 std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const {
-  const double balanced = std::max(1.0, tokens_gpu_ * double(m_.topk));  // a rank's rows, balanced
+  // A GPU's rows, balanced (gathered over its ETP group).
+  const double balanced = std::max(1.0, expert_rows_on_gpu(l_, tokens_gpu_ * double(m_.topk)));
+  const std::string expert_dp = l_.etp > 1 ? "DP x CP x TP / (EP x ETP)" : "DP x CP x TP / EP";
   std::vector<std::string> out;
   const FrameworkSetting& f = set_.framework;
   out.push_back(
-      std::string(f.fsdp ? "static: FSDP: weights, gradients and Adam moments (" + four_digits(f.fsdp_state_bytes) +
-                               " bytes a parameter) sharded over DP x CP (experts: DP x CP x TP / EP), " +
-                               std::string(pipelined_unsharded()
-                                               ? "under PyTorch's pipelining the stage's weights gathered and its "
-                                                 "gradients accumulated unsharded (" +
-                                                     four_digits(f.pipelined_unsharded_grad_bytes) + " bytes a parameter)"
-                                           : f.reshard ? "two layers' weights gathered"
-                                                       : "every layer's weights gathered until backward") +
-                               (!experts_in_fsdp()
-                                    ? ", the routed experts (sharded by EP alone) outside FSDP"
-                                    : "")
-                         : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +
-                               " gradients whole, fp32 master weights and " + (f.moment_bytes == 2 ? "bf16" : "fp32") +
-                               " Adam moments sharded over DP x CP (experts: over DP x CP x TP / EP) by the "
-                               "distributed optimizer") +
+      std::string(f.fsdp
+                      ? "static: FSDP: weights, gradients and Adam moments (" + four_digits(f.fsdp_state_bytes) +
+                            " bytes a parameter) sharded over DP x CP (experts: " + expert_dp + "), " +
+                            std::string(pipelined_unsharded()
+                                            ? "under PyTorch's pipelining the stage's weights gathered and its "
+                                              "gradients accumulated unsharded (" +
+                                                  four_digits(f.pipelined_unsharded_grad_bytes) + " bytes a parameter)"
+                                        : f.reshard ? "two layers' weights gathered"
+                                                    : "every layer's weights gathered until backward") +
+                            (!experts_in_fsdp() ? ", the routed experts (sharded by EP alone) outside FSDP" : "")
+                      : "static: bf16 weights and " + std::string(f.grad_bytes == 2 ? "bf16" : "fp32") +
+                            " gradients whole, fp32 master weights and " + (f.moment_bytes == 2 ? "bf16" : "fp32") +
+                            " Adam moments sharded over DP x CP (experts: over " + expert_dp +
+                            ") by the distributed optimizer") +
       "; the hottest pipeline rank (the first: embedding, most micro-batches in flight; the output "
       "layer's: head, loss; MTP's)" +
       (set_.fp8 ? "; in FP8 each linear's weight's FP8 copies, row-wise and column-wise (2 bytes a parameter)" : ""));
@@ -199,6 +208,12 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
                 "x the balanced share (the rank that keeps the most, over its layers), one layer's backward at " +
                 four_digits(received_ / balanced) + "x (the worst layer's hottest rank); "
                 "the loss " + name_of(f.loss));
+  if (l_.etp > 1)
+    out.push_back("expert TP " + std::to_string(l_.etp) + ": each expert's FFN split over " + std::to_string(l_.etp) +
+                  " neighbouring GPUs (1/" + std::to_string(l_.etp) +
+                  " of its weights on each), each running the routed rows its expert-parallel rank receives, "
+                  "gathered over them (Megatron's dispatcher: an all-gather after the all-to-all, a reduce-scatter "
+                  "before the combine's)");
   return out;
 }
 

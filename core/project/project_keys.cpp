@@ -260,6 +260,9 @@ const Section<SearchSpace>& search_keys() {
       "search",
       {axis("tp", &S::tp, "tensor-parallel sizes (within a node, dividing the heads)"),
        axis("pp", &S::pp, "pipeline stages"), axis("ep", &S::ep, "expert-parallel sizes (dividing the experts)"),
+       axis("etp", &S::etp,
+            "expert tensor-parallel sizes (Megatron's --expert-tensor-parallel-size, which defaults to TP there): each "
+            "expert's FFN split over so many neighbouring GPUs, which gather their rank's routed rows (megatron_te)"),
        axis("cp", &S::cp, "context-parallel sizes"), axis("micro_batch", &S::micro_batch, "sequences per micro-batch"),
        axis("vpp", &S::vpp, "virtual stages per pipeline rank (interleaved 1F1B)"),
        axis("grad_accumulation", &S::grad_accumulation, "pipeline schedules (fill and drain) per step")}};
@@ -365,7 +368,7 @@ ProjectConfig parse_project(const std::string& file, const std::string& presets_
   if (c.global_batch == 0 && !root["global_batch"].IsDefined()) p.add(root, "global_batch", "missing");
   // The search holds every layout's estimate per strategy: bounded before it runs, as a sweep is.
   double estimates = double(std::max<size_t>(c.strategies.size(), 1));
-  for (const auto* axis : {&c.search.tp, &c.search.pp, &c.search.ep, &c.search.cp, &c.search.micro_batch,
+  for (const auto* axis : {&c.search.tp, &c.search.pp, &c.search.ep, &c.search.etp, &c.search.cp, &c.search.micro_batch,
                            &c.search.vpp, &c.search.grad_accumulation})
     estimates *= double(axis->size());
   if (estimates > double(kMostProjectEstimates))

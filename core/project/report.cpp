@@ -223,7 +223,9 @@ const std::vector<FieldSpec>& projection_schema() {
       {"hardware", "string", "", "the hardware preset", k},
       {"gpus", "integer", "", "the cluster's GPUs", k},
       {"layout", "object", "",
-       "tp, pp, vpp, ep, dp, cp, micro_batch, grad_accumulation and global_batch (sequences a step)", k},
+       "tp, pp, vpp, ep, dp, cp, micro_batch, grad_accumulation and global_batch (sequences a step); etp (expert TP) "
+       "where above 1",
+       k},
       {"strategy", "string", "", "the strategy's label; empty for a layout rejected before any strategy", k},
       {"name", "string", "", "the registered strategy", k},
       {"drops", "boolean", "", "the strategy drops assignments (capacity capping): another model", k},
@@ -342,6 +344,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
                         {"why", e.why},
                         {"rank", rank}};
     for (const auto& [k, v] : stamp) j[k] = v;
+    if (l.etp > 1) j["layout"]["etp"] = l.etp;
     if (c.framework.ep_overlap) j["ep_overlap_hidden"] = overlap_hidden;
     if (!c.errors.file.empty()) {
       const ProjectionErrors::Seen* s = c.errors.seen_of(c.framework.name, c.model_name);

@@ -20,17 +20,17 @@ Link network(const Hardware& hw) { return {hw.network_latency_us * 1e-6, hw.netw
 // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
 Link outer_link(const Hardware& hw, const Layout& l) { return l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw); }
 // The ranks an expert's gradients and optimizer state are shared over (expert data parallelism).
-double expert_dp_of(const Layout& l) { return double(l.dp * l.cp * l.tp) / double(l.ep); }
+double expert_dp_of(const Layout& l) { return double(l.dp * l.cp * l.tp) / double(l.ep * l.etp); }
 
-// Whether an expert-parallel group sits inside one node. The experts are not split by TP (expert
-// TP 1, Megatron's parallel folding, as the memory side keeps whole experts and as every run with
-// TP > 1 in experiments/project/validation/ sets --expert-tensor-parallel-size 1), so an EP group is
-// `ep` neighbouring ranks (the expert grid's order tp-cp-ep-dp-pp, parallel_state.py), whatever TP is.
-bool ep_in_node(const Layout& l, const Hardware& hw) { return l.ep <= hw.gpus_per_node; }
+// Whether an expert-parallel group sits inside one node. Megatron's parallel folding lays the
+// experts out apart from attention's TP (the expert grid's order tp-cp-ep-dp-pp, parallel_state.py,
+// its tp expert TP): an EP group is `ep` ranks `etp` apart, within ep x etp neighbouring ranks,
+// whatever attention's TP is.
+bool ep_in_node(const Layout& l, const Hardware& hw) { return l.ep * l.etp <= hw.gpus_per_node; }
 // What a node-aware dispatcher sends a token to once each: the EP group's GPUs inside a node, its
 // nodes across them.
 double dispatch_groups(const Layout& l, const Hardware& hw) {
-  return ep_in_node(l, hw) ? double(l.ep) : std::ceil(double(l.ep) / double(hw.gpus_per_node));
+  return ep_in_node(l, hw) ? double(l.ep) : std::ceil(double(l.ep * l.etp) / double(hw.gpus_per_node));
 }
 
 // Where a token's consecutive experts (expert_choice) put it: on so many of the GPUs (or nodes) of its group.
@@ -75,6 +75,13 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
     // at that rate is those bytes over it.
     const double network_bytes = node_aware ? bytes * reached(n) / k : bytes * (n - 1) / n;
     one = (n - 1) * ep_link.alpha + network_bytes / ep_link.beta;
+  }
+  // Expert TP: the dispatcher gathers the rows over the ETP group after the all-to-all and
+  // reduce-scatters the experts' partial outputs before the combine's (backward the reverse), over
+  // NVLink (the group's GPUs are neighbours).
+  if (l.etp > 1) {
+    one += all_gather_time(nvlink(hw), l.etp, expert_rows_on_gpu(l, received) * double(m.hidden) * set.element_bytes);
+    note += ", with expert TP's gather and reduce-scatter of the rows over NVLink";
   }
   return 4 * st.moe * one;
 }
