@@ -106,11 +106,11 @@ def speed_ratio(r, values):
 
 
 def peak_ratio(r, values):
-    """published over projected peak: allocated where the source gives it, else reserved (as the
-    validation's peak check reads them), or None."""
-    for key in ("peak_gb", "reserved_gb"):
-        if key in values and r.get(key):
-            return values[key] / r[key]
+    """published over projected peak: allocated where the source gives it, else reserved, else the
+    device's used memory against the need (as the validation's peak check reads them), or None."""
+    for key, mine in V.PEAK_KEYS:
+        if key in values and r.get(mine):
+            return values[key] / r[mine]
     return None
 
 

@@ -1168,11 +1168,12 @@ TEST(Project, PublishedFiguresAreReadApartAndRefusedAtTheirLines) {
   {
     std::ofstream(file) << "model: deepseek_v3\nhardware: h100_80gb\ngpus: 1024\nglobal_batch: 8192\n"
                            "strategies: [full_recompute]\npublished:\n  source: a table\n"
-                           "  full_recompute(skip_dead=false): {tokens_per_s_gpu: 865}\n";
+                           "  full_recompute(skip_dead=false): {tokens_per_s_gpu: 865, device_gb: 80.5}\n";
   }
   const Published p = load_published(load_project(file, kExperiments + "/project"));
   ASSERT_EQ(p.values.count("full_recompute"), 1u);  // by the label the file's strategy has
   EXPECT_EQ(p.values.at("full_recompute").at("tokens_per_s_gpu"), 865);
+  EXPECT_EQ(p.values.at("full_recompute").at("device_gb"), 80.5);  // the device's used memory
   EXPECT_EQ(published_of(p, "full_recompute")["source"], "a table");
   EXPECT_TRUE(published_of(p, "memfine").is_null());
   // A run that ran out of memory is a negative case, with no figure beside it.

@@ -887,6 +887,12 @@ class ProjectionErrors(unittest.TestCase):
         self.assertIsNone(P.fit_bound({"need_gb": 70}, ran))
         self.assertAlmostEqual(P.fit_bound({"need_gb": 64}, oom), math.log(1.25))
         self.assertIsNone(P.fit_bound({"need_gb": 90}, oom))
+        # A published peak against its counterpart: allocated first, then reserved, then the
+        # device's used memory against the need.
+        r = {"peak_gb": 50, "reserved_gb": 55, "need_gb": 60}
+        self.assertAlmostEqual(P.peak_ratio(r, {"device_gb": 66, "reserved_gb": 44}), 0.8)
+        self.assertAlmostEqual(P.peak_ratio(r, {"device_gb": 66}), 1.1)
+        self.assertIsNone(P.peak_ratio(r, {"tokens_per_s_gpu": 1}))
 
 
 class TraceSummary(unittest.TestCase):

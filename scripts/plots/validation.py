@@ -6,7 +6,7 @@ three checks, each decided by the numbers:
               layout the source saw run out of memory (published `out_of_memory: true`) is a negative
               case: fit is reported as a confusion matrix (ran / out of memory against yes /
               borderline / no)
-  peak        a published peak (allocated, or reserved) within 10%
+  peak        a published peak (allocated, reserved, or the device's used memory against the need) within 10%
   throughput  tokens/s per GPU (or the step time; TFLOP/s under the source's FLOP convention where only
               that is given) within 10% at the median, none over 25%
 and the learned-routing pairs (pair_*_forced / pair_*_learned): the learned run's throughput over the
@@ -28,6 +28,10 @@ from . import records as R
 from . import tables as T
 
 PEAK_GOAL, MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 10.0, 25.0, 15.0
+# A published peak against the projection's counterpart, in the order a source's figures are read:
+# PyTorch's allocated, its reserved, and the device's used memory (nvidia-smi's) against the need.
+PEAK_KEYS = (("peak_gb", "peak_gb"), ("reserved_gb", "reserved_gb"), ("device_gb", "need_gb"))
+PEAK_NOTE = {"reserved_gb": ", reserved", "device_gb": ", the device's against the need"}
 # Changes made after their checked runs were seen: what changed, the commit that made it and its date;
 # runs first projected from then on are its own test.
 LATER_CHANGES = (("the calibration term's form and value were set", "c109c6d", "2026-11-29T14:42:28Z"),
@@ -35,7 +39,8 @@ LATER_CHANGES = (("the calibration term's form and value were set", "c109c6d", "
                   "2026-11-30T03:23:01Z"),
                  ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
                  ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"),
-                 ("Megatron's expert weight-gradient accumulation was priced", "2a7a8cf", "2026-11-30T11:54:55Z"))
+                 ("Megatron's expert weight-gradient accumulation was priced", "2a7a8cf", "2026-11-30T11:54:55Z"),
+                 ("expert TP was priced", "8576ce5", "2026-11-30T16:55:46Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
@@ -168,7 +173,7 @@ def runs(model_dir):
         if f is not None:
             row["first_date"] = f.get("date", "")
             row["first_fit"] = f.get("fit", "yes" if f.get("fits") else "no")
-        for key, mine in (("peak_gb", "peak_gb"), ("reserved_gb", "reserved_gb")):
+        for key, mine in PEAK_KEYS:
             if key in values:
                 row["peak"] = (key, r[mine], values[key], _err(r[mine], values[key]))
                 break
@@ -333,7 +338,7 @@ def table_rows(rows):
         peak = "-"
         if "peak" in r:
             key, ours, theirs, e = r["peak"]
-            peak = f"{ours:.1f} vs {theirs:g} ({e:+.1f}%{', reserved' if key == 'reserved_gb' else ''})"
+            peak = f"{ours:.1f} vs {theirs:g} ({e:+.1f}%{PEAK_NOTE.get(key, '')})"
         thr = "-"
         if "throughput" in r:
             q, ours, theirs, e = r["throughput"]
