@@ -17,8 +17,8 @@
   it.
 - memory: the range of the need is symmetric in log: x [e^-q, e^q], q split conformal at 80% of
   |log(published peak / projected peak)| over the first projections of the runs that published a
-  peak (allocated, else reserved), and, for a run that published none, the least its fit says the
-  first projection missed by (one that ran projected over the limit, one that ran out of memory
+  peak (allocated, else reserved, else the device's used memory against the projected need), and,
+  for a run that published none, the least its fit says the first projection missed by (one that ran projected over the limit, one that ran out of memory
   under it: |log(limit / projected need)|), by framework profile, whose memory each prices apart;
   a profile with too few of its own for an 80% bound (4) takes the wider of every profile's pooled
   bound and its own largest miss.
@@ -270,9 +270,9 @@ memory:
   # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected
   # peak)| over the first projections of the runs each framework profile prices today (a run moved to
   # a new profile brings its first projection's error) with a published peak (allocated, else
-  # reserved), and of |log(limit / projected need)| for one without whose fit (ran, or out of memory)
-  # the projection contradicted; a profile with fewer than 4 of its own takes the wider of every
-  # profile's pooled bound and its own largest miss.
+  # reserved, else the device's used memory against the need), and of |log(limit / projected need)|
+  # for one without whose fit (ran, or out of memory) the projection contradicted; a profile with
+  # fewer than 4 of its own takes the wider of every profile's pooled bound and its own largest miss.
   # {loo_memory}
   level: {LEVEL}
 {profiles}
