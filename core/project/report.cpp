@@ -154,8 +154,9 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
     }
     g.rows.push_back(row_of(e, int64_t(g.rows.size()) + 1, wide));
   }
+  // The strategy's label gives way to the layout (expert TP and virtual stages lengthen it).
   if (!wide)
-    for (Grid* g : {&dropless, &lossy, &capped}) fit_width(*g, kNarrowColumns, {{2, 20}});
+    for (Grid* g : {&dropless, &lossy, &capped}) fit_width(*g, kNarrowColumns, {{2, 16}});
   if (!dropless.rows.empty() || (lossy.rows.empty() && capped.rows.empty())) out += text(dropless);
   if (!lossy.rows.empty()) out += text(lossy);
   if (!capped.rows.empty()) out += text(capped);
