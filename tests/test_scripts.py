@@ -634,6 +634,15 @@ class Validation(unittest.TestCase):
                       "prices them faster than their kernels)", rows["faster"]["why"])
         self.assertIn("the curve prices them about as fast as their kernels)", rows["level"]["why"])  # within 5%
 
+    def test_expert_tp_and_a_device_peak_are_named(self):
+        """A layout with expert TP says so; a device's used memory is set against the need."""
+        r = self.row("etp", 1000.0, None)
+        r["layout"]["etp"], r["need_gb"] = 8, 60.0
+        r["published"]["values"]["device_gb"] = 75.0
+        row = self.runs(r)[0]
+        self.assertEqual(row["layout"], "8 GPUs TP1 PP1 EP8 ETP8 mb1")
+        self.assertEqual(validation.table_rows([row])[0][4], "60.0 vs 75 (-20.0%, the device's against the need)")
+
     def test_every_layout_counts_for_fit_the_pairs_too(self):
         pair = self.row("pair_x_learned", 1000.0, None)
         pair["fits"], pair["need_gb"] = False, 82.5

@@ -61,8 +61,9 @@ def _layout(r):
     l = r["layout"]
     vpp = f"x{l['vpp']}" if l["vpp"] > 1 else ""
     cp = f" CP{l['cp']}" if l["cp"] > 1 else ""
+    etp = f" ETP{l['etp']}" if l.get("etp", 1) > 1 else ""
     fp8 = " FP8" if r.get("precision") == "fp8" else ""
-    return f"{r['gpus']} GPUs TP{l['tp']} PP{l['pp']}{vpp} EP{l['ep']}{cp} mb{l['micro_batch']}{fp8}"
+    return f"{r['gpus']} GPUs TP{l['tp']} PP{l['pp']}{vpp} EP{l['ep']}{etp}{cp} mb{l['micro_batch']}{fp8}"
 
 
 def _throughput(r, values):
