@@ -251,6 +251,19 @@ void expect_refused(const std::string& yaml, const std::string& what) {
   EXPECT_NE(problems[0].find(what), std::string::npos) << problems[0];
 }
 
+// A project file of `body` (written as `name`) refused, with `says` among its problems.
+void expect_project_refused(const std::string& name, const std::string& body, const std::string& says) {
+  const std::string file = ::testing::TempDir() + "/" + name;
+  std::ofstream(file) << body;
+  try {
+    load_project(file, kExperiments + "/project");
+    ADD_FAILURE() << "accepted " << body;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+  std::remove(file.c_str());
+}
+
 // No recomputation's compute on `l` under a framework's defaults.
 double compute_under(const std::string& framework, const ModelConfig& m, const Hardware& hw, const Layout& l) {
   ProjectConfig c;
@@ -983,20 +996,48 @@ TEST(Project, ExpertTpSplitsEachExpertAndGathersItsRows) {
   EXPECT_EQ(layout_problem(m, hw, bad), "EP x ETP does not divide DP x CP x TP");
   EXPECT_EQ(layout_problem(m, hw, two), "");
 
-  const std::string file = ::testing::TempDir() + "/etp_project.yaml";
   const std::string head = "model: qwen3_30b_a3b\nhardware: h100_80gb\ngpus: 16\nglobal_batch: 16\n";
-  std::ofstream(file) << head << "framework: fsdp_te\nsearch: {tp: [2], ep: [4], etp: [1, 2]}\n";
-  try {
-    load_project(file, kExperiments + "/project");
-    ADD_FAILURE() << "accepted expert TP under fsdp_te";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("etp_project.yaml:6: search.etp: expert TP above 1 is priced for "
-                                         "megatron_te alone"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_project_refused("etp_project.yaml", head + "framework: fsdp_te\nsearch: {tp: [2], ep: [4], etp: [1, 2]}\n",
+                         "etp_project.yaml:6: search.etp: expert TP above 1 is priced for megatron_te alone");
+  const std::string file = ::testing::TempDir() + "/etp_project.yaml";
   std::ofstream(file) << head << "search: {tp: [2], ep: [4], etp: [1, 2]}\n";
   EXPECT_EQ(load_project(file, kExperiments + "/project").search.etp, (std::vector<int64_t>{1, 2}));
+  std::remove(file.c_str());
+}
+
+// Megatron's allgather dispatcher gathers every token of the EP x ETP group to each of its GPUs and
+// reduce-scatters the experts' outputs back (4 collectives a MoE layer, a ring over NVLink inside a
+// node, the network across nodes); the experts' rows are the all-to-all's; with one GPU in the group
+// nothing moves; the all-to-all overlap is refused beside it.
+TEST(Project, TheAllgatherDispatcherGathersEveryTokenOfItsGroup) {
+  const ModelConfig m = plain();    // 16 layers, h 1024, seq 1024, top 2
+  const Hardware hw = plain_gpu();  // NVLink 100 GB/s, the network 10, 8 GPUs a node
+  Layout l;
+  l.tp = 2, l.ep = 4, l.dp = 4, l.global_batch = 4;  // 8 GPUs
+  ProjectSetting set{};
+  const Estimate a2a = estimate(m, hw, l, *strategy("no_recompute"), set);
+  set.dispatcher = Dispatcher::AllGather;
+  const Estimate ag = estimate(m, hw, l, *strategy("no_recompute"), set);
+  const double tokens_gpu = 1024.0 / 2, whole = tokens_gpu * 4 * 1024 * 2;
+  EXPECT_NEAR(ag.all_to_all, 4 * 16 * 3 * (whole / 4 / 100e9), 1e-12);
+  EXPECT_DOUBLE_EQ(ag.expert_rows, a2a.expert_rows);
+  l.etp = 2;  // the group is EP x ETP: 8 GPUs, still one node
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 4 * 16 * 7 * (2 * whole / 8 / 100e9),
+              1e-12);
+  l.etp = 1, l.ep = 16, l.dp = 16, l.global_batch = 16;  // 32 GPUs: the group spans two nodes
+  EXPECT_NEAR(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 4 * 16 * 15 * (4 * whole / 16 / 10e9),
+              1e-12);
+  l.ep = 1, l.dp = 4;
+  EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).all_to_all, 0);
+
+  const std::string head =
+      "model: qwen3_30b_a3b\nhardware: h100_80gb\ngpus: 8\nglobal_batch: 8\ndispatcher: allgather\n";
+  expect_project_refused("allgather_project.yaml", head + "framework: {name: megatron_te, ep_overlap: true}\n",
+                         "allgather_project.yaml:6: framework.ep_overlap: Megatron overlaps the alltoall and flex "
+                         "dispatchers");
+  const std::string file = ::testing::TempDir() + "/allgather_project.yaml";
+  std::ofstream(file) << head;
+  EXPECT_EQ(project_setting(load_project(file, kExperiments + "/project")).dispatcher, Dispatcher::AllGather);
   std::remove(file.c_str());
 }
 

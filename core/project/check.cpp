@@ -61,6 +61,11 @@ void check_framework(const ProjectConfig& c, Problems& p) {
              "fp8 needs the hardware preset's fp8_gemm_speedup_curve (FP8 over bf16 GEMM rates measured at the same "
              "shapes); " +
                  c.hardware.name + " has none");
+  // Megatron overlaps the all-to-alls of its alltoall and flex dispatchers alone.
+  if (f.ep_overlap && c.dispatcher == Dispatcher::AllGather)
+    p.add_at(c.where("framework.ep_overlap"), "framework.ep_overlap",
+             "Megatron overlaps the alltoall and flex dispatchers' all-to-alls (deepep, hybridep), not the "
+             "allgather dispatcher's collectives");
   // Expert TP is priced in Megatron-Core's terms (its dispatcher's gather over the ETP group).
   if (c.framework.name != Framework::MegatronTe)
     for (int64_t etp : c.search.etp)

@@ -17,11 +17,13 @@
 namespace memfine {
 
 // The expert-parallel all-to-all: NCCL's, DeepEP's or HybridEP's (a token once per node across nodes).
-enum class Dispatcher { AllToAll, DeepEp, HybridEp };
+enum class Dispatcher { AllToAll, DeepEp, HybridEp, AllGather };
 template <>
 struct EnumNames<Dispatcher> {
-  static constexpr std::pair<Dispatcher, const char*> all[] = {
-      {Dispatcher::AllToAll, "alltoall"}, {Dispatcher::DeepEp, "deepep"}, {Dispatcher::HybridEp, "hybridep"}};
+  static constexpr std::pair<Dispatcher, const char*> all[] = {{Dispatcher::AllToAll, "alltoall"},
+                                                               {Dispatcher::DeepEp, "deepep"},
+                                                               {Dispatcher::HybridEp, "hybridep"},
+                                                               {Dispatcher::AllGather, "allgather"}};
 };
 
 // Which experts a token's top-k are, for what a node-aware dispatcher sends (core/project/comm.h

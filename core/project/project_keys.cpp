@@ -293,7 +293,9 @@ const Section<ProjectConfig>& project_keys() {
            "or FSDP's (16 bytes a parameter sharded, the weights gathered as `framework.reshard` says)"),
        enumerated<P>("dispatcher", &P::dispatcher,
                      "the expert-parallel all-to-all: NCCL's (a row per routed expert) or DeepEP's or HybridEP's "
-                     "(across nodes a token once per node), each at the hardware preset's measured rate"),
+                     "(across nodes a token once per node), each at the hardware preset's measured rate; or Megatron's "
+                     "allgather dispatcher (every token gathered over the EP x expert TP group, the experts' outputs "
+                     "reduce-scattered back, at the links' rates)"),
        enumerated<P>("expert_choice", &P::expert_choice,
                      "which experts a token's top-k are, for the GPUs and nodes DeepEP and HybridEP send it to: random "
                      "(each token's drawn independently and evenly: Megatron's --moe-router-force-load-balancing, and "

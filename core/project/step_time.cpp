@@ -47,11 +47,21 @@ double all_to_all_of(const ModelConfig& m, const Hardware& hw, const Layout& l, 
                      const ProjectSetting& set, double received, std::string& note) {
   const double tokens_gpu = double(l.micro_batch) * double(m.seq) / double(l.cp) / double(l.tp);
   const bool in_node = ep_in_node(l, hw);
+  // Megatron's allgather dispatcher (MoEAllGatherTokenDispatcher): every token of the EP x ETP group
+  // gathered to each of its GPUs, which keep the rows of their own experts, and the experts' outputs
+  // reduce-scattered back; a ring over NVLink inside a node, at the network's rate across nodes.
+  if (set.dispatcher == Dispatcher::AllGather) {
+    const int64_t group = l.ep * l.etp;
+    note = std::string("as the allgather dispatcher's gather and reduce-scatter over the EP x ETP group, ") +
+           (in_node ? "NVLink" : "network");
+    const double whole = tokens_gpu * double(group) * double(m.hidden) * set.element_bytes;
+    return 4 * st.moe * all_gather_time(in_node ? nvlink(hw) : network(hw), group, whole);
+  }
   Link ep_link = in_node ? nvlink(hw) : network(hw);
   if (const double r = hw.dispatcher_gb_s(set.dispatcher, in_node); r > 0) ep_link.beta = r * 1e9;
   const double k = double(m.topk);
   const double bytes = std::max(received, tokens_gpu * k) * double(m.hidden) * set.element_bytes;
-  const bool node_aware = set.dispatcher != Dispatcher::AllToAll;  // DeepEP, HybridEP
+  const bool node_aware = set.dispatcher == Dispatcher::DeepEp || set.dispatcher == Dispatcher::HybridEp;
   // Of a token's topk experts over `groups` (GPUs or nodes), the groups it reaches.
   auto reached = [&](double groups) { return experts_reached(double(m.experts), k, groups, set.consecutive_experts); };
   note = std::string(in_node ? "NVLink" : node_aware ? "network, once per node (" + name_of(set.dispatcher) + ")" : "network") +
