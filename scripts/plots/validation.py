@@ -40,7 +40,8 @@ LATER_CHANGES = (("the calibration term's form and value were set", "c109c6d", "
                  ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
                  ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"),
                  ("Megatron's expert weight-gradient accumulation was priced", "2a7a8cf", "2026-11-30T11:54:55Z"),
-                 ("expert TP was priced", "8576ce5", "2026-11-30T16:55:46Z"))
+                 ("expert TP was priced", "8576ce5", "2026-11-30T16:55:46Z"),
+                 ("Megatron's allgather dispatcher was priced", "7ce6605", "2026-11-30T18:20:29Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
