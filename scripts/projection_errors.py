@@ -18,8 +18,8 @@
 - memory: the range of the need is symmetric in log: x [e^-q, e^q], q split conformal at 80% of
   |log(published peak / projected peak)| over the first projections of the runs that published a
   peak (allocated, else reserved, else the device's used memory against the projected need), and,
-  for a run that published none, the least its fit says the first projection missed by (one that ran projected over the limit, one that ran out of memory
-  under it: |log(limit / projected need)|), by framework profile, whose memory each prices apart;
+  for a run that published none, the least its fit says the first projection missed by (one that
+  ran projected over the limit, one that ran out of memory under it: |log(limit / projected need)|), by framework profile, whose memory each prices apart;
   a profile with too few of its own for an 80% bound (4) takes the wider of every profile's pooled
   bound and its own largest miss.
 

@@ -67,14 +67,12 @@ void check_framework(const ProjectConfig& c, Problems& p) {
              "Megatron overlaps the alltoall and flex dispatchers' all-to-alls (deepep, hybridep), not the "
              "allgather dispatcher's collectives");
   // Expert TP is priced in Megatron-Core's terms (its dispatcher's gather over the ETP group).
-  if (c.framework.name != Framework::MegatronTe)
-    for (int64_t etp : c.search.etp)
-      if (etp > 1) {
-        p.add_at(c.where("search.etp"), "search.etp",
-                 "expert TP above 1 is priced for megatron_te alone (its --expert-tensor-parallel-size); " +
-                     name_of(c.framework.name) + " keeps each expert whole on a GPU");
-        break;
-      }
+  const auto& etps = c.search.etp;
+  if (c.framework.name != Framework::MegatronTe &&
+      std::any_of(etps.begin(), etps.end(), [](int64_t e) { return e > 1; }))
+    p.add_at(c.where("search.etp"), "search.etp",
+             "expert TP above 1 is priced for megatron_te alone (its --expert-tensor-parallel-size); " +
+                 name_of(c.framework.name) + " keeps each expert whole on a GPU");
   if (f.ep_overlap_hidden >= 0 && !f.ep_overlap)
     p.add_at(c.where("framework.ep_overlap_hidden"), "framework.ep_overlap_hidden",
              "says how much of the all-to-all hides with `ep_overlap: true`, which is not set: it would do nothing");

@@ -65,7 +65,8 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double h = double(m.hidden), tp = double(l.tp);
   // The routed experts as this GPU runs them: under expert TP its share of each FFN over the rows
   // its ETP group gathers (layout.h).
-  const double g = double(expert_share(m, l).ffn_hidden), rows = expert_rows_on_gpu(l, received);
+  const ModelConfig share = expert_share(m, l);
+  const double g = double(share.ffn_hidden), rows = expert_rows_on_gpu(l, received);
   const double tokens = double(l.micro_batch) * double(m.seq) / double(l.cp);
   const LayerFlops lf = layer_flops(m);
   // The dense GEMMs at their shapes: each a micro-batch's tokens on the CP rank as rows (sequence
@@ -99,7 +100,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.
   LayerBytes mb = memory_bound_bytes(m, set.element_bytes);
-  mb.routed_row = memory_bound_bytes(expert_share(m, l), set.element_bytes).routed_row;
+  mb.routed_row = memory_bound_bytes(share, set.element_bytes).routed_row;
   // A routed row's memory-bound bytes, with the dispatcher's sorts by local expert where it runs them.
   const bool sorts = sorts_rows(set) && m.experts > l.ep;
   // And where the framework runs the routing's glue eager, what its ops move beyond the fused path.

@@ -39,7 +39,7 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   layer_params_ = moe_layer_params + layer_expert_params_;
   const double table = V * h / tp;           // the embedding, or the output head
   const double mtp_params = 2 * h * h / tp;  // an MTP module's projection beside its MoE layer
-  dp_shard_ = double(l.dp * l.cp), expert_dp_ = double(l.dp * l.cp * l.tp) / double(l.ep * l.etp);
+  dp_shard_ = double(l.dp * l.cp), expert_dp_ = expert_data_parallel(l);
   // One micro-batch's loss at its peak (its logits; the framework's loss says how wide), with each
   // MTP module's beside the model's.
   const double logits = tokens_ / tp * loss_bytes_per_token(m, set.framework.loss, set.element_bytes);

@@ -192,8 +192,8 @@ Field<P> published_key() {
       "beside a miss, never priced), `calibration` (why the run is a calibration source, not a checked one: "
       "a figure of its configuration's profile is an input), `known_issue` (a regression the framework's own "
       "release notes name for this configuration: the row is shown, not counted), and per strategy (its label) the "
-      "measured `tokens_per_s_gpu`, "
-      "`model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` (allocated), `reserved_gb`, "
+      "measured `tokens_per_s_gpu`, `model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` "
+      "(allocated), `reserved_gb`, "
       "`device_gb` (the device's used memory, nvidia-smi's: checked against the need), carried into `--json` beside "
       "the projection",
       [](MapReader& r, P&) { r.child("published"); },

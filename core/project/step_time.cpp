@@ -19,8 +19,6 @@ Link nvlink(const Hardware& hw) { return {hw.nvlink_latency_us * 1e-6, hw.nvlink
 Link network(const Hardware& hw) { return {hw.network_latency_us * 1e-6, hw.network_gb_s * 1e9}; }
 // A job inside one node runs its pipeline and data-parallel collectives over NVLink.
 Link outer_link(const Hardware& hw, const Layout& l) { return l.gpus() > hw.gpus_per_node ? network(hw) : nvlink(hw); }
-// The ranks an expert's gradients and optimizer state are shared over (expert data parallelism).
-double expert_dp_of(const Layout& l) { return double(l.dp * l.cp * l.tp) / double(l.ep * l.etp); }
 
 // Whether an expert-parallel group sits inside one node. Megatron's parallel folding lays the
 // experts out apart from attention's TP (the expert grid's order tp-cp-ep-dp-pp, parallel_state.py,
@@ -237,7 +235,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // FSDP gathers every layer's weights for the forward and again for the backward, behind the
   // micro-batch's compute where it can.
   if (set.framework.fsdp) {
-    const double expert_dp = expert_dp_of(l);
+    const double expert_dp = expert_data_parallel(l);
     const double gather =
         2 * (all_gather_time(dp_link, l.dp * l.cp, mem.stage_params * 2) +
              (expert_dp > 1 ? all_gather_time(dp_link, int64_t(expert_dp), mem.stage_expert_params * 2) : 0));
@@ -271,7 +269,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   const Compute& c = slowest.c;
   const double per_micro = slowest.per_micro();
   const Link dp_link = outer_link(hw, l);
-  const double expert_dp = expert_dp_of(l);
+  const double expert_dp = expert_data_parallel(l);
   // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
   // micro-batch's backward.
   const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
