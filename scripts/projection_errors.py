@@ -257,8 +257,8 @@ speed:
   high: {math.exp(hi):.4f}
   # Leave-one-out on the first projections (each run's range from the others'): held {cov:.1%},
   # median half-width {width:.1%}.
-  held_out_coverage: {cov:.4f}
-  held_out_half_width: {width:.4f}
+  held_out_coverage: {cov:.6f}
+  held_out_half_width: {width:.6f}
 # A calibrated constant: seconds for each layer's pass of a micro-batch (forward and backward) on a
 # pipeline rank beside its priced parts, the median of (published - projected step) / the rank's
 # layer passes over the {len(counted)} counted runs (neither calibration sources nor known regressions) of
