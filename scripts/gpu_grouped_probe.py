@@ -39,7 +39,8 @@ from summaries import emit, source_commit  # noqa: E402
 SHAPES = [("qwen3_235b_a22b EP8", 4096, 1536, 16), ("qwen3_235b_a22b EP32", 4096, 1536, 4),
           ("qwen3_30b_a3b EP16", 2048, 768, 8), ("gpt_oss_120b EP8", 2880, 2880, 16),
           ("deepseek_v3 EP16", 7168, 2048, 16), ("mixtral_8x22b EP8", 6144, 16384, 1),
-          ("moonlight_16b EP8", 2048, 1408, 8)]
+          ("moonlight_16b EP8", 2048, 1408, 8), ("mixtral_8x7b EP8", 4096, 14336, 1),
+          ("grok1_314b EP8", 6144, 32768, 1)]
 ROWS = [256, 512, 1024, 2048, 4096, 8192]
 SPLITS = ["even", "multinomial", "lognormal"]
 SIGMA = 0.77  # the lognormal law's spread of log expert loads (scripts/trace_sigma.py)
