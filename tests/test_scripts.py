@@ -634,6 +634,20 @@ class Validation(unittest.TestCase):
                       "prices them faster than their kernels)", rows["faster"]["why"])
         self.assertIn("the curve prices them about as fast as their kernels)", rows["level"]["why"])  # within 5%
 
+    def test_an_underestimate_names_a_curve_slower_than_its_kernels(self):
+        """Too slow: communication is the first reading, the curve the second where it lies below the
+        kernels at the expert's shape, and neither is said of a curve as fast as its kernels."""
+        slow = self.row("slow", 700.0, None)
+        slow["expert_gemm"] = {"rows": 2048.0, "tflops": 553.9, "table_tflops": 760.2}
+        level = self.row("level", 700.0, None)
+        level["expert_gemm"] = {"rows": 4096.0, "tflops": 627.9, "table_tflops": 640.0}
+        rows = {r["case"]: r for r in self.runs(slow, level)}
+        self.assertIn("exposed communication is 20% of its step", rows["slow"]["why"])
+        self.assertIn("compute is 50% of its step, its experts' GEMMs at 2048 rows each, 554 TFLOP/s on the grouped "
+                      "GEMM curve (760 on the GEMM table at one expert's shape: the curve prices them slower than "
+                      "their kernels)", rows["slow"]["why"])
+        self.assertNotIn("experts' GEMMs", rows["level"]["why"])
+
     def test_expert_tp_and_a_device_peak_are_named(self):
         """A layout with expert TP says so; a device's used memory is set against the need."""
         r = self.row("etp", 1000.0, None)
