@@ -19,9 +19,9 @@
   |log(published peak / projected peak)| over the first projections of the runs that published a
   peak (allocated, else reserved, else the device's used memory against the projected need), and,
   for a run that published none, the least its fit says the first projection missed by (one that
-  ran projected over the limit, one that ran out of memory under it: |log(limit / projected need)|), by framework profile, whose memory each prices apart;
-  a profile with too few of its own for an 80% bound (4) takes the wider of every profile's pooled
-  bound and its own largest miss.
+  ran projected over the limit, one that ran out of memory under it: |log(limit / projected
+  need)|), by framework profile, whose memory each prices apart; a profile with too few of its own
+  for an 80% bound (4) takes the wider of every profile's pooled bound and its own largest miss.
 
     scripts/python scripts/projection_errors.py [--check]   # --check: fail if the file is stale (77: no history)
 """

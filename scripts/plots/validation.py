@@ -107,10 +107,11 @@ def _why(r, err):
         said.append(f"exposed communication is {100 * share:.0f}% of its step (all-to-alls at the dispatcher's "
                     "benchmark rate, none overlapped unless the file says so)")
         g = r.get("expert_gemm")
-        if g and "slower than" in _kernel_check(g):  # a slow curve is the other reading of a slow projection
+        check = _kernel_check(g) if g else ""
+        if "slower than" in check:  # a slow curve is the other reading of a slow projection
             share = parts["compute"] / max(r["step_s"], 1e-12)
             said.append(f"compute is {100 * share:.0f}% of its step, its experts' GEMMs at {g['rows']:.0f} rows "
-                        f"each, {g['tflops']:.0f} TFLOP/s on the grouped GEMM curve" + _kernel_check(g))
+                        f"each, {g['tflops']:.0f} TFLOP/s on the grouped GEMM curve" + check)
     return "; ".join(said)
 
 
