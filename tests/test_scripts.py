@@ -681,6 +681,20 @@ class Validation(unittest.TestCase):
         self.assertIn("its own test: 2; at their first projection, of 1 that ran 0 to fit, 1 borderline, 0 not; "
                       "of 1 that ran out of memory 0 not to fit, 0 borderline, 1 to fit (new, oom).", said)
 
+    def test_each_later_change_is_tabled_against_the_runs_entered_after_it(self):
+        since = validation.LATER_CHANGES[-1][2]
+        new = self.row("new", 1000.0, None)
+        new["case_file"] = "new.yaml"
+        first = [dict(new, date=since, tokens_per_s_gpu=1400.0, tokens_per_s_gpu_range=[900.0, 1800.0])]
+        s = validation.summary(self.runs(new, first=first))
+        table = validation.later_table(s)
+        self.assertIn(f"| {validation.LATER_CHANGES[-1][0]} ({validation.LATER_CHANGES[-1][1]}) | 1 | 40.0% | 1 | "
+                      "1 of 1 |", table)
+        self.assertEqual(len(table), 2 + len(validation.LATER_CHANGES))
+        # REPORT's words count the held-out runs; project_validation.md's name them.
+        self.assertNotIn("(new)", " ".join(validation.verdict_lines(s, names=False)))
+        self.assertIn("(new)", " ".join(validation.verdict_lines(s)))
+
     def test_a_run_out_of_memory_is_a_negative_case_in_the_matrix(self):
         oom = self.row("oom", 1000.0, None)
         oom["published"] = {"source": "an issue", "values": {}, "out_of_memory": True}

@@ -248,8 +248,9 @@ def report_lines(model_dir, here_src=None):
     out = ["## Planning at cluster scale: `memfine project`", "",
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
-    out += V.verdict_lines(s) + seen_lines(runs)
-    out += ["", *V.fit_matrix(s)]
+    out += V.verdict_lines(s, names=False) + seen_lines(runs)
+    out += ["", *V.fit_matrix(s), "", "Each later change's own test (`project_validation.md` names the runs):", "",
+            *V.later_table(s)]
     out += ["", *markdown(V.header(), V.table_rows(runs))]
     other = other_rows(model_dir)
     mem = [float(r[4].rstrip("%")) for r in other if "(GB)" in r[1]]

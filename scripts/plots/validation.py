@@ -374,9 +374,21 @@ def fit_matrix(s):
                       [[a] + [str(s["matrix"][(a, b)]) for b in FIT_COLUMNS] for a in FIT_ROWS])
 
 
-def verdict_lines(s):
+def later_table(s):
+    """Each change made after its checked runs were seen against the runs first projected with it in
+    place (its own test), a row each; project_validation.md names the runs."""
+    rows = [[f"{a['what']} ({a['commit']})", str(a["throughput"][2])]
+            + ([f"{a['throughput'][0]:.1f}%", str(a["throughput"][1]), f"{a['held']} of {a['throughput'][2]}"]
+               if a["throughput"][2] else ["-", "-", "-"]) for a in s["after"]]
+    return T.markdown(["change made after its checked runs were seen", "runs entered since",
+                       "median absolute error at their first projection", f"over {WORST_GOAL:g}%",
+                       "the range held"], rows)
+
+
+def verdict_lines(s, names=True):
     """The checks in words, each against its goal; the first-projection figures first: the errors a
-    run new to the projection saw."""
+    run new to the projection saw. Without `names`, the runs held out from a later change are counted,
+    not named, and each change's own test is left to later_table."""
     fit = s["fit"]
     lines = []
     if s["first"][2]:
@@ -404,11 +416,12 @@ def verdict_lines(s):
         lines.append(f"- Runs that entered after the range and the calibration were set (neither was fitted on them): "
                      + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, {over} over "
                         f"{WORST_GOAL:g}%; the range held {e['held']} of {n}, median half-width "
-                        f"{100 * e['half_width']:.1f}% ({', '.join(e['runs'])}). Today's projection of them, whose "
+                        f"{100 * e['half_width']:.1f}%" + (f" ({', '.join(e['runs'])})" if names else "")
+                        + f". Today's projection of them, whose "
                         f"calibration was fitted without them (its form chosen after the first projections of those "
                         f"that entered before it): median {e['now'][0]:.1f}%, {e['now'][1]} over {WORST_GOAL:g}%."
                         if n else "none yet."))
-        for a in s["after"]:
+        for a in s["after"] if names else ():
             med, over, n = a["throughput"]
             lines.append(f"- Runs that entered after {a['what']} ({a['commit']}), its own test: "
                          + (f"{n}; at their first projection, median absolute throughput error {med:.1f}%, "
@@ -434,7 +447,7 @@ def verdict_lines(s):
                         + (f"; of {n - ran} that ran out of memory {m[(FIT_ROWS[1], 'no')]} not to fit, "
                            f"{m[(FIT_ROWS[1], 'borderline')]} borderline, {m[(FIT_ROWS[1], 'yes')]} to fit"
                            if n > ran else "; none that ran out of memory yet")
-                        + f" ({', '.join(a['runs'])})." if n else "none yet."))
+                        + (f" ({', '.join(a['runs'])})." if names else ".") if n else "none yet."))
     if s["peaks"]:
         lines.append(f"- Peak memory: {s['peaks_within']} of {len(s['peaks'])} published peaks within {PEAK_GOAL:g}% "
                      f"(errors {', '.join(f'{e:+.1f}%' for e in s['peaks'])}).")
