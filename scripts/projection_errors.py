@@ -170,7 +170,7 @@ def measure():
     # The peaks by the framework profile that prices each run today (each prices memory apart; a run
     # moved to a new profile brings the error its first projection made under the old): every profile
     # the validation projects gets a range, one without peaks of its own the pooled one.
-    speed, peaks, seen = [], {}, {}
+    speed, peaks, seen, seen_hardware = [], {}, {}, {}
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -178,8 +178,11 @@ def measure():
         values = now["published"]["values"]
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
+            run = (V._speed_error(r, values), math.log(s))
             if PRESET.fullmatch(now["model"]):  # a model written inline is its file's own
-                seen.setdefault((now["framework"], now["model"]), []).append((V._speed_error(r, values), math.log(s)))
+                seen.setdefault((now["framework"], now["model"]), []).append(run)
+            if PRESET.fullmatch(now["hardware"]):
+                seen_hardware.setdefault(now["hardware"], []).append(run)
         mine = peaks.setdefault(now["framework"], [])
         if (p := peak_ratio(r, values)) is not None:
             mine.append(math.log(p))
@@ -192,7 +195,7 @@ def measure():
                if k in current and not current[k]["published"].get("known_issue")
                and not r["published"].get("calibration")
                and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
-    return speed, peaks, counted, seen
+    return speed, peaks, counted, seen, seen_hardware
 
 
 def leave_one_out(xs, interval):
@@ -208,24 +211,32 @@ def leave_one_out(xs, interval):
     return (held / len(widths), statistics.median(widths)) if widths else (None, None)
 
 
-def seen_text(seen, lo, hi):
-    """errors.yaml's `seen`: by profile, then model, the count, how many were projected too fast and how
-    many the range (residuals centred, within [lo, hi]) holds, and the lowest, median and highest
+def _seen_entry(runs, lo, hi):
+    """A `seen` entry of (error %, log residual) runs: the count, how many were projected too fast and
+    how many the range (residuals centred, within [lo, hi]) holds, and the lowest, median and highest
     first-projection error."""
+    errs = [e for e, _ in runs]
+    held = sum(lo <= x <= hi for _, x in runs)
+    return (f"{{runs: {len(runs)}, too_fast: {sum(e > 0 for e in errs)}, held: {held}, "
+            f"low: {min(errs):.1f}, median: {statistics.median(errs):.1f}, high: {max(errs):.1f}}}")
+
+
+def seen_text(seen, lo, hi):
+    """errors.yaml's `seen`: by profile, then model, an entry of its runs (_seen_entry)."""
     out = []
     for f in sorted({f for f, _ in seen}):
         out.append(f"  {f}:")
-        for (g, m), runs in sorted(seen.items()):
-            if g == f:
-                errs = [e for e, _ in runs]
-                held = sum(lo <= x <= hi for _, x in runs)
-                out.append(f"    {m}: {{runs: {len(runs)}, too_fast: {sum(e > 0 for e in errs)}, held: {held}, "
-                           f"low: {min(errs):.1f}, median: {statistics.median(errs):.1f}, high: {max(errs):.1f}}}")
+        out += [f"    {m}: {_seen_entry(runs, lo, hi)}" for (g, m), runs in sorted(seen.items()) if g == f]
     return "\n".join(out)
 
 
+def seen_hardware_text(seen_hardware, lo, hi):
+    """errors.yaml's `seen_hardware`: by hardware preset, an entry of its runs (_seen_entry)."""
+    return "\n".join(f"  {h}: {_seen_entry(runs, lo, hi)}" for h, runs in sorted(seen_hardware.items()))
+
+
 def render():
-    speed, peaks, counted, seen = measure()
+    speed, peaks, counted, seen, seen_hardware = measure()
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
     per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
@@ -282,6 +293,10 @@ seen:
   # projection, and how many of them the range above holds; `memfine project` names them beside an
   # answer for the same model and profile.
 {seen_text(seen, centre + lo, centre + hi)}
+seen_hardware:
+  # The same by hardware preset, whatever the model and profile: a GPU whose runs all missed one way
+  # is less sure than the pooled range says; `memfine project` names its entry beside an answer.
+{seen_hardware_text(seen_hardware, centre + lo, centre + hi)}
 """
 
 

@@ -1367,7 +1367,8 @@ TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
   std::ofstream(dir + "/errors.yaml")
       << head
       << "seen:\n  megatron_te:\n"
-         "    qwen3_30b_a3b: {runs: 4, too_fast: 3, held: 3, low: -10, median: 5, high: 20}\n";
+         "    qwen3_30b_a3b: {runs: 4, too_fast: 3, held: 3, low: -10, median: 5, high: 20}\n"
+         "seen_hardware:\n  h100_80gb: {runs: 6, too_fast: 6, held: 5, low: 12, median: 20, high: 30}\n";
   const ProjectConfig c = load_project(file, dir);
   ASSERT_EQ(c.framework.name, Framework::MegatronTe);
   const ProjectResult r = run_project(c);
@@ -1377,14 +1378,19 @@ TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
   std::string flat;
   for (size_t i = 0; i < table.size(); ++i)
     if (!(table[i] == ' ' && i > 0 && table[i - 1] == ' ')) flat += table[i];
-  EXPECT_NE(flat.find("the validation's runs of qwen3_30b_a3b under megatron_te: 4, off at their first projection "
-                      "by -10% to +20% (median +5%), too fast on 3 of 4; the range, fitted on them and the others, "
-                      "holds 3"),
-            std::string::npos)
-      << flat;
-  EXPECT_NE(project_json(c, r).find("\"validation_seen\":{\"error_pct\":[-10.0,5.0,20.0],\"held\":3,\"runs\":4,"
-                                    "\"too_fast\":3}"),
-            std::string::npos);
+  ASSERT_EQ(c.hardware.name, "h100_80gb");
+  const std::string json = project_json(c, r);
+  // Its model under its profile, and its GPU whatever the model: in words and in the JSON.
+  for (const auto& [said, key] : std::vector<std::pair<std::string, std::string>>{
+           {"of qwen3_30b_a3b under megatron_te: 4, off at their first projection by -10% to +20% (median +5%), too "
+            "fast on 3 of 4; the range, fitted on them and the others, holds 3",
+            "\"validation_seen\":{\"error_pct\":[-10.0,5.0,20.0],\"held\":3,\"runs\":4,\"too_fast\":3}"},
+           {"on h100_80gb: 6, off at their first projection by +12% to +30% (median +20%), too fast on 6 of 6; the "
+            "range, fitted on them and the others, holds 5",
+            "\"validation_seen_hardware\":{\"error_pct\":[12.0,20.0,30.0],\"held\":5,\"runs\":6,\"too_fast\":6}"}}) {
+    EXPECT_NE(flat.find("the validation's runs " + said), std::string::npos) << flat;
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  }
   // Under another profile the validation has not run it.
   std::ofstream(dir + "/errors.yaml")
       << head
@@ -1395,6 +1401,7 @@ TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
   EXPECT_NE(project_table(other, o).find("no run of qwen3_30b_a3b under megatron_te is in the validation"),
             std::string::npos);
   EXPECT_NE(project_json(other, o).find("\"validation_seen\":{\"runs\":0}"), std::string::npos);
+  EXPECT_NE(project_table(other, o).find("no run on h100_80gb is in the validation"), std::string::npos);
   std::ofstream(dir + "/errors.yaml")
       << head
       << "seen:\n  megatron_te:\n"
@@ -1405,6 +1412,14 @@ TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
   } catch (const std::invalid_argument& x) {
     EXPECT_NE(std::string(x.what()).find("errors.yaml:6: seen.megatron_te.qwen3_30b_a3b.too_fast"), std::string::npos)
         << x.what();
+  }
+  std::ofstream(dir + "/errors.yaml") << head
+                                      << "seen_hardware:\n  h100_80gb: {runs: 2, held: 1, median: 0, lows: 1}\n";
+  try {
+    load_project(file, dir);
+    ADD_FAILURE() << "an unknown key of seen_hardware was accepted";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_NE(std::string(x.what()).find("errors.yaml:5: seen_hardware.h100_80gb.lows"), std::string::npos) << x.what();
   }
   std::filesystem::remove_all(dir);
 }

@@ -905,6 +905,10 @@ class ProjectionErrors(unittest.TestCase):
         self.assertEqual(text.splitlines(), [
             "  fsdp_te:", "    m: {runs: 1, too_fast: 1, held: 1, low: 1.0, median: 1.0, high: 1.0}",
             "  megatron_te:", "    m: {runs: 3, too_fast: 2, held: 2, low: -5.0, median: 10.0, high: 50.0}"])
+        by_gpu = P.seen_hardware_text({"h100_80gb": seen[("megatron_te", "m")], "a100_80gb": [(20.0, -0.3)]}, -0.2, 0.2)
+        self.assertEqual(by_gpu.splitlines(), [
+            "  a100_80gb: {runs: 1, too_fast: 1, held: 0, low: 20.0, median: 20.0, high: 20.0}",
+            "  h100_80gb: {runs: 3, too_fast: 2, held: 2, low: -5.0, median: 10.0, high: 50.0}"])
 
     def test_memory_by_profile(self):
         """A profile with 4 peaks has its own bound; one with fewer the wider of the pooled bound and

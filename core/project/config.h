@@ -196,6 +196,12 @@ struct ProjectionErrors {
     auto it = seen.find({f, model});
     return it == seen.end() ? nullptr : &it->second;
   }
+  // The same by hardware preset, whatever the model and profile.
+  std::map<std::string, Seen> seen_hardware;
+  const Seen* seen_on(const std::string& hardware) const {
+    auto it = seen_hardware.find(hardware);
+    return it == seen_hardware.end() ? nullptr : &it->second;
+  }
 };
 
 // errors.yaml of `presets_dir`, appending problems as "FILE:LINE: key: what"; none there: not read.

@@ -7,6 +7,22 @@
 
 namespace memfine {
 
+namespace {
+
+// A `seen` entry: its runs' count, too fast, held, and lowest, median and highest error (%).
+ProjectionErrors::Seen read_seen(MapReader& m) {
+  ProjectionErrors::Seen s;
+  m.read_int("runs", s.runs, 1, 1000000);
+  m.read_int("too_fast", s.too_fast, 0, s.runs);
+  m.read_int("held", s.held, 0, s.runs);
+  for (auto [k, dst] : {std::pair{"low", &s.low}, {"median", &s.median}, {"high", &s.high}})
+    m.read_number(k, *dst, -100, 1e6);
+  m.check_unknown();
+  return s;
+}
+
+}  // namespace
+
 // errors.yaml beside the presets (scripts/projection_errors.py writes it): the ranges the validation's
 // first projections give and the one calibrated constant.
 ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vector<std::string>& problems) {
@@ -62,17 +78,20 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
       const std::string model = kv.first.Scalar();
       MapReader m(in.child(model), path + "." + model, p);
       if (!kv.second.IsMap()) continue;
-      ProjectionErrors::Seen s;
-      m.read_int("runs", s.runs, 1, 1000000);
-      m.read_int("too_fast", s.too_fast, 0, s.runs);
-      m.read_int("held", s.held, 0, s.runs);
-      for (auto [k, dst] : {std::pair{"low", &s.low}, {"median", &s.median}, {"high", &s.high}})
-        m.read_number(k, *dst, -100, 1e6);
-      m.check_unknown();
-      e.seen[{f, model}] = s;
+      e.seen[{f, model}] = read_seen(m);
     }
   }
-  for (auto* m : {&r, &speed, &memory, &seen}) m->check_unknown();
+  // seen_hardware: hardware preset -> its runs' first-projection errors (optional).
+  const YAML::Node by_hardware = r.child("seen_hardware");
+  MapReader hardware(by_hardware, "seen_hardware", p);
+  if (by_hardware.IsMap())
+    for (const auto& kv : by_hardware) {
+      if (!kv.first.IsScalar() || !kv.second.IsMap()) continue;
+      const std::string name = kv.first.Scalar();
+      MapReader m(hardware.child(name), "seen_hardware." + name, p);
+      e.seen_hardware[name] = read_seen(m);
+    }
+  for (auto* m : {&r, &speed, &memory, &seen, &hardware}) m->check_unknown();
   for (const char* k : {"speed", "memory", "layer_pass_s"})
     if (!root[k].IsDefined()) p.add(root, k, "missing");
   e.file = file;

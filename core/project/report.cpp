@@ -116,16 +116,27 @@ std::string nearest(const ProjectConfig& c, const ProjectResult& r) {
 
 // What the validation saw of this model under this framework profile at its first projections: how
 // sure an answer is where the validation has run the model, and that it has not where it has not.
+std::string seen_runs(const ProjectionErrors::Seen& s, const std::string& who) {
+  auto pct = [](double x) { return (x > 0 ? "+" : "") + fmt_double("%.0f", x) + "%"; };
+  const std::string runs = std::to_string(s.runs);
+  return "the validation's runs " + who + ": " + runs + ", off at their first projection by " +
+         (s.runs == 1 ? pct(s.low) : pct(s.low) + " to " + pct(s.high) + " (median " + pct(s.median) + ")") +
+         ", too fast on " + std::to_string(s.too_fast) + " of " + runs +
+         "; the range, fitted on them and the others, holds " + std::to_string(s.held);
+}
+
 std::string seen_text(const ProjectConfig& c) {
   const std::string who = c.model_name + " under " + name_of(c.framework.name);
   const ProjectionErrors::Seen* s = c.errors.seen_of(c.framework.name, c.model_name);
   if (!s) return "no run of " + who + " is in the validation: its range is the other models' errors";
-  auto pct = [](double x) { return (x > 0 ? "+" : "") + fmt_double("%.0f", x) + "%"; };
-  const std::string runs = std::to_string(s->runs);
-  return "the validation's runs of " + who + ": " + runs + ", off at their first projection by " +
-         (s->runs == 1 ? pct(s->low) : pct(s->low) + " to " + pct(s->high) + " (median " + pct(s->median) + ")") +
-         ", too fast on " + std::to_string(s->too_fast) + " of " + runs +
-         "; the range, fitted on them and the others, holds " + std::to_string(s->held);
+  return seen_runs(*s, "of " + who);
+}
+
+// The same by hardware preset: a GPU the validation has run, or that it has not.
+std::string seen_hardware_text(const ProjectConfig& c) {
+  const ProjectionErrors::Seen* s = c.errors.seen_on(c.hardware.name);
+  if (!s) return "no run on " + c.hardware.name + " is in the validation: its range is the other GPUs' errors";
+  return seen_runs(*s, "on " + c.hardware.name);
 }
 
 }  // namespace
@@ -210,6 +221,7 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
           (need ? "x [" + four_digits(need->low) + ", " + four_digits(need->high) + "]" : std::string("without one")) +
           " (" + name_of(c.framework.name) + "'s)");
       said.push_back(seen_text(c));
+      said.push_back(seen_hardware_text(c));
     }
     for (const auto& a : said) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
@@ -252,6 +264,8 @@ const std::vector<FieldSpec>& projection_schema() {
        "held (by the range) and error_pct, the lowest, median and highest throughput error at their first "
        "projection (%)",
        k},
+      {"validation_seen_hardware", "object", "",
+       "the same on this hardware preset, whatever the model and profile (errors.yaml seen_hardware)", k},
       {"peak_gb", "number", "GB", "the hottest GPU's allocated peak", k},
       {"static_gb", "number", "GB", "weights, gradients and optimizer state on it", k},
       {"activation_gb", "number", "GB", "activations at its peak", k},
@@ -348,12 +362,15 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
     if (l.etp > 1) j["layout"]["etp"] = l.etp;
     if (c.framework.ep_overlap) j["ep_overlap_hidden"] = overlap_hidden;
     if (!c.errors.file.empty()) {
-      const ProjectionErrors::Seen* s = c.errors.seen_of(c.framework.name, c.model_name);
-      j["validation_seen"] = s ? nlohmann::json{{"runs", s->runs},
-                                                {"too_fast", s->too_fast},
-                                                {"held", s->held},
-                                                {"error_pct", {s->low, s->median, s->high}}}
-                               : nlohmann::json{{"runs", 0}};
+      auto seen = [](const ProjectionErrors::Seen* s) {
+        return s ? nlohmann::json{{"runs", s->runs},
+                                  {"too_fast", s->too_fast},
+                                  {"held", s->held},
+                                  {"error_pct", {s->low, s->median, s->high}}}
+                 : nlohmann::json{{"runs", 0}};
+      };
+      j["validation_seen"] = seen(c.errors.seen_of(c.framework.name, c.model_name));
+      j["validation_seen_hardware"] = seen(c.errors.seen_on(c.hardware.name));
     }
     if (auto it = r.overload.find(l.ep); it != r.overload.end())
       j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}, {"held", e.held_overload}};
