@@ -844,6 +844,10 @@ class SeenLines(unittest.TestCase):
                       "(median +70%); the range holds 1); the two most run: b under megatron_te (5 runs, too fast "
                       "on 2, -10% to +20% (median +1%); the range holds 5); a under megatron_te", line)
         self.assertEqual(project.seen_lines(runs[3:]), [])
+        runs[0]["record"].update(hardware="a100_80gb", validation_seen_hardware={
+            "runs": 2, "too_fast": 2, "held": 2, "error_pct": [15.0, 20.0, 25.0]})
+        self.assertEqual(project.seen_lines(runs)[1], "- By GPU (errors.yaml `seen_hardware`, named beside an answer "
+                         "on it): a100_80gb (2 runs, too fast, +15% to +25% (median +20%); the range holds 2).")
 
 
 class FirstProjections(unittest.TestCase):

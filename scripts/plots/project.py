@@ -212,30 +212,42 @@ def scaling(src, out_dir):
     return paths
 
 
+def _seen_text(name, s):
+    """One `seen` entry in words: its runs, which way they missed, their span and the range's hold."""
+    lo, med, hi = s["error_pct"]
+    way = ("too fast" if s["too_fast"] == s["runs"] else "too slow" if not s["too_fast"]
+           else f"too fast on {s['too_fast']}")
+    span = f"{lo:+.0f}%" if s["runs"] == 1 else f"{lo:+.0f}% to {hi:+.0f}% (median {med:+.0f}%)"
+    return f"{name} ({s['runs']} run{'' if s['runs'] == 1 else 's'}, {way}, {span}; the range holds {s['held']})"
+
+
 def seen_lines(runs):
-    """What `memfine project` names beside an answer (errors.yaml `seen`, as each run's record carries
-    it): the model-and-framework pairs whose runs all missed one way at their first projection, and
-    the two most run."""
-    seen = {}
+    """What `memfine project` names beside an answer (errors.yaml `seen` and `seen_hardware`, as each
+    run's record carries them): the model-and-framework pairs whose runs all missed one way at their
+    first projection, and the two most run; then each GPU's."""
+    seen, on = {}, {}
     for r in runs:
         s = r["record"].get("validation_seen")
         if s and s.get("runs"):
             seen[(r["record"]["model"], r["framework"])] = s
+        h = r["record"].get("validation_seen_hardware")
+        if h and h.get("runs"):
+            on[r["record"]["hardware"]] = h
 
     def text(k):
-        s = seen[k]
-        lo, med, hi = s["error_pct"]
-        way = ("too fast" if s["too_fast"] == s["runs"] else "too slow" if not s["too_fast"]
-               else f"too fast on {s['too_fast']}")
-        span = f"{lo:+.0f}%" if s["runs"] == 1 else f"{lo:+.0f}% to {hi:+.0f}% (median {med:+.0f}%)"
-        return f"{k[0]} under {k[1]} ({s['runs']} runs, {way}, {span}; the range holds {s['held']})"
-    if not seen:
-        return []
-    one_way = sorted(k for k, s in seen.items() if s["runs"] >= 2 and s["too_fast"] in (0, s["runs"]))
-    most = sorted(seen, key=lambda k: -seen[k]["runs"])[:2]
-    return [f"- By model and framework (errors.yaml `seen`, which `memfine project` names beside an answer): "
-            f"{len(seen)} pairs have runs; those of two or more whose runs all missed one way at their first "
-            f"projection: {'; '.join(map(text, one_way)) or 'none'}; the two most run: {'; '.join(map(text, most))}."]
+        return _seen_text(f"{k[0]} under {k[1]}", seen[k])
+    out = []
+    if seen:
+        one_way = sorted(k for k, s in seen.items() if s["runs"] >= 2 and s["too_fast"] in (0, s["runs"]))
+        most = sorted(seen, key=lambda k: -seen[k]["runs"])[:2]
+        out.append(f"- By model and framework (errors.yaml `seen`, which `memfine project` names beside an answer): "
+                   f"{len(seen)} pairs have runs; those of two or more whose runs all missed one way at their first "
+                   f"projection: {'; '.join(map(text, one_way)) or 'none'}; the two most run: "
+                   f"{'; '.join(map(text, most))}.")
+    if on:
+        out.append("- By GPU (errors.yaml `seen_hardware`, named beside an answer on it): "
+                   + "; ".join(_seen_text(h, on[h]) for h in sorted(on, key=lambda h: -on[h]["runs"])) + ".")
+    return out
 
 
 def report_lines(model_dir, here_src=None):
