@@ -1270,6 +1270,40 @@ TEST(Presets, APresetExtendsAnotherAndALoopIsRefused) {
   std::remove(file.c_str());
 }
 
+// A preset names the keys it assumes; an answer on it says so, in words and in its JSON; a key that is
+// not a hardware key, or one given twice, is refused at its line.
+TEST(Presets, AnAnswerNamesWhatItsPresetAssumes) {
+  const std::string dir = ::testing::TempDir() + "/assumed_presets";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kExperiments + "/project/models.yaml", dir + "/models.yaml",
+                             std::filesystem::copy_options::overwrite_existing);
+  {
+    std::ifstream in(kExperiments + "/project/hardware.yaml");
+    std::ofstream(dir + "/hardware.yaml") << in.rdbuf() << "guessed:\n  extends: h100_80gb\n"
+                                          << "  assumed: [hbm_gb_s, gemm_table]\n";
+    std::ifstream project(kExperiments + "/project_qwen3_30b_a3b.yaml");
+    std::string text((std::istreambuf_iterator<char>(project)), std::istreambuf_iterator<char>());
+    text.replace(text.find("hardware: h100_80gb"), 19, "hardware: guessed");
+    std::ofstream(dir + "/guessed.yaml") << text;
+  }
+  const ProjectConfig c = load_project(dir + "/guessed.yaml", dir);
+  EXPECT_EQ(c.hardware.assumed, (std::vector<std::string>{"hbm_gb_s", "gemm_table"}));
+  const ProjectResult r = run_project(c);
+  std::string table = project_table(c, r);
+  table.erase(std::remove(table.begin(), table.end(), '\n'), table.end());
+  EXPECT_NE(table.find("assumed by the guessed preset, not measured: hbm_gb_s,"), std::string::npos) << table;
+  EXPECT_NE(project_json(c, r).find("\"hardware_assumed\":[\"hbm_gb_s\",\"gemm_table\"]"), std::string::npos);
+  const std::string file = dir + "/bad_hardware.yaml";
+  std::ofstream(file) << "x:\n  memory_gb: 80\n  assumed: [hbm_gbs]\ny:\n  memory_gb: 80\n  assumed: [sms, sms]\n";
+  std::vector<std::string> problems;
+  read_hardware_presets(file, problems);
+  std::string all;
+  for (const auto& x : problems) all += x + "\n";
+  EXPECT_NE(all.find("bad_hardware.yaml:3: x.assumed: 'hbm_gbs' is not a hardware key"), std::string::npos) << all;
+  EXPECT_NE(all.find("bad_hardware.yaml:6: y.assumed: sms given twice"), std::string::npos) << all;
+  std::filesystem::remove_all(dir);
+}
+
 // The committed model and hardware presets copied into a temporary folder of `name`, for a test to
 // put its own errors.yaml beside them.
 std::string presets_copy(const std::string& name) {

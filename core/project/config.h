@@ -106,6 +106,8 @@ struct Hardware {
   // engine in backward (no Python); 0: launches are not priced.
   double host_forward_launch_us = 0, host_backward_launch_us = 0;
   double sms = 0;  // streaming multiprocessors: a dispatcher running on some slows what runs beside it
+  // The preset's keys whose values are assumed, not measured: an answer on it names them.
+  std::vector<std::string> assumed;
   // Each dispatcher's measured all-to-all rates, by the dispatcher (hardware_keys.cpp names their
   // keys); one absent has the links' rates.
   std::map<Dispatcher, DispatchRate> dispatch_rates;

@@ -177,6 +177,33 @@ Field<Hardware> table_key() {
       });
 }
 
+// `assumed`: the preset's own keys whose values are assumed, not measured, each once.
+Field<Hardware> assumed_key() {
+  return {"assumed",
+          "list of this map's keys",
+          "[]",
+          "the keys whose values are assumed, not measured (an answer on the preset names them)",
+          [](MapReader& r, Hardware& h) {
+            const YAML::Node n = r.child("assumed");
+            if (!n.IsDefined() || n.IsNull()) return;
+            auto refuse = [&](const std::string& why) { r.problems().add(n, r.key("assumed"), why); };
+            if (!n.IsSequence()) return refuse("expected a list of this map's keys, got '" + MapReader::dump(n) + "'");
+            h.assumed.clear();
+            for (const YAML::Node& e : n) {
+              const std::string key = e.IsScalar() ? e.Scalar() : MapReader::dump(e);
+              const auto& f = hardware_keys().fields;
+              if (key == "assumed" ||
+                  std::none_of(f.begin(), f.end(), [&](const Field<Hardware>& x) { return x.key == key; }))
+                return refuse("'" + key + "' is not a hardware key");
+              if (std::find(h.assumed.begin(), h.assumed.end(), key) != h.assumed.end())
+                return refuse(key + " given twice");
+              h.assumed.push_back(key);
+            }
+          },
+          [](const Hardware& h) { return nlohmann::json(h.assumed); },
+          [](const Hardware& h) { return h.assumed.empty(); }};
+}
+
 }  // namespace
 
 bool Hardware::has_rates() const {
@@ -233,7 +260,8 @@ const Section<Hardware>& hardware_keys() {
        rate_key(Dispatcher::DeepEp, true),
        rate_key(Dispatcher::DeepEp, false),
        rate_key(Dispatcher::HybridEp, true),
-       rate_key(Dispatcher::HybridEp, false)}};
+       rate_key(Dispatcher::HybridEp, false),
+       assumed_key()}};
   return s;
 }
 

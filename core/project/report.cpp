@@ -223,6 +223,12 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
       said.push_back(seen_text(c));
       said.push_back(seen_hardware_text(c));
     }
+    if (!c.hardware.assumed.empty()) {
+      std::string keys;
+      for (const auto& k : c.hardware.assumed) keys += (keys.empty() ? "" : ", ") + k;
+      said.push_back("assumed by the " + c.hardware.name + " preset, not measured: " + keys +
+                     " (its answers rest on them as on the measured rates)");
+    }
     for (const auto& a : said) out += fold("  - " + a, kNarrowColumns, 4) + "\n";
   }
   return out;
@@ -266,6 +272,7 @@ const std::vector<FieldSpec>& projection_schema() {
        k},
       {"validation_seen_hardware", "object", "",
        "the same on this hardware preset, whatever the model and profile (errors.yaml seen_hardware)", k},
+      {"hardware_assumed", "list", "", "the hardware preset's keys assumed, not measured (its `assumed`)", k},
       {"peak_gb", "number", "GB", "the hottest GPU's allocated peak", k},
       {"static_gb", "number", "GB", "weights, gradients and optimizer state on it", k},
       {"activation_gb", "number", "GB", "activations at its peak", k},
@@ -360,6 +367,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
                         {"rank", rank}};
     for (const auto& [k, v] : stamp) j[k] = v;
     if (l.etp > 1) j["layout"]["etp"] = l.etp;
+    if (!c.hardware.assumed.empty()) j["hardware_assumed"] = c.hardware.assumed;
     if (c.framework.ep_overlap) j["ep_overlap_hidden"] = overlap_hidden;
     if (!c.errors.file.empty()) {
       auto seen = [](const ProjectionErrors::Seen* s) {
