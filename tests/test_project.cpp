@@ -1516,6 +1516,40 @@ TEST(Project, Fp8IsRefusedWhereItCannotBePriced) {
   std::remove(file.c_str());
 }
 
+// FlexAttention (framework.flex_attention): the attention core at the preset's measured FlexAttention
+// rate at the model's head dim, nothing else moved; refused at its line where that head dim was not
+// measured.
+TEST(Project, FlexAttentionIsPricedWhereItWasMeasured) {
+  const std::string file = kExperiments + "/project/validation/torchtitan_deepseek_v3_16b_8_lbs4.yaml";
+  ProjectConfig c = load_project(file, default_presets_dir(file));
+  ASSERT_EQ(c.model.head_dim, 192);
+  c.framework.flex_attention = false;
+  const ProjectSetting plain = project_setting(c);
+  auto first = [](const ProjectResult& r) {
+    const std::vector<Estimate>& all = r.ranked.empty() ? r.rejected : r.ranked;
+    EXPECT_FALSE(all.empty());
+    return all.empty() ? Estimate{} : all.front();
+  };
+  const Estimate flash = first(run_project(c));
+  c.framework.flex_attention = true;
+  const ProjectSetting flex = project_setting(c);
+  EXPECT_DOUBLE_EQ(core_attention_rate(c.model, c.hardware, flex), 54.42e12);
+  EXPECT_DOUBLE_EQ(core_attention_rate(c.model, c.hardware, plain), attention_rate(c.hardware, 192));
+  const Estimate slow = first(run_project(c));
+  EXPECT_GT(slow.compute, flash.compute);
+  EXPECT_DOUBLE_EQ(slow.peak_gb, flash.peak_gb);
+  std::string said;
+  for (const auto& a : slow.assumptions) said += a + "\n";
+  EXPECT_NE(said.find("attention at 54.42 (FlexAttention at head dim 192"), std::string::npos) << said;
+  const std::string head =
+      "model: qwen3_30b_a3b\ngpus: 8\nglobal_batch: 8\nframework: {name: torchtitan, flex_attention: true}\n";
+  const std::string says =
+      "flex_project.yaml:4: framework.flex_attention: needs FlexAttention measured at the model's head dim 128";
+  expect_project_refused("flex_project.yaml", head + "hardware: h100_80gb\n", says);
+  expect_project_refused("flex_project.yaml", head + "hardware: h100_80gb\n", "h100_80gb has it at head dims 192");
+  expect_project_refused("flex_project.yaml", head + "hardware: a100_80gb\n", "a100_80gb has none");
+}
+
 // Every shipped projection's table keeps within 120 columns without --wide, whatever its models'
 // figures (a deep pipeline's layout, a long strategy label and a 5-digit speed side by side).
 TEST(Project, EveryShippedTableFits120Columns) {

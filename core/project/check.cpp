@@ -5,6 +5,7 @@
 
 #include "core/project/pipeline.h"
 #include "core/strategy/registry.h"
+#include "core/util/format.h"
 #include "core/workload/workload.h"
 
 namespace memfine {
@@ -61,6 +62,17 @@ void check_framework(const ProjectConfig& c, Problems& p) {
              "fp8 needs the hardware preset's fp8_gemm_speedup_curve (FP8 over bf16 GEMM rates measured at the same "
              "shapes); " +
                  c.hardware.name + " has none");
+  // FlexAttention's rate is taken where it was measured, never stretched to another head dim.
+  const auto& flex = c.hardware.flex_attention_head_dim_curve;
+  const double head_dim = double(c.model.head_dim);
+  if (f.flex_attention && (flex.empty() || head_dim < flex.front().first || head_dim > flex.back().first)) {
+    std::string measured;
+    for (const auto& [dim, rate] : flex) measured += (measured.empty() ? "" : ", ") + four_digits(dim);
+    p.add_at(c.where("framework.flex_attention"), "framework.flex_attention",
+             "needs FlexAttention measured at the model's head dim " + std::to_string(c.model.head_dim) +
+                 " (the hardware preset's flex_attention_head_dim_curve); " + c.hardware.name +
+                 (flex.empty() ? " has none" : " has it at head dims " + measured));
+  }
   // Megatron overlaps the all-to-alls of its alltoall and flex dispatchers alone.
   if (f.ep_overlap && c.dispatcher == Dispatcher::AllGather)
     p.add_at(c.where("framework.ep_overlap"), "framework.ep_overlap",

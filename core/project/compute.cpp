@@ -24,6 +24,12 @@ bool on_sink_curve(const ModelConfig& m, const Hardware& hw, const ProjectSettin
   return m.attention_sinks && set.framework.sinks_on_sink_curve && !hw.sink_attention_head_dim_curve.empty();
 }
 
+double core_attention_rate(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set) {
+  if (set.framework.flex_attention && !hw.flex_attention_head_dim_curve.empty())
+    return curve_at(hw.flex_attention_head_dim_curve, double(m.head_dim)) * 1e12;
+  return attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
+}
+
 bool sorts_rows(const ProjectSetting& set) {
   return set.framework.alltoall_sorts_rows && set.dispatcher == Dispatcher::AllToAll;
 }
@@ -34,8 +40,11 @@ namespace {
 // memory-bound kernels counted.
 std::string pricing_note(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set, bool sorts, bool biases) {
   return "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
-         attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set)) + ", grouped expert GEMMs " +
-         grouped_rate_note(hw) +
+         (set.framework.flex_attention
+              ? four_digits(core_attention_rate(m, hw, set) / 1e12) + " (FlexAttention at head dim " +
+                    std::to_string(m.head_dim) + " on the preset's flex curve)"
+              : attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set))) +
+         ", grouped expert GEMMs " + grouped_rate_note(hw) +
          "; MemFine's chunks run at their rows per chunk; memory-bound kernels (norms, "
          "residuals, rotary, permutes" +
          (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
@@ -94,7 +103,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(rows, h, g);
   const double rows_per_expert = rows / (double(m.experts) / double(l.ep));
-  const double core_t = core_flops / attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
+  const double core_t = core_flops / core_attention_rate(m, hw, set);
   auto expert_rate = [&](double rows) { return grouped_rate(hw, rows) * fp8_speedup(hw, rows, set.fp8); };
   const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows

@@ -86,6 +86,10 @@ struct Hardware {
   // (gpt-oss), by head dim: where a framework runs it, it replaces the head-dim curve's value at the
   // model's head dim for a model with sinks.
   std::vector<std::pair<double, double>> sink_attention_head_dim_curve;
+  // PyTorch's FlexAttention (Triton kernels), forward and backward, by the query's and key's head dim
+  // ({head dim, TFLOP/s} rising, the projection's FLOPs: three times a causal forward's): a run on it
+  // takes this rate at its head dim (within the curve's: check.cpp), not attention_tflops.
+  std::vector<std::pair<double, double>> flex_attention_head_dim_curve;
   double grouped_gemm_tflops = 0;        // grouped expert GEMMs at large rows per expert
   double grouped_gemm_small_tflops = 0;  // and at small ones
   double grouped_gemm_knee_rows = 1024;  // rows per expert where the large rate is reached
@@ -165,6 +169,9 @@ struct FrameworkConfig {
   // torchtitan: its per-op selective activation checkpointing (activation_checkpoint.mode selective,
   // selective_ac_option op) beside a strategy that keeps its layers
   bool selective_op = false;
+  // The attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 since its PR 1610): at
+  // the hardware preset's flex_attention_head_dim_curve
+  bool flex_attention = false;
 };
 
 // How sure the projection is, from its validation (errors.yaml beside the presets, written by

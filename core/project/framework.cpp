@@ -138,6 +138,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.pipelined_unsharded_grad_bytes = titan || f.name == Framework::FsdpTe ? 4 : 0;
   s.unsharded_experts_outside_fsdp = f.name == Framework::FsdpTe;
   s.selective_op = f.selective_op;
+  s.flex_attention = f.flex_attention;
   // PyTorch FSDP in mixed precision keeps fp32 weights, gradients and Adam moments (16 bytes a
   // parameter's shard); NeMo AutoModel loads its models in bf16 (its recipes' torch_dtype), so its
   // FSDP2 shards hold bf16 weights and gradients and Adam its moments in the weights' dtype (8).

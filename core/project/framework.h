@@ -37,6 +37,8 @@ struct FrameworkSetting {
   bool unsharded_experts_outside_fsdp = false;
   // torchtitan's per-op selective checkpointing beside a strategy that keeps its layers.
   bool selective_op = false;
+  // Its attention core is FlexAttention's (the hardware's flex curve).
+  bool flex_attention = false;
   // A routed row's memory-bound bytes, a forward's, beyond the fused path's (core/model/flops.h
   // memory_bound_bytes): per element of the hidden size, by the path DeepEP's dispatcher takes or
   // the others', and of the expert's (framework.cpp counts them from the framework's code).

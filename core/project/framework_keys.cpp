@@ -111,7 +111,11 @@ const Section<FrameworkConfig>& framework_keys() {
                   "torchtitan: its per-op selective activation checkpointing (activation_checkpoint.mode "
                   "selective, selective_ac_option op; its DeepSeek-V3 configs' default) beside a strategy that "
                   "keeps its layers: every other linear's output, the attention's and the all-to-alls' kept, the "
-                  "rest run again in backward (core/project/profile_torchtitan.cpp)")}};
+                  "rest run again in backward (core/project/profile_torchtitan.cpp)"),
+       boolean<F>("flex_attention", &F::flex_attention,
+                  "the attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 configs since its PR "
+                  "1610, use_flex_attn): priced at the hardware preset's flex_attention_head_dim_curve at the "
+                  "model's head dim, which the preset must have")}};
   return s;
 }
 

@@ -101,6 +101,14 @@ Field<Hardware> curve_key(const std::string& key, const std::string& x, Curve cu
       [curve](const Hardware& h) { return nlohmann::json(h.*curve); });
 }
 
+// `flex_attention_head_dim_curve`: [head dim, TFLOP/s] pairs, head dims rising.
+Field<Hardware> flex_curve_key() {
+  return curve_key("flex_attention_head_dim_curve", "head dim", &Hardware::flex_attention_head_dim_curve,
+                   "PyTorch's FlexAttention, forward and backward, measured at rising query and key head dims "
+                   "(TFLOP/s of three times a causal forward's FLOPs): a file with framework.flex_attention takes "
+                   "it at the model's head dim, which must lie within the curve's (log-linear between its points)");
+}
+
 // `grouped_gemm_curve`: [rows, TFLOP/s] pairs, rows rising.
 Field<Hardware> grouped_curve_key() {
   return curve_key("grouped_gemm_curve", "rows", &Hardware::grouped_gemm_curve,
@@ -237,6 +245,7 @@ const Section<Hardware>& hardware_keys() {
                  "rows per expert where the large rate is reached (linear below)"),
        head_dim_curve_key(),
        sink_curve_key(),
+       flex_curve_key(),
        grouped_curve_key(),
        fp8_curve_key(),
        table_key(),
