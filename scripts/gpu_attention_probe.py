@@ -9,11 +9,15 @@ GPT-OSS path, which autotunes its tiles), with a causal and a sliding-window blo
 without GPT-OSS's learnable sinks. A sink is a logit per head
 that joins each query's softmax and weighs no value: the plain attention's output scaled by
 sigmoid(lse - sink), lse its log-sum-exp, as AutoModel folds the sinks into FlexAttention.
-TFLOP/s count what `memfine project` counts (core/model/flops.cpp): 4 x head dim a query-key pair a
-head in forward, the pairs a causal mask keeps (half the sequence a query) or a window (the window,
-less the first window's queries, which see fewer), the backward at 2.5 times the forward, as
-FlashAttention's papers count it. Prints one JSON object: the device, PyTorch, the commit, and a row
-per case; a backend this PyTorch lacks gives its row an error.
+DeepSeek-V3's MLA heads (queries and keys 192 wide, values 128) run where a backend takes them
+(torchtitan runs FlexAttention there).
+TFLOP/s count what `memfine project` counts (core/model/flops.cpp, core/project/compute.cpp):
+2 x (query-key width + value width) a query-key pair a head in forward, the pairs a causal mask keeps
+(half the sequence a query) or a window (the window, less the first window's queries, which see
+fewer); forward and backward at three times the forward's, as the projection divides them
+(FlashAttention's papers count the backward at 2.5 times the forward: their rates are 7/6 of these).
+Prints one JSON object: the device, PyTorch, the commit, and a row per case; a backend this PyTorch
+lacks gives its row an error.
 
 usage: gpu_attention_probe.py [--out FILE.json] [--repeats N] [--quick] [--device cpu]
 """
@@ -28,11 +32,12 @@ from gpu_grouped_probe import kernel_probe, measured, timer  # noqa: E402
 from summaries import emit  # noqa: E402
 
 SEQ = 4096
-# (model, heads, kv heads, head dim, window, sinks): experiments/project/models.yaml's attention.
+# (model, heads, kv heads, head dim, window, sinks[, value head dim]): experiments/project/models.yaml's
+# attention.
 CASES = [("qwen3_235b_a22b", 64, 4, 128, 0, False), ("qwen3_30b_a3b", 32, 4, 128, 0, False),
          ("mixtral_8x7b", 32, 8, 128, 0, False), ("gpt_oss full", 64, 8, 64, 0, True),
-         ("gpt_oss windowed", 64, 8, 64, 128, True)]
-BACKWARD = 2.5  # the backward's FLOPs over the forward's (FlashAttention-2 and -3 count it so)
+         ("gpt_oss windowed", 64, 8, 64, 128, True), ("deepseek_v3 mla", 128, 128, 192, 0, False, 128)]
+BACKWARD = 2.0  # the backward's FLOPs over the forward's, as the projection counts them
 
 
 def keys_per_query(seq, window):
@@ -43,8 +48,8 @@ def keys_per_query(seq, window):
     return w - w * w / (2 * seq) + w / (2 * seq)
 
 
-def forward_flops(seq, heads, head_dim, window):
-    return 4.0 * seq * keys_per_query(seq, window) * heads * head_dim
+def forward_flops(seq, heads, head_dim, window, v_dim=None):
+    return 2.0 * seq * keys_per_query(seq, window) * heads * (head_dim + (v_dim or head_dim))
 
 
 def with_sinks(out, lse, sink):
@@ -144,24 +149,24 @@ def backends(device, quick):
     return out
 
 
-def case(attend, seq, heads, kv_heads, head_dim, window, sink, dtype, device, repeats):
+def case(attend, seq, heads, kv_heads, head_dim, window, sink, dtype, device, repeats, v_dim=None):
     """Milliseconds and TFLOP/s of the forward and of the forward with its backward; a backend that takes
-    no grouped keys and values gets every head's."""
+    no grouped keys and values gets every head's; values `v_dim` wide where given."""
     timed = timer(device)
     kv_heads = kv_heads if getattr(attend, "gqa", True) else heads
     q = torch.randn(1, heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True)
     k = torch.randn(1, kv_heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True)
-    v = torch.randn(1, kv_heads, seq, head_dim, dtype=dtype, device=device, requires_grad=True)
+    v = torch.randn(1, kv_heads, seq, v_dim or head_dim, dtype=dtype, device=device, requires_grad=True)
     s = None if not sink else torch.zeros(heads, dtype=torch.float32, device=device, requires_grad=True)
     leaves = (q, k, v) + ((s,) if s is not None else ())
-    dout = torch.randn(1, heads, seq, head_dim, dtype=dtype, device=device)
+    dout = torch.randn(1, heads, seq, v_dim or head_dim, dtype=dtype, device=device)
 
     def both():
         torch.autograd.grad(attend(q, k, v, window, s), leaves, dout)
     # The forward as training runs it (saving for the backward): one compiled graph serves both.
     fwd_ms = timed(lambda: attend(q, k, v, window, s), repeats)
     both_ms = timed(both, repeats)
-    flops = forward_flops(seq, heads, head_dim, window)
+    flops = forward_flops(seq, heads, head_dim, window, v_dim)
     return {"fwd_ms": fwd_ms, "fwd_bwd_ms": both_ms, "fwd_tflops": flops / (fwd_ms * 1e-3) / 1e12,
             "fwd_bwd_tflops": (1 + BACKWARD) * flops / (both_ms * 1e-3) / 1e12}
 
@@ -170,27 +175,29 @@ def run(cases, seq, dtype, device, repeats, quick=False):
     torch.manual_seed(0)
     out = []
     kinds = backends(device, quick)
-    for model, heads, kv_heads, head_dim, window, sinks in cases:
+    for model, heads, kv_heads, head_dim, window, sinks, *v in cases:
+        v_dim = v[0] if v else None
         for name, attend in kinds.items():
             # SDPA has neither windows nor sinks: it runs the windowless cases, without their sinks;
-            # FlexAttention (compiled, a minute a graph) runs the windowed and sink cases it is there for.
-            if name in ("flash", "cudnn") and window > 0 or name == "flex" and not (window or sinks):
+            # FlexAttention (compiled, a minute a graph) runs the windowed, sink and MLA cases it is there for.
+            if name in ("flash", "cudnn") and window > 0 or name == "flex" and not (window or sinks or v_dim):
                 continue
             for sink in ((False, True) if sinks and name in ("flex", "eager") else (False,)):
                 r = {"model": model, "backend": name, "seq": seq, "heads": heads, "kv_heads": kv_heads,
-                     "head_dim": head_dim, "window": window, "sinks": sink}
+                     "head_dim": head_dim, "v_head_dim": v_dim or head_dim, "window": window, "sinks": sink}
                 if isinstance(attend, str):
                     r["error"] = attend
                     out.append(r)
                     continue
                 measured(r, lambda r: r.update(case(attend, seq, heads, kv_heads, head_dim, window, sink, dtype,
-                                                    device, repeats)), device, out)
+                                                    device, repeats, v_dim)), device, out)
     return out
 
 
 def main(argv=None):
     a = kernel_probe("gpu_attention_probe.py", __doc__, argv)
-    cases = [("tiny", 4, 2, 16, 0, False), ("tiny windowed", 4, 2, 16, 8, True)] if a.quick else CASES
+    cases = ([("tiny", 4, 2, 16, 0, False), ("tiny windowed", 4, 2, 16, 8, True), ("tiny mla", 4, 4, 24, 0, False, 16)]
+             if a.quick else CASES)
     rows = run(cases, 64 if a.quick else SEQ, a.dtype, a.device, a.repeats, a.quick)
     emit({**a.header, "rows": rows}, a.out)
     return 0

@@ -786,6 +786,8 @@ class AttentionProbe(TorchCase):
             kept = int(p.allowed(seq, window, "cpu").sum())
             self.assertAlmostEqual(seq * p.keys_per_query(seq, window), kept, places=6)
         self.assertEqual(p.forward_flops(4096, 64, 64, 0), 4.0 * 4096 * 2048 * 64 * 64)
+        # MLA: queries and keys 192 wide, values 128, as core/model/flops.cpp counts them.
+        self.assertEqual(p.forward_flops(4096, 128, 192, 0, 128), 2.0 * 4096 * 2048 * 128 * (192 + 128))
 
     def test_report_line(self):
         from plots import gpu_report
@@ -798,7 +800,7 @@ class AttentionProbe(TorchCase):
             row("q", "cudnn", 128, 0, False, 600.0), row("gpt_oss full", "flash", 64, 0, False, 400.0),
             row("gpt_oss full", "cudnn", 64, 0, False, 450.0), row("gpt_oss full", "flex", 64, 0, False, 300.0),
             row("gpt_oss full", "flex", 64, 0, True, 280.0), row("gpt_oss windowed", "flex", 64, 128, False, 60.0),
-            row("gpt_oss windowed", "flex", 64, 128, True, 50.0),
+            row("gpt_oss windowed", "flex", 64, 128, True, 50.0), row("deepseek_v3 mla", "flex", 192, 0, False, 60.0),
             {"model": "x", "backend": "cudnn", "head_dim": 64, "window": 0, "sinks": False, "error": "no kernel"}]}
         line, blank = gpu_report.attention_probe_lines(doc, "results/x/probes/attention.json")
         self.assertEqual(blank, "")
@@ -806,6 +808,8 @@ class AttentionProbe(TorchCase):
                       line)
         self.assertIn("the full causal layer 300 (280 with its sinks), the 128-token windowed layer 60 (50), 0.20 of "
                       "the full layer's rate", line)
+        self.assertIn("FlexAttention at DeepSeek-V3's MLA heads (queries and keys 192 wide, values 128), as "
+                      "torchtitan runs it: 60 (", line)
         self.assertEqual(gpu_report.attention_probe_lines({"rows": [doc["rows"][-1]]}, "p"), [])
 
     def test_dry_run_writes_every_case(self):
@@ -819,7 +823,8 @@ class AttentionProbe(TorchCase):
         rows = doc["rows"]
         self.assertTrue(all(("error" in r) != ("fwd_bwd_tflops" in r) for r in rows), rows)
         eager = {(r["model"], r["sinks"]) for r in rows if r["backend"] == "eager"}
-        self.assertEqual(eager, {("tiny", False), ("tiny windowed", False), ("tiny windowed", True)})
+        self.assertEqual(eager, {("tiny", False), ("tiny windowed", False), ("tiny windowed", True),
+                                 ("tiny mla", False)})
         self.assertTrue(all(r["fwd_bwd_tflops"] > 0 for r in rows if r["backend"] == "eager"))
         # SDPA has no window: no flash or cudnn row for the windowed case.
         self.assertFalse([r for r in rows if r["backend"] in ("flash", "cudnn") and r["window"]])

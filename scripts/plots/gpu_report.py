@@ -159,7 +159,7 @@ def attention_probe_lines(doc, path):
 
     def text(v):
         return "-" if v is None else f"{v[0]:.0f}" if round(v[0]) == round(v[1]) else f"{v[0]:.0f}-{v[1]:.0f}"
-    dims = sorted({r["head_dim"] for r in ok if not r["window"]}, reverse=True)
+    dims = sorted({r["head_dim"] for r in ok if not r["window"] and r["backend"] in ("flash", "cudnn")}, reverse=True)
     parts = [f"head dim {d}: FlashAttention {text(rate('flash', d))}, cuDNN {text(rate('cudnn', d))}" for d in dims]
     out = (f"Attention (`{os.path.relpath(path)}`, {doc['device']}, PyTorch {doc['torch']}, "
            f"{R.commit_text(doc.get('git_commit', '?'))}; forward and backward at seq "
@@ -171,6 +171,10 @@ def attention_probe_lines(doc, path):
                 f"{text(full)} ({text(sunk[0])} with its sinks), the 128-token windowed layer {text(windowed)} "
                 f"({text(sunk[1])}), {windowed[0] / full[0]:.2f} of the full layer's rate, at which the projection "
                 "prices a windowed layer's FLOPs.")
+    mla = rate("flex", model="deepseek_v3 mla")
+    if mla:
+        out += (f" FlexAttention at DeepSeek-V3's MLA heads (queries and keys 192 wide, values 128), as torchtitan "
+                f"runs it: {text(mla)} (the preset's flex_attention_head_dim_curve at 192).")
     return [out, ""]
 
 
