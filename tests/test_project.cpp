@@ -1541,6 +1541,14 @@ TEST(Project, FlexAttentionIsPricedWhereItWasMeasured) {
   std::string said;
   for (const auto& a : slow.assumptions) said += a + "\n";
   EXPECT_NE(said.find("attention at 54.42 (FlexAttention at head dim 192"), std::string::npos) << said;
+  // Without the key, a torchtitan MLA answer says what it left out (on a GPU it fits, to be ranked).
+  c.hardware.memory_gb = 1000;
+  EXPECT_EQ(project_table(c, run_project(c)).find("torchtitan runs MLA's attention in FlexAttention"),
+            std::string::npos);
+  c.framework.flex_attention = false;
+  std::string table = project_table(c, run_project(c));
+  table.erase(std::remove(table.begin(), table.end(), '\n'), table.end());
+  EXPECT_NE(table.find("torchtitan runs MLA's attention in FlexAttention by default"), std::string::npos) << table;
   const std::string head =
       "model: qwen3_30b_a3b\ngpus: 8\nglobal_batch: 8\nframework: {name: torchtitan, flex_attention: true}\n";
   const std::string says =

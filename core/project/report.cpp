@@ -223,6 +223,12 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
       said.push_back(seen_text(c));
       said.push_back(seen_hardware_text(c));
     }
+    // torchtitan's DeepSeek-V3 flavours run FlexAttention (use_flex_attn) since its PR 1610.
+    if (c.framework.name == Framework::Torchtitan && c.model.attention == "mla" && !c.framework.flex_attention)
+      said.push_back(
+          "attention at the FlashAttention rates: torchtitan runs MLA's attention in FlexAttention by "
+          "default (its DeepSeek-V3 flavours' use_flex_attn), far slower at these head dims; "
+          "framework.flex_attention prices it so");
     if (!c.hardware.assumed.empty()) {
       std::string keys;
       for (const auto& k : c.hardware.assumed) keys += (keys.empty() ? "" : ", ") + k;
