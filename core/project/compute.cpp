@@ -24,9 +24,12 @@ bool on_sink_curve(const ModelConfig& m, const Hardware& hw, const ProjectSettin
   return m.attention_sinks && set.framework.sinks_on_sink_curve && !hw.sink_attention_head_dim_curve.empty();
 }
 
+bool on_flex_curve(const Hardware& hw, const ProjectSetting& set) {
+  return set.framework.flex_attention && !hw.flex_attention_head_dim_curve.empty();
+}
+
 double core_attention_rate(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set) {
-  if (set.framework.flex_attention && !hw.flex_attention_head_dim_curve.empty())
-    return curve_at(hw.flex_attention_head_dim_curve, double(m.head_dim)) * 1e12;
+  if (on_flex_curve(hw, set)) return curve_at(hw.flex_attention_head_dim_curve, double(m.head_dim)) * 1e12;
   return attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
 }
 
@@ -40,7 +43,7 @@ namespace {
 // memory-bound kernels counted.
 std::string pricing_note(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set, bool sorts, bool biases) {
   return "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
-         (set.framework.flex_attention
+         (on_flex_curve(hw, set)
               ? four_digits(core_attention_rate(m, hw, set) / 1e12) + " (FlexAttention at head dim " +
                     std::to_string(m.head_dim) + " on the preset's flex curve)"
               : attention_rate_note(hw, m.head_dim, on_sink_curve(m, hw, set))) +

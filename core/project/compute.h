@@ -28,6 +28,9 @@ double moe_runs(const StrategyShape& s);
 // Whether the model's attention runs at the preset's sink curve: learnable sinks, a framework that
 // runs Transformer Engine's kernel for them and a preset that measured it.
 bool on_sink_curve(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set);
+// Whether the attention core runs at the preset's FlexAttention curve: the file says FlexAttention
+// and the preset measured it (check.cpp refuses a head dim it did not).
+bool on_flex_curve(const Hardware& hw, const ProjectSetting& set);
 // The attention core's rate (FLOP/s): FlexAttention's curve where the framework runs it, else the
 // attention kernel's (its sink curve for a model with sinks where the framework runs that).
 double core_attention_rate(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set);

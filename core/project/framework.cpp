@@ -139,6 +139,8 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.unsharded_experts_outside_fsdp = f.name == Framework::FsdpTe;
   s.selective_op = f.selective_op;
   s.flex_attention = f.flex_attention;
+  // torchtitan's DeepSeek-V3 flavours set use_flex_attn (models/deepseek_v3/__init__.py, since PR 1610).
+  s.mla_flex_by_default = s.profile == Profile::Torchtitan;
   // PyTorch FSDP in mixed precision keeps fp32 weights, gradients and Adam moments (16 bytes a
   // parameter's shard); NeMo AutoModel loads its models in bf16 (its recipes' torch_dtype), so its
   // FSDP2 shards hold bf16 weights and gradients and Adam its moments in the weights' dtype (8).

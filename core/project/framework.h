@@ -39,6 +39,9 @@ struct FrameworkSetting {
   bool selective_op = false;
   // Its attention core is FlexAttention's (the hardware's flex curve).
   bool flex_attention = false;
+  // The framework runs MLA's attention in FlexAttention by default: an answer that prices it as
+  // FlashAttention says so.
+  bool mla_flex_by_default = false;
   // A routed row's memory-bound bytes, a forward's, beyond the fused path's (core/model/flops.h
   // memory_bound_bytes): per element of the hidden size, by the path DeepEP's dispatcher takes or
   // the others', and of the expert's (framework.cpp counts them from the framework's code).

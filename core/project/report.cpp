@@ -114,8 +114,7 @@ std::string nearest(const ProjectConfig& c, const ProjectResult& r) {
   return o.str();
 }
 
-// What the validation saw of this model under this framework profile at its first projections: how
-// sure an answer is where the validation has run the model, and that it has not where it has not.
+// A `seen` entry in words: its runs, their first projections' errors, which way, the range's hold.
 std::string seen_runs(const ProjectionErrors::Seen& s, const std::string& who) {
   auto pct = [](double x) { return (x > 0 ? "+" : "") + fmt_double("%.0f", x) + "%"; };
   const std::string runs = std::to_string(s.runs);
@@ -125,6 +124,8 @@ std::string seen_runs(const ProjectionErrors::Seen& s, const std::string& who) {
          "; the range, fitted on them and the others, holds " + std::to_string(s.held);
 }
 
+// What the validation saw of this model under this framework profile at its first projections: how
+// sure an answer is where the validation has run the model, and that it has not where it has not.
 std::string seen_text(const ProjectConfig& c) {
   const std::string who = c.model_name + " under " + name_of(c.framework.name);
   const ProjectionErrors::Seen* s = c.errors.seen_of(c.framework.name, c.model_name);
@@ -223,12 +224,11 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
       said.push_back(seen_text(c));
       said.push_back(seen_hardware_text(c));
     }
-    // torchtitan's DeepSeek-V3 flavours run FlexAttention (use_flex_attn) since its PR 1610.
-    if (c.framework.name == Framework::Torchtitan && c.model.attention == "mla" && !c.framework.flex_attention)
-      said.push_back(
-          "attention at the FlashAttention rates: torchtitan runs MLA's attention in FlexAttention by "
-          "default (its DeepSeek-V3 flavours' use_flex_attn), far slower at these head dims; "
-          "framework.flex_attention prices it so");
+    if (const FrameworkSetting fw = framework_setting(c);
+        fw.mla_flex_by_default && c.model.attention == "mla" && !fw.flex_attention)
+      said.push_back("attention at the FlashAttention rates: " + name_of(c.framework.name) +
+                     " runs MLA's attention in FlexAttention by default, far slower at these head dims; "
+                     "framework.flex_attention prices it so");
     if (!c.hardware.assumed.empty()) {
       std::string keys;
       for (const auto& k : c.hardware.assumed) keys += (keys.empty() ? "" : ", ") + k;
