@@ -364,6 +364,7 @@ TEST(Framework, ANameOrAMapAndAWrongOneAtItsLine) {
   const std::vector<std::pair<std::string, std::string>> refused = {
       {"{name: fsdp_te,\n  recompute_modules: [layernorm]}", ":8: framework.recompute_modules: Megatron-Core's"},
       {"{name: megatron_te,\n  selective_op: true}", ":8: framework.selective_op: torchtitan's option"},
+      {"{name: torchtitan,\n  selective_op_all_to_all: false}", ":8: framework.selective_op_all_to_all: says what"},
       {"{recompute_modules: [moe_act]}", ":7: framework.recompute_modules: moe_act is a strategy here"},
       {"{recompute_modules: [layernorm, norms]}", ":7: framework.recompute_modules: no module 'norms'"},
       {"{recompute_modules: [mlp, mlp]}", ":7: framework.recompute_modules: mlp given twice"},

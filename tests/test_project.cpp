@@ -526,10 +526,11 @@ TEST(Project, FsdpUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
   l.ep = 2, l.dp = 2, l.global_batch = 8;
   // `gathered_only`: the gradients' unsharded accumulation and resharding left out, the weights
   // gathered for the whole stage.
-  auto with = [&](const std::string& framework, int64_t pp, bool op = false, bool gathered_only = false) {
+  auto with = [&](const std::string& framework, int64_t pp, bool op = false, bool gathered_only = false,
+                  bool op_a2a = true) {
     ProjectConfig c;
     c.framework.name = *enum_named<Framework>(framework);
-    c.framework.selective_op = op;
+    c.framework.selective_op = op, c.framework.selective_op_all_to_all = op_a2a;
     ProjectSetting set;
     set.framework = framework_setting(c);
     set.framework.fsdp_state_bytes = 0, set.framework.allocated_extra = 0;  // the gathered weights alone
@@ -562,6 +563,10 @@ TEST(Project, FsdpUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
   EXPECT_LT(op.activation_gb, kept.activation_gb);
   EXPECT_GT(op.recompute, 0);
   EXPECT_EQ(kept.recompute, 0);
+  // Before its list kept the all-to-alls (PR 1672) it kept less still and ran them again.
+  const Estimate before = with("torchtitan", 1, true, false, false);
+  EXPECT_LT(before.activation_gb, op.activation_gb);
+  EXPECT_GT(before.recompute, op.recompute);
   // Its eager routing moves 24 h + 4 F bytes a routed row beyond the fused path's, a forward.
   hw.hbm_gb_s = 1000;
   EXPECT_GT(with("torchtitan", 1).compute, with("fsdp_te", 1).compute);

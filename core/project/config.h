@@ -169,6 +169,9 @@ struct FrameworkConfig {
   // torchtitan: its per-op selective activation checkpointing (activation_checkpoint.mode selective,
   // selective_ac_option op) beside a strategy that keeps its layers
   bool selective_op = false;
+  // With it: the all-to-alls' outputs among what it keeps (torchtitan since its PR 1672); false, as
+  // before it, they run again in backward
+  bool selective_op_all_to_all = true;
   // The attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 since its PR 1610): at
   // the hardware preset's flex_attention_head_dim_curve
   bool flex_attention = false;

@@ -138,6 +138,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.pipelined_unsharded_grad_bytes = titan || f.name == Framework::FsdpTe ? 4 : 0;
   s.unsharded_experts_outside_fsdp = f.name == Framework::FsdpTe;
   s.selective_op = f.selective_op;
+  s.selective_op_all_to_all = f.selective_op_all_to_all;
   s.flex_attention = f.flex_attention;
   // torchtitan's DeepSeek-V3 flavours set use_flex_attn (models/deepseek_v3/__init__.py, since PR 1610).
   s.mla_flex_by_default = s.profile == Profile::Torchtitan;

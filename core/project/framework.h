@@ -37,6 +37,7 @@ struct FrameworkSetting {
   bool unsharded_experts_outside_fsdp = false;
   // torchtitan's per-op selective checkpointing beside a strategy that keeps its layers.
   bool selective_op = false;
+  bool selective_op_all_to_all = true;  // its list keeps the all-to-alls' outputs (else run again)
   // Its attention core is FlexAttention's (the hardware's flex curve).
   bool flex_attention = false;
   // The framework runs MLA's attention in FlexAttention by default: an answer that prices it as

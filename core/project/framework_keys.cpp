@@ -112,6 +112,10 @@ const Section<FrameworkConfig>& framework_keys() {
                   "selective, selective_ac_option op; its DeepSeek-V3 configs' default) beside a strategy that "
                   "keeps its layers: every other linear's output, the attention's and the all-to-alls' kept, the "
                   "rest run again in backward (core/project/profile_torchtitan.cpp)"),
+       boolean<F>("selective_op_all_to_all", &F::selective_op_all_to_all,
+                  "with `selective_op`: its list keeps the all-to-alls' outputs, as torchtitan's has since its PR "
+                  "1672 (2025-09-06); false for a run before it, whose list (llama3's) kept neither: its routed "
+                  "rows keep nothing and backward runs the dispatch and combine again"),
        boolean<F>("flex_attention", &F::flex_attention,
                   "the attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 configs since its PR "
                   "1610, use_flex_attn): priced at the hardware preset's flex_attention_head_dim_curve at the "

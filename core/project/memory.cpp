@@ -104,7 +104,8 @@ double StageMemory::lazy_of(const Stage& st) const {
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
   const FrameworkSetting& f = set_.framework;
-  const ProfileOptions o{f.recomputed, set_.fp8, f.selective_op, set_.dispatcher == Dispatcher::DeepEp};
+  const ProfileOptions o{f.recomputed, set_.fp8, f.selective_op, f.selective_op_all_to_all,
+                         set_.dispatcher == Dispatcher::DeepEp};
   LayerWidths w = layer_widths(f.profile, m_, s, set_.element_bytes, o);
   if (l_.etp > 1) {
     // A routed row's terms at the GPU's share of each expert's FFN.

@@ -14,7 +14,7 @@ LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s
     case Profile::FsdpTe:
       return fsdp_widths(m, s, element_bytes);
     case Profile::Torchtitan:
-      return torchtitan_widths(m, s, element_bytes, o.selective_op, o.deepep);
+      return torchtitan_widths(m, s, element_bytes, o);
     default:
       return memfine_widths(m, s, element_bytes);
   }

@@ -39,6 +39,7 @@ struct ProfileOptions {
   // FP8 copy (megatron_te's profile alone prices it).
   bool fp8 = false;
   bool selective_op = false;  // torchtitan's per-op selective checkpointing (its profile alone)
+  bool selective_op_all_to_all = true;  // with it, the all-to-alls' outputs kept (else run again)
   bool deepep = false;        // the expert-parallel path through DeepEP (torchtitan's profile tells it apart)
 };
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
@@ -59,7 +60,6 @@ LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double 
 LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB,
                             const RecomputedModules& again = {}, bool fp8 = false);
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
-LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool selective_op,
-                              bool deepep);
+LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, const ProfileOptions& o);
 
 }  // namespace memfine

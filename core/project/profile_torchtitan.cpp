@@ -68,8 +68,8 @@ double saved_linears(const std::vector<double>& outputs, double kB) {
 
 }  // namespace
 
-LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, bool selective_op,
-                              bool deepep) {
+LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, const ProfileOptions& o) {
+  const bool deepep = o.deepep;
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts), k = double(m.topk);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);
   const double attn = attention_kept(m, kB);
@@ -108,22 +108,25 @@ LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, doub
   LayerWidths w = assemble(p, s);
   w.row_text = deepep ? row.text + " + h bf16 (its output) + int64 indices (DeepEP's path)"
                       : row.text + " bf16 + an int32 index; a sent row's fp32 output copy, its indices and score";
-  if (selective_op && !s.recompute_layer && s.moe == MoeMode::Stored && s.chunks <= 1) {
+  if (o.selective_op && !s.recompute_layer && s.moe == MoeMode::Stored && s.chunks <= 1) {
     // Op-level selective checkpointing: each layer keeps its input, the saved linears' outputs, the
     // attention's output and logsumexp; each routed row its dispatch's output, and each sent one its
-    // combine's output. The rest is rebuilt for the layer's backward and held while it runs.
+    // combine's output (both since torchtitan's PR 1672, which put all_to_all_single on the list:
+    // before it, llama3's list kept neither). The rest is rebuilt for the layer's backward.
     std::vector<double> moe_mm = attention_linears(m), dense_mm = attention_linears(m);
     if (Fs > 0) moe_mm.insert(moe_mm.end(), {Fs, Fs, h});  // w1, w3, w2 in the order forward runs them
     dense_mm.insert(dense_mm.end(), {Fd, Fd, h});
     const double H = double(m.heads), out = m.attention == "none" ? 0 : kB * H * double(m.v_dim()) + kFp32 * H;
     // The combine returns each token once through DeepEP, a row per assignment through all_to_all_single.
-    const double combined = deepep ? kB * h : k * kB * h;
-    const double moe_token = kB * h + saved_linears(moe_mm, kB) + out + combined, moe_row = kB * h;
+    const double a2a = o.selective_op_all_to_all ? 1 : 0;
+    const double combined = a2a * (deepep ? kB * h : k * kB * h);
+    const double moe_token = kB * h + saved_linears(moe_mm, kB) + out + combined, moe_row = a2a * kB * h;
     const double dense_token = kB * h + saved_linears(dense_mm, kB) + out;
     w.token = moe_token, w.token_again = p.outside + p.block - moe_token;
     w.row = moe_row, w.row_again = p.row - moe_row;
     w.dense = dense_token, w.dense_again = p.dense - dense_token;
-    w.row_text = "h bf16 (the dispatch's output; op-level checkpointing)";
+    w.row_text = o.selective_op_all_to_all ? "h bf16 (the dispatch's output; op-level checkpointing)"
+                                           : "none (op-level checkpointing without the all-to-alls)";
   }
   add_offload(m, s, kB, 2 * F, w);
   return w;

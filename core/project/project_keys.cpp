@@ -228,6 +228,9 @@ Field<P> framework_key() {
                 r.problems().add(n["selective_op"], "framework.selective_op",
                                  "torchtitan's option (activation_checkpoint.selective_ac_option op); " +
                                      name_of(c.framework.name) + " has no per-op checkpointing");
+              if (!c.framework.selective_op_all_to_all && !c.framework.selective_op)
+                r.problems().add(n["selective_op_all_to_all"], "framework.selective_op_all_to_all",
+                                 "says what `selective_op` keeps; set selective_op: true with it");
             } else {
               fields::read_enum(r, "framework", c.framework.name);
             }
