@@ -185,7 +185,7 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   }
   EXPECT_EQ(models.at("deepseek_v3").model.moe_layers(), 58);
   EXPECT_EQ(models.at("deepseek_v3").model.attention, "mla");
-  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "a100_80gb", "memfine_64gb"})
+  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "a100_80gb", "a800", "memfine_64gb"})
     ASSERT_TRUE(hardware.count(h)) << h;
   EXPECT_EQ(hardware.at("h200").memory_gb, 150.11);
   // A preset that extends another has the other's keys and its own over them.
@@ -195,6 +195,9 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   EXPECT_EQ(hardware.at("h200").gemm_table.tflops, hardware.at("h100_80gb").gemm_table.tflops);
   EXPECT_GT(hardware.at("h200").hbm_gb_s, hardware.at("h100_80gb").hbm_gb_s);
   EXPECT_EQ(hardware.at("h100_96gb").memory_gb, 102.0);
+  EXPECT_EQ(hardware.at("a800").gemm_tflops, hardware.at("a100_80gb").gemm_tflops);
+  EXPECT_LT(hardware.at("a800").dispatcher_gb_s(Dispatcher::AllToAll, true),
+            hardware.at("a100_80gb").dispatcher_gb_s(Dispatcher::AllToAll, true));
   EXPECT_EQ(hardware.at("h100_96gb").grouped_gemm_curve, hardware.at("h100_80gb").grouped_gemm_curve);
   EXPECT_FALSE(hardware.at("h800").source.empty());
 
