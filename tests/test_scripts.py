@@ -543,6 +543,23 @@ class TorchCase(unittest.TestCase):
             self.skipTest("no torch for this interpreter")
 
 
+class LossProbe(TorchCase):
+    """The GPU loss probe's dry run on this CPU: torchtitan's eager loss keeps its fp32
+    log-probabilities (4 bytes a logit), the bf16 loss its bf16 ones (2); a PyTorch without
+    torch.compile gives the compiled row an error, not a number."""
+
+    def test_cpu_held_counts_the_saved_log_probabilities(self):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_loss_probe.py"), "--device", "cpu",
+                            "--tokens", "16", "--vocab", "512"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {row["variant"]: row for row in json.loads(r.stdout)["rows"]}
+        self.assertAlmostEqual(rows["eager fp32 upcast"]["held_per_logit"], 4.0, delta=0.1)
+        self.assertAlmostEqual(rows["eager bf16"]["held_per_logit"], 2.0, delta=0.1)
+        import torch
+        if not hasattr(torch, "compile"):
+            self.assertIn("torch.compile needs PyTorch 2", rows["compiled fp32 upcast"]["error"])
+
+
 class PeakProbe(TorchCase):
     """The GPU peak probe runs its attention block on a CPU too (where torch imports): a peak of at
     least the saved softmax, [heads, seq, seq], and at most a handful of them."""
