@@ -100,12 +100,18 @@ TEST(Framework, TorchtitanKeepsWhatItsCodeSaves) {
   EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, full, 2, {{}, false, true}).token, 2 * 2048);
   // Through DeepEP the scores weigh the rows on the expert's side: a token keeps its top-k indices
   // alone; a row its bf16 output and score beside the expert's set and three int64 indices, unpadded.
-  const LayerWidths deepep = layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, false, true});
+  const LayerWidths deepep = layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, false, true, true});
   EXPECT_DOUBLE_EQ(deepep.token, attention + 2 * 2 * 2048 + 4 + 4 * 128 + 8 * 8);
   EXPECT_DOUBLE_EQ(deepep.row, 2 * (2048 + 4 * 768) + 2 * (2048 + 1) + 3 * 8);
   // Its combine returns a token once: op-level checkpointing keeps one row of h a token for it.
-  EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, true, true}).token,
+  EXPECT_DOUBLE_EQ(layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, true, true, true}).token,
                    kept - 7 * 2 * 2048);
+  // Before torchtitan's list kept the all-to-alls (its PR 1672), a routed row kept nothing and a
+  // token no combined rows.
+  const LayerWidths before = layer_widths(Profile::Torchtitan, m, none, 2, {{}, false, true, false});
+  EXPECT_DOUBLE_EQ(before.token, kept - 8 * 2 * 2048);
+  EXPECT_DOUBLE_EQ(before.row, 0);
+  EXPECT_DOUBLE_EQ(before.row + before.row_again, w.row);
 }
 
 RecomputedModules modules(bool layernorm, bool mla_up_proj, bool mlp, bool core_attn) {
