@@ -126,7 +126,7 @@ LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, doub
     w.row = moe_row, w.row_again = p.row - moe_row;
     w.dense = dense_token, w.dense_again = p.dense - dense_token;
     w.row_text = o.selective_op_all_to_all ? "h bf16 (the dispatch's output; op-level checkpointing)"
-                                           : "none (op-level checkpointing without the all-to-alls)";
+                                           : "0 bytes (op-level checkpointing before torchtitan kept the all-to-alls)";
   }
   add_offload(m, s, kB, 2 * F, w);
   return w;
