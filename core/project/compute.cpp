@@ -33,6 +33,10 @@ double core_attention_rate(const ModelConfig& m, const Hardware& hw, const Proje
   return attention_rate(hw, double(m.head_dim), on_sink_curve(m, hw, set));
 }
 
+bool op_level_checkpointing(const ProjectSetting& set, const StrategyShape& s) {
+  return set.framework.selective_op && !s.recompute_layer && s.moe == MoeMode::Stored;
+}
+
 bool sorts_rows(const ProjectSetting& set) {
   return set.framework.alltoall_sorts_rows && set.dispatcher == Dispatcher::AllToAll;
 }
@@ -181,7 +185,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // torchtitan's op-level selective checkpointing (core/project/profile_torchtitan.cpp says what it
   // keeps): backward reruns the forward of all but every other linear and the attention core: half
   // the dense GEMMs, the routed experts whole, the memory-bound kernels; its launches again.
-  if (set.framework.selective_op && !s.recompute_layer && s.moe == MoeMode::Stored) {
+  if (op_level_checkpointing(set, s)) {
     c.modules_again += dense_t / 3 / 2 + (expert_t + routed_t) / 3 + (memory_t - routed_t) / 3;
     const Launches& f = set.framework.forward;
     c.modules_launches += st.layers * f.attention + st.dense * f.dense_ffn + st.moe * f.moe;

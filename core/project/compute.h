@@ -34,6 +34,9 @@ bool on_flex_curve(const Hardware& hw, const ProjectSetting& set);
 // The attention core's rate (FLOP/s): FlexAttention's curve where the framework runs it, else the
 // attention kernel's (its sink curve for a model with sinks where the framework runs that).
 double core_attention_rate(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set);
+// Whether torchtitan's per-op selective checkpointing runs: the framework says so and the shape keeps
+// its layers and its MoE whole (one that recomputes them leaves it nothing to choose).
+bool op_level_checkpointing(const ProjectSetting& set, const StrategyShape& s);
 // Whether the framework's all-to-all dispatcher sorts received rows by local expert (and back).
 bool sorts_rows(const ProjectSetting& set);
 

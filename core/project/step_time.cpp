@@ -222,9 +222,7 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   t.recompute = recompute_of(s, c, a2a_exposed) + c.modules_again;
   // torchtitan's op-level checkpointing before its list kept the all-to-alls: backward runs the
   // forward's dispatch and combine again to rebuild the routed rows.
-  const FrameworkSetting& fw = set.framework;
-  if (fw.selective_op && !fw.selective_op_all_to_all && !s.recompute_layer && s.moe == MoeMode::Stored)
-    t.recompute += a2a_exposed / 2;
+  if (op_level_checkpointing(set, s) && !set.framework.selective_op_all_to_all) t.recompute += a2a_exposed / 2;
   // Offloading's copies against a layer's own compute (the next layer's forward, the previous one's backward).
   if (s.offload.encodes() && hw.hbm_gb_s > 0) {
     // Encoding reads each element and writes its code; decoding reads the code and writes it back.
