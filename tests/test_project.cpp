@@ -179,7 +179,7 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
       read_hardware_presets(std::string(MEMFINE_TESTS_DIR) + "/../experiments/project/hardware.yaml", problems);
   EXPECT_TRUE(problems.empty()) << problems.front();
   for (const char* m : {"deepseek_v3", "qwen3_30b_a3b", "qwen3_235b_a22b", "mixtral_8x7b", "gpt_oss_120b",
-                        "memfine_model_1", "memfine_model_2"}) {
+                        "qwen2_57b_a14b", "memfine_model_1", "memfine_model_2"}) {
     ASSERT_TRUE(models.count(m)) << m;
     EXPECT_FALSE(models.at(m).source.empty()) << m;
   }
@@ -215,7 +215,8 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
 
 // The work model against the models' published active parameter counts (their matmuls read each
 // active parameter once per token: 2 FLOPs): DeepSeek-V3 37B active (of which the 0.93B embedding
-// table is no matmul), Qwen3-30B-A3B 3.3B, Qwen3-235B-A22B 22B, Mixtral 8x7B 12.9B; within 5%.
+// table is no matmul), Qwen3-30B-A3B 3.3B, Qwen3-235B-A22B 22B, Mixtral 8x7B 12.9B, Qwen2-57B-A14B
+// 14B; within 5%.
 // (gpt-oss-120b's card counts its active parameters by another convention, not checked here.)
 TEST(Work, ActiveParametersAsPublished) {
   std::vector<std::string> problems;
@@ -226,14 +227,18 @@ TEST(Work, ActiveParametersAsPublished) {
     double active, embedding;
   };
   for (const Row& r : {Row{"deepseek_v3", 37e9, 7168.0 * 129280}, Row{"qwen3_30b_a3b", 3.3e9, 2048.0 * 151936},
-                       Row{"qwen3_235b_a22b", 22e9, 4096.0 * 151936}, Row{"mixtral_8x7b", 12.9e9, 4096.0 * 32000}}) {
+                       Row{"qwen3_235b_a22b", 22e9, 4096.0 * 151936}, Row{"mixtral_8x7b", 12.9e9, 4096.0 * 32000},
+                       Row{"qwen2_57b_a14b", 14e9, 3584.0 * 151936}}) {
     const double got = active_matmul_parameters(models.at(r.name).model);
     EXPECT_NEAR(got, r.active - r.embedding, 0.05 * r.active) << r.name << ": " << got / 1e9 << "B";
   }
   // Every parameter, as the cards count them: DeepSeek-V3 671B and its MTP module 14B (685B),
-  // Qwen3-30B-A3B 30.5B, Qwen3-235B-A22B 235B, Mixtral 8x7B 46.7B; within 2%.
-  for (const auto& [name, total] : std::vector<std::pair<std::string, double>>{
-           {"deepseek_v3", 685e9}, {"qwen3_30b_a3b", 30.5e9}, {"qwen3_235b_a22b", 235e9}, {"mixtral_8x7b", 46.7e9}})
+  // Qwen3-30B-A3B 30.5B, Qwen3-235B-A22B 235B, Mixtral 8x7B 46.7B, Qwen2-57B-A14B 57B; within 2%.
+  for (const auto& [name, total] : std::vector<std::pair<std::string, double>>{{"deepseek_v3", 685e9},
+                                                                               {"qwen3_30b_a3b", 30.5e9},
+                                                                               {"qwen3_235b_a22b", 235e9},
+                                                                               {"mixtral_8x7b", 46.7e9},
+                                                                               {"qwen2_57b_a14b", 57e9}})
     EXPECT_NEAR(total_parameters(models.at(name).model), total, 0.02 * total) << name;
   // Training is three forwards; the causal core is half the square; MTP is counted in training
   // (as Megatron counts it), not in the active parameters.
