@@ -617,6 +617,19 @@ class Validation(unittest.TestCase):
         self.assertIn("first projection (what the projection said before any change made after the run entered the "
                       "set): median absolute error 40.0% over 1 runs; 1 over 25%", said[0])  # the headline first
 
+    def test_each_source_is_weighed_once_beside_the_pooled_median(self):
+        """Many runs of one source share its unknowns: the line by source sets each source's median
+        beside the median of those medians."""
+        now, first = [], []
+        for name, tokens in (("big_a", 1100.0), ("big_b", 1100.0), ("big_c", 1100.0), ("small_a", 700.0)):
+            r = self.row(name, 1000.0, None)
+            r["case_file"] = name + ".yaml"
+            now.append(r)
+            first.append(dict(r, tokens_per_s_gpu=tokens))
+        said = " ".join(validation.verdict_lines(validation.summary(self.runs(*now, first=first))))
+        self.assertIn("big 10.0% (3 runs, 3 too fast); small 30.0% (1 run, 0 too fast); each source weighed once "
+                      "(the median of their medians): 20.0%.", said)
+
     def test_evidence_is_quoted_beside_a_miss_only(self):
         rows = {r["case"]: r for r in self.runs(self.row("miss", 1500.0, "a trace says so"),
                                                   self.row("hit", 1050.0, "a trace says so"),

@@ -324,6 +324,7 @@ def summary(rows):
         "known_issue": sorted({r["case"] for r in rows if r["known_issue"]}),
         "with_known_issues": _throughput_check(with_issues),
         "first": _throughput_check(first),
+        "by_source": _by_source(rows),
         # Runs held out from the range and the calibration: their first projections carry both.
         "entered": {"throughput": _throughput_check([r["first_error"] for r in entered]),
                     "now": _throughput_check([r["throughput"][3] for r in entered]),
@@ -341,6 +342,17 @@ def summary(rows):
                        "runs": [r["case"] for r in runs]}
                       for what, commit, runs in fit_after],
     }
+
+
+def _by_source(rows):
+    """Counted first-projection errors by source, a case file's name beginning with its source's
+    (folding_, mbridge_, xtuner_, ...): many runs of one source share its unknowns, so one source can
+    move a pooled median."""
+    out = {}
+    for r in rows:
+        if r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]:
+            out.setdefault(r["case"].split("_")[0], []).append(r["first_error"])
+    return out
 
 
 def table_rows(rows):
@@ -398,6 +410,13 @@ def verdict_lines(s, names=True):
         lines.append(f"- Throughput at each run's first projection (what the projection said before any change "
                      f"made after the run entered the set): median absolute error {s['first'][0]:.1f}% over "
                      f"{s['first'][2]} runs; {s['first'][1]} over {WORST_GOAL:g}%.")
+    if s.get("by_source"):
+        srcs = sorted(s["by_source"].items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        meds = [statistics.median(abs(e) for e in es) for _, es in srcs]
+        lines.append("- The same by source (a case file's name begins with its source's): "
+                     + "; ".join(f"{k} {m:.1f}% ({len(es)} run{'s' * (len(es) > 1)}, {sum(e > 0 for e in es)} too fast)"
+                                 for (k, es), m in zip(srcs, meds))
+                     + f"; each source weighed once (the median of their medians): {statistics.median(meds):.1f}%.")
     if s.get("held_out"):
         cov, half, n, level = s["held_out"]
         lines.append(f"- Range (`tokens_per_s_gpu_range`, {100 * level:.0f}% split conformal over the first "
