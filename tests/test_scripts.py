@@ -15,7 +15,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from plots import generic, paper, quality, records, report, style, sweeps, validation  # noqa: E402
+from plots import generic, orderings, paper, quality, records, report, style, sweeps, validation  # noqa: E402
 
 ENV = {"git_commit": "abc", "libtorch": "1.13.0", "device": "cpu", "device_name": "Test CPU", "threads": 2, "date": "today"}
 CONFIG = {"model": {"layers": 2, "hidden": 16, "ffn_hidden": 32, "experts": 4, "topk": 2, "seq": 8, "micro_batch": 1},
@@ -629,6 +629,30 @@ class Validation(unittest.TestCase):
         said = " ".join(validation.verdict_lines(validation.summary(self.runs(*now, first=first))))
         self.assertIn("big 10.0% (3 runs, 3 too fast); small 30.0% (1 run, 0 too fast); each source weighed once "
                       "(the median of their medians): 20.0%.", said)
+
+    def test_a_sources_own_a_b_is_judged_by_its_order(self):
+        """Two runs of one source on one workload make a pair: ordered as measured or not, at the first
+        projection and today; a run of another source or workload makes none with them."""
+        now, first = [], []
+        # (name, source, gpus, projected tokens/s today, at first, published)
+        for name, source, gpus, today, then, pub in (("a", "S: one", 8, 1200.0, 900.0, 1000.0),
+                                                      ("b", "S: two", 8, 1000.0, 1000.0, 1100.0),
+                                                      ("c", "T: three", 8, 1000.0, 1000.0, 1000.0),
+                                                      ("d", "S: four", 16, 1000.0, 1000.0, 1000.0)):
+            r = self.row(name, today, None)
+            r["case_file"], r["gpus"], r["model_tflops_gpu"] = name + ".yaml", gpus, today * 1e-3
+            r["published"]["source"], r["published"]["values"]["tokens_per_s_gpu"] = source, pub
+            now.append(r)
+            first.append(dict(r, tokens_per_s_gpu=then, model_tflops_gpu=then * 1e-3))
+        runs = self.runs(*now, first=first)
+        self.assertEqual([p[:2] for p in orderings.pairs([dict(r, error=r["throughput"][3]) for r in runs])],
+                         [("a", "b")])
+        said = " ".join(orderings.lines(runs, names=True))
+        # Measured a/b 0.91: first 0.90 (ordered so), today 1.20 (not).
+        self.assertIn("1 pairs, 0 of them within 2% of each other, a tie): at their first projection the projection "
+                      "ordered 1 of the 1 others as measured, today 0; the projected ratio's median absolute error "
+                      "1.0% at first, 32.0% today; ordered otherwise today: a over b (0.91 measured, 1.20 projected).",
+                      said)
 
     def test_evidence_is_quoted_beside_a_miss_only(self):
         rows = {r["case"]: r for r in self.runs(self.row("miss", 1500.0, "a trace says so"),
