@@ -8,6 +8,8 @@
   run entered the set), both framework families pooled (the FSDP family has too few runs for an
   80% range of its own: split conformal needs 9), known regressions left out. The residuals are
   centred on their median: the range's spread is theirs, its centre the calibrated projection's.
+  Judged leave-one-out, and leaving each source family out (a case file's name begins with it; a
+  family's runs share its unknowns, as a new source's runs share theirs).
 - layer_pass_s: the one calibration term, named as one: a fixed time for each layer's pass of a
   micro-batch (forward and backward) on a pipeline rank, the median over the counted runs of the
   projection as committed before the term (results/model/project_validation.jsonl at the commit
@@ -170,7 +172,7 @@ def measure():
     # The peaks by the framework profile that prices each run today (each prices memory apart; a run
     # moved to a new profile brings the error its first projection made under the old): every profile
     # the validation projects gets a range, one without peaks of its own the pooled one.
-    speed, peaks, seen, seen_hardware = [], {}, {}, {}
+    speed, sources, peaks, seen, seen_hardware = [], [], {}, {}, {}
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -178,6 +180,7 @@ def measure():
         values = now["published"]["values"]
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
+            sources.append(os.path.basename(k[0]).split("_")[0])  # its family: the file name begins with it
             run = (V._speed_error(r, values), math.log(s))
             if PRESET.fullmatch(now["model"]):  # a model written inline is its file's own
                 seen.setdefault((now["framework"], now["model"]), []).append(run)
@@ -195,7 +198,7 @@ def measure():
                if k in current and not current[k]["published"].get("known_issue")
                and not r["published"].get("calibration")
                and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
-    return speed, peaks, counted, seen, seen_hardware
+    return speed, sources, peaks, counted, seen, seen_hardware
 
 
 def leave_one_out(xs, interval):
@@ -209,6 +212,24 @@ def leave_one_out(xs, interval):
         held += lo <= x <= hi
         widths.append((math.exp(hi) - math.exp(lo)) / 2)
     return (held / len(widths), statistics.median(widths)) if widths else (None, None)
+
+
+def leave_source_out(xs, sources, interval):
+    """Each source family's runs against the interval from the other families' (the test a new source's
+    runs face: one source's runs share its unknowns): the share of the judged runs held, the intervals'
+    median half-width (share) over the families, and how many families were judged; (None, None, 0)
+    where no family has others to be judged by."""
+    held = judged = 0
+    widths = []
+    for src in sorted(set(sources)):
+        iv = interval([x for x, s in zip(xs, sources) if s != src])
+        if iv is None:
+            continue
+        mine = [x for x, s in zip(xs, sources) if s == src]
+        held += sum(iv[0] <= x <= iv[1] for x in mine)
+        judged += len(mine)
+        widths.append((math.exp(iv[1]) - math.exp(iv[0])) / 2)
+    return (held / judged, statistics.median(widths), len(widths)) if widths else (None, None, 0)
 
 
 def _seen_entry(runs, lo, hi):
@@ -236,11 +257,18 @@ def seen_hardware_text(seen_hardware, lo, hi):
 
 
 def render():
-    speed, peaks, counted, seen, seen_hardware = measure()
+    speed, sources, peaks, counted, seen, seen_hardware = measure()
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
     per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
     cov, width = leave_one_out(speed, equal_tails)
+    src_cov, src_width, n_sources = leave_source_out(speed, sources, equal_tails)
+    by_family = (f"""  # Leave one source family out (a case file's name begins with it: one publisher's documents or
+  # study; each family's runs judged by the range from the other families' runs, the test a new
+  # source's runs face): held {src_cov:.1%} of the runs, median half-width {src_width:.1%} over {n_sources} families.
+  source_families: {n_sources}
+  held_out_by_family_coverage: {src_cov:.6f}
+  held_out_by_family_half_width: {src_width:.6f}""" if n_sources else "  # Too few source families to leave one out.")
     mcov = memory_leave_one_out(peaks)
     loo_memory = (f"Leave-one-out (each peak's bound from the others', by the same rule): held {mcov:.0%}."
                   if mcov is not None else "Too few peaks to leave one out.")
@@ -270,6 +298,7 @@ speed:
   # median half-width {width:.1%}.
   held_out_coverage: {cov:.6f}
   held_out_half_width: {width:.6f}
+{by_family}
 # A calibrated constant: seconds for each layer's pass of a micro-batch (forward and backward) on a
 # pipeline rank beside its priced parts, the median of (published - projected step) / the rank's
 # layer passes over the {len(counted)} counted runs (neither calibration sources nor known regressions) of

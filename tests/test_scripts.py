@@ -15,7 +15,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from plots import generic, orderings, paper, quality, records, report, style, sweeps, validation  # noqa: E402
+from plots import generic, sources, paper, quality, records, report, style, sweeps, validation  # noqa: E402
 
 ENV = {"git_commit": "abc", "libtorch": "1.13.0", "device": "cpu", "device_name": "Test CPU", "threads": 2, "date": "today"}
 CONFIG = {"model": {"layers": 2, "hidden": 16, "ffn_hidden": 32, "experts": 4, "topk": 2, "seq": 8, "micro_batch": 1},
@@ -627,7 +627,7 @@ class Validation(unittest.TestCase):
             now.append(r)
             first.append(dict(r, tokens_per_s_gpu=tokens))
         said = " ".join(validation.verdict_lines(validation.summary(self.runs(*now, first=first))))
-        self.assertIn("big 10.0% (3 runs, 3 too fast); small 30.0% (1 run, 0 too fast); each source weighed once "
+        self.assertIn("big 10.0% (3 runs, 3 too fast); small 30.0% (1 run, 0 too fast); each family weighed once "
                       "(the median of their medians): 20.0%.", said)
 
     def test_a_sources_own_a_b_is_judged_by_its_order(self):
@@ -645,9 +645,9 @@ class Validation(unittest.TestCase):
             now.append(r)
             first.append(dict(r, tokens_per_s_gpu=then, model_tflops_gpu=then * 1e-3))
         runs = self.runs(*now, first=first)
-        self.assertEqual([p[:2] for p in orderings.pairs([dict(r, error=r["throughput"][3]) for r in runs])],
+        self.assertEqual([p[:2] for p in sources.pairs([dict(r, error=r["throughput"][3]) for r in runs])],
                          [("a", "b")])
-        said = " ".join(orderings.lines(runs, names=True))
+        said = " ".join(sources.lines(runs, names=True))
         # Measured a/b 0.91: first 0.90 (ordered so), today 1.20 (not).
         self.assertIn("1 pairs, 0 of them within 2% of each other, a tie): at their first projection the projection "
                       "ordered 1 of the 1 others as measured, today 0; the projected ratio's median absolute error "
@@ -958,6 +958,12 @@ class ProjectionErrors(unittest.TestCase):
         self.assertIsNone(P.symmetric([0.1, 0.2, 0.3]))
         cov, half = P.leave_one_out(xs, P.equal_tails)
         self.assertGreaterEqual(cov, 0.8)
+        # Leaving a family out: its runs against the range from the others'. A family whose runs all
+        # missed one way, past the others' spread, is held by none of it.
+        fams = ["a"] * 10 + ["b"] * 10
+        held, half, n = P.leave_source_out(xs[:10] + [x + 5 for x in xs[10:]], fams, P.equal_tails)
+        self.assertEqual((held, n), (0.0, 2))
+        self.assertEqual(P.leave_source_out(xs, ["a"] * 20, P.equal_tails), (None, None, 0))  # no other family
 
     def test_seen_by_profile_and_model(self):
         """errors.yaml's `seen`: each profile's models with their runs, how many were too fast and

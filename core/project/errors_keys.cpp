@@ -52,7 +52,9 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
   speed.read_number("low", e.speed_low, 0.01, 1);
   speed.read_number("high", e.speed_high, 1, 100);
   double ignored = 0;
-  for (const char* k : {"runs", "held_out_coverage", "held_out_half_width"}) speed.read_number(k, ignored, 0, 1e9);
+  for (const char* k : {"runs", "held_out_coverage", "held_out_half_width", "source_families",
+                        "held_out_by_family_coverage", "held_out_by_family_half_width"})
+    speed.read_number(k, ignored, 0, 1e9);
   memory.read_number("level", ignored, 0, 1e9);
   for (const auto& [f, name] : EnumNames<Framework>::all) {
     const YAML::Node n = memory.child(name);

@@ -6,7 +6,7 @@ lines scripts/project_cases.py and scripts/project_here.py write."""
 import os
 import statistics
 
-from . import orderings as O
+from . import sources as O
 from . import records as R
 from . import style as S
 from . import validation as V

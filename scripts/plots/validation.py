@@ -24,6 +24,7 @@ import os
 import re
 import statistics
 
+from . import sources as O
 from . import records as R
 from . import tables as T
 
@@ -262,6 +263,14 @@ def held_out(path=ERRORS):
     return got["held_out_coverage"], got["held_out_half_width"], int(got["runs"]), got["level"]
 
 
+def held_out_by_family(path=ERRORS):
+    """errors.yaml's leave-one-source-out figures of the range: (coverage, half-width, sources), or None."""
+    text = _errors_text(path)
+    got = [re.search(rf"^  {k}: ([0-9.]+)$", text or "", re.M)
+           for k in ("held_out_by_family_coverage", "held_out_by_family_half_width", "source_families")]
+    return None if None in got else (float(got[0][1]), float(got[1][1]), int(got[2][1]))
+
+
 def need_ranges(path=ERRORS):
     """errors.yaml's need ranges by framework profile, [(profile, runs, low, high)], and their
     leave-one-out coverage (a share, or None); None without the file."""
@@ -311,6 +320,7 @@ def summary(rows):
         "negatives": [r for r in rows if not r["ran"]],
         "range": (sum(h for h, _ in ranged), len(ranged), statistics.median(w for _, w in ranged) if ranged else None),
         "held_out": held_out(),
+        "held_out_by_family": held_out_by_family(),
         "need_ranges": need_ranges(),
         "borderline": sum(r["fit"] == "borderline" for r in ran),
         "peaks": peaks,
@@ -324,7 +334,7 @@ def summary(rows):
         "known_issue": sorted({r["case"] for r in rows if r["known_issue"]}),
         "with_known_issues": _throughput_check(with_issues),
         "first": _throughput_check(first),
-        "by_source": _by_source(rows),
+        "by_source": O.by_source(rows),
         # Runs held out from the range and the calibration: their first projections carry both.
         "entered": {"throughput": _throughput_check([r["first_error"] for r in entered]),
                     "now": _throughput_check([r["throughput"][3] for r in entered]),
@@ -342,17 +352,6 @@ def summary(rows):
                        "runs": [r["case"] for r in runs]}
                       for what, commit, runs in fit_after],
     }
-
-
-def _by_source(rows):
-    """Counted first-projection errors by source, a case file's name beginning with its source's
-    (folding_, mbridge_, xtuner_, ...): many runs of one source share its unknowns, so one source can
-    move a pooled median."""
-    out = {}
-    for r in rows:
-        if r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]:
-            out.setdefault(r["case"].split("_")[0], []).append(r["first_error"])
-    return out
 
 
 def table_rows(rows):
@@ -413,16 +412,20 @@ def verdict_lines(s, names=True):
     if s.get("by_source"):
         srcs = sorted(s["by_source"].items(), key=lambda kv: (-len(kv[1]), kv[0]))
         meds = [statistics.median(abs(e) for e in es) for _, es in srcs]
-        lines.append("- The same by source (a case file's name begins with its source's): "
+        lines.append("- The same by source family (a case file's name begins with it): "
                      + "; ".join(f"{k} {m:.1f}% ({len(es)} run{'s' * (len(es) > 1)}, {sum(e > 0 for e in es)} too fast)"
                                  for (k, es), m in zip(srcs, meds))
-                     + f"; each source weighed once (the median of their medians): {statistics.median(meds):.1f}%.")
+                     + f"; each family weighed once (the median of their medians): {statistics.median(meds):.1f}%.")
     if s.get("held_out"):
         cov, half, n, level = s["held_out"]
         lines.append(f"- Range (`tokens_per_s_gpu_range`, {100 * level:.0f}% split conformal over the first "
                      f"projections' errors, experiments/project/errors.yaml): leave-one-out on {n} first "
                      f"projections it held {100 * cov:.1f}% of the published figures (goal at least 80%), median "
                      f"half-width {100 * half:.1f}% (goal at most 20%)"
+                     + ("; leaving each source family out (its runs against the range from the other families', "
+                        "what a new source's runs face) it held {:.1f}%, median half-width {:.1f}% over {} families"
+                        .format(100 * s["held_out_by_family"][0], 100 * s["held_out_by_family"][1],
+                                s["held_out_by_family"][2]) if s.get("held_out_by_family") else "")
                      + (f"; on today's projections of the {s['range'][1]} counted runs (the calibration was fitted on "
                         f"those that entered before it) it holds {s['range'][0]}, median half-width {100 * s['range'][2]:.1f}%"
                         if s["range"][1] else "") + ".")

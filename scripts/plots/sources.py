@@ -1,4 +1,5 @@
-"""Which of two runs is faster, as their own source measured them: a source's A/B (two runs of one
+"""What each source says apart: its runs' errors (many runs of one source share its unknowns), and
+which of two runs is faster, as their own source measured them: a source's A/B (two runs of one
 model at one cluster size, batch and sequence, differing in layout, recomputation, dispatcher,
 overlap or precision) cancels what its runs share and the projection cannot know (the software's
 version, how the figure was counted), and asks what a user asks `memfine project`: which setting to
@@ -7,6 +8,17 @@ import itertools
 import statistics
 
 TIE = 0.02  # measured speeds within 2% of each other: a tie, not an order to get right
+
+
+def by_source(rows):
+    """Counted first-projection errors by source family, a case file's name beginning with it
+    (folding_, mbridge_, xtuner_, ...): many runs of one source share its unknowns, so one source can
+    move a pooled median."""
+    out = {}
+    for r in rows:
+        if r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]:
+            out.setdefault(r["case"].split("_")[0], []).append(r["first_error"])
+    return out
 
 
 def _key(r):
