@@ -6,8 +6,8 @@ lines scripts/project_cases.py and scripts/project_here.py write."""
 import os
 import statistics
 
-from . import sources as O
 from . import records as R
+from . import sources as SRC
 from . import style as S
 from . import validation as V
 from .tables import markdown
@@ -82,7 +82,7 @@ def validation(src, out_dir):
              "'At its first projection': the run's throughput error as the projection first committed for it "
              "said it, before any change made after the run entered the set (results/model/project_first.jsonl, "
              "`scripts/python scripts/first_projections.py`, from the results' git history), against the same "
-             "published figure."] + V.verdict_lines(s) + O.lines(runs, names=True) + ["", "Fit:", ""] + V.fit_matrix(s)
+             "published figure."] + V.verdict_lines(s) + SRC.lines(runs, names=True) + ["", "Fit:", ""] + V.fit_matrix(s)
     paths = S.write_table(out_dir, "project_validation", "memfine project against published training runs",
                           V.header(), V.table_rows(runs), notes, formats=("md", "csv"))
     made += _load(os.path.join(model_dir, "project_checkpoint.jsonl"))
@@ -261,7 +261,7 @@ def report_lines(model_dir, here_src=None):
     out = ["## Planning at cluster scale: `memfine project`", "",
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
-    out += V.verdict_lines(s, names=False) + O.lines(runs) + seen_lines(runs)
+    out += V.verdict_lines(s, names=False) + SRC.lines(runs) + seen_lines(runs)
     out += ["", *V.fit_matrix(s), "", "Each later change's own test (`project_validation.md` names the runs):", "",
             *V.later_table(s)]
     out += ["", *markdown(V.header(), V.table_rows(runs))]

@@ -24,8 +24,8 @@ import os
 import re
 import statistics
 
-from . import sources as O
 from . import records as R
+from . import sources as SRC
 from . import tables as T
 
 PEAK_GOAL, MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 10.0, 25.0, 15.0
@@ -264,7 +264,8 @@ def held_out(path=ERRORS):
 
 
 def held_out_by_family(path=ERRORS):
-    """errors.yaml's leave-one-source-out figures of the range: (coverage, half-width, sources), or None."""
+    """errors.yaml's figures of the range with each source family left out: (coverage, half-width,
+    families), or None."""
     text = _errors_text(path)
     got = [re.search(rf"^  {k}: ([0-9.]+)$", text or "", re.M)
            for k in ("held_out_by_family_coverage", "held_out_by_family_half_width", "source_families")]
@@ -334,7 +335,7 @@ def summary(rows):
         "known_issue": sorted({r["case"] for r in rows if r["known_issue"]}),
         "with_known_issues": _throughput_check(with_issues),
         "first": _throughput_check(first),
-        "by_source": O.by_source(rows),
+        "by_source": SRC.by_source(rows),
         # Runs held out from the range and the calibration: their first projections carry both.
         "entered": {"throughput": _throughput_check([r["first_error"] for r in entered]),
                     "now": _throughput_check([r["throughput"][3] for r in entered]),
