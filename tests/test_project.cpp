@@ -1343,6 +1343,8 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
 
   std::ofstream(dir + "/errors.yaml") << "speed:\n  level: 0.8\n  runs: 30\n  low: 0.5\n  high: 1.25\n"
                                          "  held_out_coverage: 0.8\n  held_out_half_width: 0.3\n"
+                                         "  source_families: 12\n  held_out_by_family_coverage: 0.75\n"
+                                         "  held_out_by_family_half_width: 0.3\n"
                                          "layer_pass_s: 0.004\nmemory:\n  level: 0.8\n"
                                          "  megatron_te: {runs: 4, low: 0.9, high: 1.2}\n"
                                          "  fsdp_te: {runs: 2, low: 0.5, high: 2}\n";
@@ -1387,6 +1389,14 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
     if (in_table) EXPECT_LE(columns(line), kNarrowColumns) << line;
   }
   EXPECT_NE(table.find("range"), std::string::npos);
+  // The range's test on the sources it was not fitted to is said beside it.
+  std::string flat;  // the table's lines folded back: one space between words
+  for (char ch : table)
+    if (!std::isspace(static_cast<unsigned char>(ch)) || (!flat.empty() && flat.back() != ' '))
+      flat += std::isspace(static_cast<unsigned char>(ch)) ? ' ' : ch;
+  EXPECT_NE(flat.find("leaving each of 12 source families out in turn, the tokens/s range from the others held 75.0% "
+                      "of the left-out runs"),
+            std::string::npos);
   // A profile the file gives no memory range: its need has none, its fit the framework's margin alone.
   std::ofstream(dir + "/errors.yaml") << "speed: {low: 0.5, high: 1.25}\nlayer_pass_s: 0.004\n"
                                          "memory: {fsdp_te: {low: 0.5, high: 2}}\n";

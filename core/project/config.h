@@ -184,6 +184,10 @@ struct ProjectionErrors {
   std::string file;                      // "" when none was read
   double level = 0.8;                    // the share of published runs a range is to hold
   double speed_low = 1, speed_high = 1;  // tokens/s a GPU: the calibrated projection x [low, high]
+  // The share of a source family's runs the speed range from the other families' runs held (the test
+  // a new source's runs face), over so many families; -1: the file gives none.
+  double speed_held_by_family = -1;
+  int64_t source_families = 0;
   // Seconds each layer takes beyond its priced parts, per micro-batch (forward and backward): the one
   // calibrated constant, added per layer pass on a pipeline rank.
   double layer_pass_s = 0;

@@ -220,7 +220,13 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
           four_digits(100 * err.level) + "%, split conformal over the runs' first projections: tokens/s x [" +
           four_digits(err.speed_low) + ", " + four_digits(err.speed_high) + "], the need " +
           (need ? "x [" + four_digits(need->low) + ", " + four_digits(need->high) + "]" : std::string("without one")) +
-          " (" + name_of(c.framework.name) + "'s)");
+          " (" + name_of(c.framework.name) + "'s)" +
+          (err.speed_held_by_family >= 0
+               ? "; leaving each of " + std::to_string(err.source_families) +
+                     " source families out in turn, the tokens/s range from the others held " +
+                     fmt_double("%.1f", 100 * err.speed_held_by_family) +
+                     "% of the left-out runs (what a new source's runs face)"
+               : std::string()));
       said.push_back(seen_text(c));
       said.push_back(seen_hardware_text(c));
     }
