@@ -41,6 +41,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from plots import sources as SRC  # noqa: E402
 from plots import validation as V  # noqa: E402
 
 FIRST = "results/model/project_first.jsonl"
@@ -180,7 +181,7 @@ def measure():
         values = now["published"]["values"]
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
-            sources.append(os.path.basename(k[0]).split("_")[0])  # its family: the file name begins with it
+            sources.append(SRC.family(os.path.basename(k[0])))
             run = (V._speed_error(r, values), math.log(s))
             if PRESET.fullmatch(now["model"]):  # a model written inline is its file's own
                 seen.setdefault((now["framework"], now["model"]), []).append(run)

@@ -51,12 +51,11 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
   speed.read_number("level", e.level, 0.01, 0.99);
   speed.read_number("low", e.speed_low, 0.01, 1);
   speed.read_number("high", e.speed_high, 1, 100);
-  double ignored = 0, families = 0;
+  double ignored = 0;
   for (const char* k : {"runs", "held_out_coverage", "held_out_half_width", "held_out_by_family_half_width"})
     speed.read_number(k, ignored, 0, 1e9);
   speed.read_number("held_out_by_family_coverage", e.speed_held_by_family, 0, 1);
-  speed.read_number("source_families", families, 0, 1e9);
-  e.source_families = int64_t(families);
+  speed.read_int("source_families", e.source_families, 0, 1000000);
   memory.read_number("level", ignored, 0, 1e9);
   for (const auto& [f, name] : EnumNames<Framework>::all) {
     const YAML::Node n = memory.child(name);

@@ -10,14 +10,18 @@ import statistics
 TIE = 0.02  # measured speeds within 2% of each other: a tie, not an order to get right
 
 
+def family(case):
+    """A run's source family: its case file's name begins with it (folding_, mbridge_, xtuner_, ...)."""
+    return case.split("_")[0]
+
+
 def by_source(rows):
-    """Counted first-projection errors by source family, a case file's name beginning with it
-    (folding_, mbridge_, xtuner_, ...): many runs of one source share its unknowns, so one source can
-    move a pooled median."""
+    """Counted first-projection errors by source family: many runs of one source share its unknowns,
+    so one source can move a pooled median."""
     out = {}
     for r in rows:
         if r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]:
-            out.setdefault(r["case"].split("_")[0], []).append(r["first_error"])
+            out.setdefault(family(r["case"]), []).append(r["first_error"])
     return out
 
 
@@ -46,7 +50,7 @@ def pairs(runs):
         for a, b in itertools.combinations(sorted(rows, key=lambda r: r["case"]), 2):
             # The published speed in the projection's unit: projected / (1 + error).
             pub = [r["record"]["tokens_per_s_gpu"] / (1 + r["throughput"][3] / 100) for r in (a, b)]
-            first, now = ([1 + r[k] / 100 for r in (a, b)] for k in ("first_error", "error"))
+            first, now = [1 + r["first_error"] / 100 for r in (a, b)], [1 + r["throughput"][3] / 100 for r in (a, b)]
             measured = pub[0] / pub[1]
             out.append((a["case"], b["case"], measured, measured * first[0] / first[1], measured * now[0] / now[1]))
     return out
@@ -61,7 +65,6 @@ def _agree(pairs, i):
 def lines(runs, names=False):
     """REPORT's words: how often the projection orders a source's own A/B as the source measured it,
     and how far its ratio is from the measured one; with `names`, the pairs it ordered otherwise today."""
-    runs = [dict(r, error=r["throughput"][3]) for r in runs if "throughput" in r]
     ps = pairs(runs)
     if not ps:
         return []

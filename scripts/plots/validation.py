@@ -251,25 +251,29 @@ def _errors_text(path):
         return f.read()
 
 
-def held_out(path=ERRORS):
-    """errors.yaml's leave-one-out figures of the range on the first projections: (coverage, half-width,
-    runs), or None without the file."""
+def _speed_figures(path, keys):
+    """errors.yaml's speed section's figures by key, or None without the file or one of them."""
     text = _errors_text(path)
     if text is None:
         return None
     speed = text[text.index("speed:"):text.index("memory:")]
-    got = {k: float(re.search(rf"^  {k}: ([0-9.]+)$", speed, re.M).group(1))
-           for k in ("held_out_coverage", "held_out_half_width", "runs", "level")}
-    return got["held_out_coverage"], got["held_out_half_width"], int(got["runs"]), got["level"]
+    got = {k: re.search(rf"^  {k}: ([0-9.]+)$", speed, re.M) for k in keys}
+    return None if None in got.values() else {k: float(m.group(1)) for k, m in got.items()}
+
+
+def held_out(path=ERRORS):
+    """errors.yaml's leave-one-out figures of the range on the first projections: (coverage, half-width,
+    runs, level), or None without the file."""
+    got = _speed_figures(path, ("held_out_coverage", "held_out_half_width", "runs", "level"))
+    return got and (got["held_out_coverage"], got["held_out_half_width"], int(got["runs"]), got["level"])
 
 
 def held_out_by_family(path=ERRORS):
     """errors.yaml's figures of the range with each source family left out: (coverage, half-width,
     families), or None."""
-    text = _errors_text(path)
-    got = [re.search(rf"^  {k}: ([0-9.]+)$", text or "", re.M)
-           for k in ("held_out_by_family_coverage", "held_out_by_family_half_width", "source_families")]
-    return None if None in got else (float(got[0][1]), float(got[1][1]), int(got[2][1]))
+    got = _speed_figures(path, ("held_out_by_family_coverage", "held_out_by_family_half_width", "source_families"))
+    return got and (got["held_out_by_family_coverage"], got["held_out_by_family_half_width"],
+                    int(got["source_families"]))
 
 
 def need_ranges(path=ERRORS):
