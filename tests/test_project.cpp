@@ -358,6 +358,13 @@ ModelConfig plain() {
   return m;
 }
 
+// Two GPUs at EP 2, one micro-batch a step.
+Layout one_micro_batch() {
+  Layout l;
+  l.dp = 2, l.ep = 2, l.global_batch = 2;
+  return l;
+}
+
 Hardware plain_gpu() {
   Hardware hw;
   hw.name = "plain_gpu", hw.memory_gb = 1000, hw.gpus_per_node = 8, hw.gemm_tflops = 100, hw.attention_tflops = 100;
@@ -410,8 +417,7 @@ TEST(Project, TheOptimizerStepIsWhatItMovesAtTheHbmRate) {
 TEST(Project, TheGpuWaitsForTheHostWhereItLaunchesSlower) {
   const ModelConfig m = plain();  // 16 MoE layers
   Hardware hw = plain_gpu();
-  Layout l;
-  l.dp = 2, l.ep = 2, l.global_batch = 2;  // one micro-batch a step
+  const Layout l = one_micro_batch();
   ProjectConfig c;
   ProjectSetting set;
   set.framework = framework_setting(c);
@@ -428,6 +434,30 @@ TEST(Project, TheGpuWaitsForTheHostWhereItLaunchesSlower) {
   c.framework.name = Framework::Memfine;
   set.framework = framework_setting(c);
   EXPECT_EQ(at("no_recompute").launch, 0);
+}
+
+// One MoE layer alone, as a layer-level benchmark times it: its forward a third of its compute with
+// the dispatch and combine, its backward the rest with theirs; the forward waits for the launches
+// after the dispatcher's host synchronisation; a layer recomputed whole runs its forward again in
+// backward. In a one-layer model whose attention is a thousandth of its work the two together are
+// the step's compute and all-to-all.
+TEST(Project, OneMoeLayerAloneIsItsForwardAndItsBackward) {
+  ModelConfig m = plain();
+  m.layers = 1, m.heads = m.kv_heads = 1, m.head_dim = 1;
+  Hardware hw = plain_gpu();
+  ProjectSetting set;
+  set.framework = framework_setting(ProjectConfig{});  // Megatron-Core's
+  auto at = [&](const char* name) { return estimate(m, hw, one_micro_batch(), *strategy(name), set); };
+  const Estimate e = at("no_recompute");
+  EXPECT_GT(e.moe_layer_forward, 0);
+  EXPECT_NEAR(e.moe_layer_forward + e.moe_layer_backward, e.compute + e.all_to_all, 1e-2 * e.step);
+  EXPECT_NEAR(e.moe_layer_backward - e.moe_layer_forward, e.compute / 3, 1e-2 * e.step);
+  hw.host_forward_launch_us = hw.host_backward_launch_us = 1e-3;  // far faster than the GPU
+  EXPECT_NEAR(at("no_recompute").moe_layer_forward - e.moe_layer_forward, 14 * 1e-9, 1e-15);
+  EXPECT_NEAR(at("no_recompute").moe_layer_backward, e.moe_layer_backward, 1e-15);
+  hw.host_forward_launch_us = hw.host_backward_launch_us = 0;
+  const Estimate full = at("full_recompute");
+  EXPECT_NEAR(full.moe_layer_backward - e.moe_layer_backward, e.moe_layer_forward, 1e-9);
 }
 
 // Megatron's NCCL all-to-all dispatcher sorts the rows it receives by local expert and back: a read

@@ -90,6 +90,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.compute = t.compute, e.chunk_overhead = t.chunk_overhead, e.recompute = t.recompute, e.comm = t.comm;
   e.all_to_all = t.all_to_all, e.offload_wait = t.offload_wait, e.bubble = t.bubble, e.step = t.step();
   e.optimizer = t.optimizer, e.launch = t.launch;
+  e.moe_layer_forward = t.moe_layer_forward, e.moe_layer_backward = t.moe_layer_backward;
   // The one calibrated constant: what the validation's runs took beside the priced parts, a fixed time
   // for each layer's pass of a micro-batch on a pipeline rank (the host's share of a layer: it does
   // not shrink with the layer's work).

@@ -37,6 +37,8 @@ struct Estimate {
   // Seconds per step, by part.
   double compute = 0, recompute = 0, comm = 0, bubble = 0, offload_wait = 0, optimizer = 0, step = 0;
   double launch = 0;          // the GPU waiting for the host's kernel launches
+  // One MoE layer's forward and backward of a micro-batch on the hottest rank, each alone (StepParts).
+  double moe_layer_forward = 0, moe_layer_backward = 0;
   // What the validation says the parts leave out: the calibrated constant a layer's pass of a
   // micro-batch, times the rank's passes (ProjectionErrors::layer_pass_s).
   double calibration = 0;

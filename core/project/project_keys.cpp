@@ -184,21 +184,21 @@ Field<P> strategies_key() {
 
 // Validation data, read apart (core/project/published.h): here only known and documented.
 Field<P> published_key() {
-  return {
-      "published",
-      "map",
-      "none",
-      "validation only: `source`, `evidence` (what the source measured about where the time went: read "
-      "beside a miss, never priced), `calibration` (why the run is a calibration source, not a checked one: "
-      "a figure of its configuration's profile is an input), `known_issue` (a regression the framework's own "
-      "release notes name for this configuration: the row is shown, not counted), and per strategy (its label) the "
-      "measured `tokens_per_s_gpu`, `model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` "
-      "(allocated), `reserved_gb`, "
-      "`device_gb` (the device's used memory, nvidia-smi's: checked against the need), carried into `--json` beside "
-      "the projection",
-      [](MapReader& r, P&) { r.child("published"); },
-      [](const P&) { return nlohmann::json(nullptr); },
-      [](const P&) { return true; }};
+  return {"published",
+          "map",
+          "none",
+          "validation only: `source`, `evidence` (what the source measured about where the time went: read "
+          "beside a miss, never priced), `calibration` (why the run is a calibration source, not a checked one: "
+          "a figure of its configuration's profile is an input), `known_issue` (a regression the framework's own "
+          "release notes name for this configuration: the row is shown, not counted), and per strategy (its label) the "
+          "measured `tokens_per_s_gpu`, `model_tflops_gpu` (under the source's FLOP convention), `step_s`, `peak_gb` "
+          "(allocated), `reserved_gb`, "
+          "`device_gb` (the device's used memory, nvidia-smi's: checked against the need), `moe_layer_forward_ms` and "
+          "`moe_layer_backward_ms` (one MoE layer alone, a layer-level benchmark's), carried into `--json` beside "
+          "the projection",
+          [](MapReader& r, P&) { r.child("published"); },
+          [](const P&) { return nlohmann::json(nullptr); },
+          [](const P&) { return true; }};
 }
 
 // `framework`: a name, or a map of the framework's keys (framework_keys, below).

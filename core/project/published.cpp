@@ -36,7 +36,8 @@ void read_values(const YAML::Node& n, const std::string& key, std::map<std::stri
     return p.add(n, key, "expected a map of measured quantities (tokens_per_s_gpu, peak_gb, ..., out_of_memory)");
   MapReader qr(n, key, p);
   qr.read("out_of_memory", oom, "true or false");
-  for (const char* k : {"tokens_per_s_gpu", "model_tflops_gpu", "step_s", "peak_gb", "reserved_gb", "device_gb"}) {
+  for (const char* k : {"tokens_per_s_gpu", "model_tflops_gpu", "step_s", "peak_gb", "reserved_gb", "device_gb",
+                        "moe_layer_forward_ms", "moe_layer_backward_ms"}) {
     double v = -1;
     if (n[k].IsDefined()) qr.read_number(k, v, 1e-9, 1e12);
     if (v > 0) q[k] = v;

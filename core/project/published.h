@@ -25,7 +25,8 @@ struct Published {
   std::string known_issue;
   // By strategy label (the file's strategies' own), by quantity: tokens_per_s_gpu,
   // model_tflops_gpu, step_s, peak_gb (allocated), reserved_gb, device_gb (the device's used memory,
-  // as nvidia-smi shows it: the need's counterpart, the CUDA context and NCCL beside the allocator).
+  // as nvidia-smi shows it: the need's counterpart, the CUDA context and NCCL beside the allocator),
+  // moe_layer_forward_ms and moe_layer_backward_ms (one MoE layer alone, a layer-level benchmark's).
   std::map<std::string, std::map<std::string, double>> values;
   // The labels whose run the source saw run out of memory (`out_of_memory: true`): fit's negative
   // cases, with no figure beside.

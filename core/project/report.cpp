@@ -309,6 +309,10 @@ const std::vector<FieldSpec>& projection_schema() {
        "the validation's calibrated constant adds: errors.yaml layer_pass_s a layer's pass of a micro-batch)",
        k},
       {"all_to_all_s", "number", "s", "the step's all-to-all, exposed or not", k},
+      {"moe_layer_ms", "object", "ms",
+       "one MoE layer's forward and backward of a micro-batch on the hottest rank, each alone (as a layer-level "
+       "benchmark times them; not parts of the step)",
+       k},
       {"expert_gemm", "object", "",
        "the routed experts' GEMMs: rows per expert and TFLOP/s on the curve (table_tflops, accumulated_tflops: "
        "the GEMM table's at one expert's shape)",
@@ -406,6 +410,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
           {"bubble", e.bubble},   {"offload_wait", e.offload_wait}, {"chunk_overhead", e.chunk_overhead},
           {"optimizer", e.optimizer}, {"launch", e.launch}, {"calibration", e.calibration}};
       j["all_to_all_s"] = e.all_to_all;
+      j["moe_layer_ms"] = {{"forward", e.moe_layer_forward * 1e3}, {"backward", e.moe_layer_backward * 1e3}};
       j["expert_gemm"] = {{"rows", e.expert_rows}, {"tflops", e.expert_tflops}};
       if (e.expert_table_tflops > 0) j["expert_gemm"]["table_tflops"] = e.expert_table_tflops;
       if (e.expert_accumulated_tflops > 0) j["expert_gemm"]["accumulated_tflops"] = e.expert_accumulated_tflops;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
+#include <utility>
 
 #include "core/model/flops.h"
 #include "core/project/comm.h"
@@ -171,6 +173,27 @@ double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, 
   return std::max(host, on_gpu + drained) - on_gpu;
 }
 
+// One MoE layer's forward and backward of a micro-batch on the hottest rank, each alone, from the
+// parts a step prices: its compute, its four all-to-alls, what the shape recomputes, and the host's
+// launches (the forward's drained by the dispatcher's synchronisation; a side the host launches
+// slower than the GPU runs it takes the host's time).
+std::pair<double, double> moe_layer_pass(const ModelConfig& m, const Hardware& hw, const Layout& l,
+                                         const StrategyShape& s, const ProjectSetting& set, double received) {
+  const Stage one{0, 0, 1, 0, 0};
+  const Compute c = compute_of(m, hw, l, one, s, set, received);
+  std::string note;
+  const double a2a = all_to_all_of(m, hw, l, one, set, received, note);
+  const FrameworkSetting& f = set.framework;
+  const double runs = moe_runs(s), fwd_us = hw.host_forward_launch_us * 1e-6;
+  const double drained = runs * f.forward.moe_after_sync * fwd_us;
+  const double forward = std::max(runs * f.forward.moe * fwd_us, c.forward() + a2a / 2 + drained);
+  const double again = recompute_of(s, c, a2a) + c.modules_again;
+  const double backward = std::max((runs * (replays_moe(s) ? f.forward.moe : 0) + c.modules_launches) * fwd_us +
+                                       runs * f.backward.moe * hw.host_backward_launch_us * 1e-6,
+                                   c.total - c.forward() + a2a / 2 + again);
+  return {forward, backward};
+}
+
 }  // namespace
 
 namespace {
@@ -297,6 +320,7 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   p.comm = double(micro) * (slowest.comm + slowest.fsdp_exposed) + dp_exposed;
   p.all_to_all = double(micro) * slowest.a2a;
   p.launch = double(micro) * slowest.launch;
+  std::tie(p.moe_layer_forward, p.moe_layer_backward) = moe_layer_pass(m, hw, l, s, set, received);
   p.bubble = double(l.grad_accumulation) * pipeline_bubble_time(per_rank, l.vpp);  // a fill and drain per schedule
   // The notes of the terms priced above (the slowest rank's, which set the step).
   p.notes = {"compute: " + c.note + optimizer_note + slowest.launch_note,

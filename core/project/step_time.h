@@ -18,6 +18,9 @@ struct StepParts {
   double compute = 0, chunk_overhead = 0, recompute = 0, comm = 0, all_to_all = 0, offload_wait = 0, bubble = 0;
   double optimizer = 0;  // the optimizer step, once a step after the last micro-batch
   double launch = 0;     // the GPU waiting for the host to launch its kernels (the host is the slower)
+  // One MoE layer's forward and its backward of a micro-batch on the hottest rank, alone (nothing of
+  // another micro-batch beside it), as a layer-level benchmark times each; not parts of the step.
+  double moe_layer_forward = 0, moe_layer_backward = 0;
   // What each part assumes, written where it was priced: the table's notes.
   std::vector<std::string> notes;
   double step() const { return compute + chunk_overhead + recompute + comm + offload_wait + bubble + optimizer + launch; }
