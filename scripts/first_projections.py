@@ -4,9 +4,12 @@ results/model/project_validation.jsonl that projected it (same case file, same s
 from this checkout's git history, into results/model/project_first.jsonl. A run's first
 projection is what `memfine project` said before any change made after it entered the validation
 set; the validation table sets its error beside the current one (issue: a check set is not a
-tuning set). Runs that enter later get theirs when their first projection is committed.
+tuning set). Runs that enter later get theirs when their first projection is committed. The
+layer-level checks' alike: --src results/model/project_layers.jsonl --out
+results/model/project_layers_first.jsonl.
 
-    scripts/python scripts/first_projections.py [--out results/model/project_first.jsonl]
+    scripts/python scripts/first_projections.py [--src results/model/project_validation.jsonl]
+                                                [--out results/model/project_first.jsonl]
 """
 import argparse
 import json
@@ -21,18 +24,19 @@ from plots import validation as V  # noqa: E402
 SRC = "results/model/project_validation.jsonl"
 # What a first projection keeps of its line: where it was made, and what the checks compare.
 KEPT = ("case_file", "strategy", "git_commit", "date", "fits", "fit", "need_gb", "peak_gb", "reserved_gb",
-        "tokens_per_s_gpu", "model_tflops_gpu", "step_s", "published", "tokens_per_s_gpu_range", "need_gb_range")
+        "tokens_per_s_gpu", "model_tflops_gpu", "step_s", "published", "tokens_per_s_gpu_range", "need_gb_range",
+        "moe_layer_ms")
 
 
 def git(*args):
     return subprocess.run(["git", "-C", ROOT] + list(args), check=True, capture_output=True, text=True).stdout
 
 
-def versions():
-    """(results commit, its lines) for every committed version of SRC, oldest first."""
-    for commit in git("log", "--reverse", "--format=%H", "--", SRC).split():
+def versions(src=SRC):
+    """(results commit, its lines) for every committed version of `src`, oldest first."""
+    for commit in git("log", "--reverse", "--format=%H", "--", src).split():
         try:
-            text = git("show", f"{commit}:{SRC}")
+            text = git("show", f"{commit}:{src}")
         except subprocess.CalledProcessError:
             continue  # the file was removed in this commit
         yield commit, [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -70,12 +74,13 @@ def summary(first, current):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="first_projections.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", default=SRC, help="the projections' file, relative to the checkout (default %(default)s)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "model", "project_first.jsonl"))
     a = ap.parse_args(argv)
-    with open(os.path.join(ROOT, SRC)) as f:
+    with open(os.path.join(ROOT, a.src)) as f:
         current = published_runs(json.loads(line) for line in f if line.strip())
     first = {}
-    for commit, lines in versions():
+    for commit, lines in versions(a.src):
         for key, r in published_runs(lines).items():
             if key in current and key not in first:
                 first[key] = dict({k: r[k] for k in KEPT if k in r}, results_commit=commit[:12])

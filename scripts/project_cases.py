@@ -3,6 +3,8 @@ checkpoint`, into results/model/ (JSON lines that name the commit and date they 
   project_validation.jsonl  every case of experiments/project/validation/*.yaml (published figures
                             carried beside the projection)
   project_checkpoint.jsonl  the checkpoint cases of experiments/project/validation/checkpoint.csv
+  project_layers.jsonl      every layer-level case of experiments/project/layers/*.yaml (one MoE
+                            layer's published forward and backward beside the projection's)
   project_scaling.jsonl     experiments/project_deepseek_v3.yaml at each cluster size (global batch
                             scaled with it): the best layout of each strategy, and what was rejected
   project_paper_chunks.jsonl  experiments/project_paper_chunks.yaml: full recomputation and 8 chunks
@@ -42,6 +44,7 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memfine", default="build/memfine", help="the binary (default build/memfine)")
     ap.add_argument("--cases", default="experiments/project/validation", help="the validation cases' folder")
+    ap.add_argument("--layers", default="experiments/project/layers", help="the layer-level cases' folder")
     ap.add_argument("--sweep", default="experiments/project_deepseek_v3.yaml", help="the project file swept over sizes")
     ap.add_argument("--chunks", default="experiments/project_paper_chunks.yaml",
                     help="the project file of what a chunk costs at the paper's shapes")
@@ -51,11 +54,12 @@ def main(argv=None):
     # One process a case or size, as many at once as there are cores: each spends most of its time
     # starting (LibTorch's registrations), not projecting. Lines keep the cases' order.
     jobs = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
-    cases = sorted(glob.glob(os.path.join(a.cases, "*.yaml")))
-    rows = []
-    for f, got in zip(cases, jobs.map(lambda f: run(a.memfine, ["project", f, "--json"]), cases)):
-        rows += [dict(r, case_file=f) for r in got]
-    write(os.path.join(a.out, "project_validation.jsonl"), rows)
+    for folder, name in ((a.cases, "project_validation.jsonl"), (a.layers, "project_layers.jsonl")):
+        cases = sorted(glob.glob(os.path.join(folder, "*.yaml")))
+        rows = []
+        for f, got in zip(cases, jobs.map(lambda f: run(a.memfine, ["project", f, "--json"]), cases)):
+            rows += [dict(r, case_file=f) for r in got]
+        write(os.path.join(a.out, name), rows)
     rows = []
     with open(os.path.join(a.cases, "checkpoint.csv"), newline="") as f:
         for c in csv.DictReader(f):

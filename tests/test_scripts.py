@@ -944,6 +944,32 @@ class FirstProjections(unittest.TestCase):
         self.assertEqual(missing, [], "runs without a first projection: scripts/python scripts/first_projections.py")
 
 
+class LayerCheck(unittest.TestCase):
+    """The layer-level check: each case's forward and backward as measured beside the projection's
+    first and current figures, REPORT's line from the first."""
+
+    def test_first_and_current_beside_the_measured(self):
+        from plots import project
+        with tempfile.TemporaryDirectory() as d:
+            def line(fwd, bwd, published=True):
+                r = {"case_file": "experiments/project/layers/x_alltoall.yaml", "strategy": "no_recompute",
+                     "git_commit": "abc", "moe_layer_ms": {"forward": fwd, "backward": bwd}}
+                if published:
+                    r["published"] = {"values": {"moe_layer_forward_ms": 4.0, "moe_layer_backward_ms": 8.0}}
+                return json.dumps(r) + "\n"
+            with open(os.path.join(d, "project_layers.jsonl"), "w") as f:
+                f.write(line(4.4, 6.0))
+            self.assertIn("forward: median +10.0% (from +10.0% to +10.0%), projected slower on 1 of 1; backward: "
+                          "median -25.0%", project.layer_lines(d)[0])
+            with open(os.path.join(d, "project_layers_first.jsonl"), "w") as f:
+                f.write(line(2.0, 8.0))
+            self.assertIn("forward: median -50.0%", project.layer_lines(d)[0])
+            md, _ = project.layers(os.path.join(d, "project_layers.jsonl"), d)
+            with open(md) as f:
+                text = f.read()
+            self.assertIn("| x_alltoall | forward | 4.000 | 2.000 | -50.0% | 4.400 | +10.0% |", text)
+
+
 class ProjectionErrors(unittest.TestCase):
     """scripts/projection_errors.py: split conformal's interval at 80% from the data's order
     statistics, none past the data."""

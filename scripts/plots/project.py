@@ -292,7 +292,7 @@ def report_lines(model_dir, here_src=None):
                        f"ETTR {b['goodput']['ettr']:.3f} (a job failure every {b['goodput']['mttf_h']:.2f} h); "
                        f"balanced routing would give {b['balanced_tokens_per_s_gpu']:.0f} tokens/s failure-free "
                        f"against {b['tokens_per_s_gpu']:.0f} under this imbalance.")
-    return out + here_lines(here_src) + [""]
+    return out + layer_lines(model_dir) + here_lines(here_src) + [""]
 
 
 def here(src, out_dir):
@@ -331,3 +331,55 @@ def here_lines(src):
             f"{len(rows)} points and strategies: median absolute error {med:.1f}%, from {min(errs):+.1f}% to "
             f"{max(errs):+.1f}%" + (" (the projection reads low: it prices no framework overhead)" if max(errs) < 0 else
                                     "") + "."]
+
+
+def _layer_runs(src):
+    """Each layer-level case's passes: (case, pass, measured ms, first projected ms, projected ms now),
+    the first projection from project_layers_first.jsonl beside `src` (today's where it has none)."""
+    first_src = os.path.join(os.path.dirname(src), "project_layers_first.jsonl")
+    first = {(r["case_file"], r["strategy"]): r for r in _load(first_src)} if os.path.exists(first_src) else {}
+    out = []
+    for r in _load(src):
+        values = (r.get("published") or {}).get("values", {})
+        f = first.get((r["case_file"], r["strategy"]), r)
+        case = os.path.splitext(os.path.basename(r["case_file"]))[0]
+        for side in ("forward", "backward"):
+            if f"moe_layer_{side}_ms" in values:
+                out.append((case, side, values[f"moe_layer_{side}_ms"], f["moe_layer_ms"][side], r["moe_layer_ms"][side]))
+    return out
+
+
+def layers(src, out_dir):
+    """paper_figures/project_layers_table.{md,csv}: one MoE layer's forward and backward as a
+    layer-level benchmark measured them, beside the projection's at its first projection and now
+    (experiments/project/layers/; scripts/project_cases.py, then scripts/first_projections.py with
+    --src results/model/project_layers.jsonl --out results/model/project_layers_first.jsonl)."""
+    runs = _layer_runs(src)
+    rows = [[case, side, f"{m:.3f}", f"{p1:.3f}", R.pct(p1, m), f"{p:.3f}", R.pct(p, m)]
+            for case, side, m, p1, p in runs]
+    header = ["case", "pass", "measured ms", "first projected ms", "first error", "projected ms now", "error now"]
+    notes = [f"Projected by `memfine project` ({_commit(_load(src))}); each case's file in experiments/project/layers/ "
+             "names its source and what was assumed before it was projected. Error: projected over measured, less 1."]
+    return S.write_table(out_dir, "project_layers_table", "One MoE layer alone: measured and projected", header,
+                         rows, notes, formats=("md", "csv"))
+
+
+def layer_lines(model_dir):
+    """REPORT's lines on the layer-level check, decided by the numbers."""
+    src = os.path.join(model_dir, "project_layers.jsonl")
+    if not os.path.exists(src):
+        return []
+    runs = _layer_runs(src)
+    out = []
+    for side in ("forward", "backward"):
+        errs = [100 * (p1 - m) / m for _, s, m, p1, _ in runs if s == side]
+        if errs:
+            slow = sum(e > 0 for e in errs)
+            out.append(f"{side}: median {statistics.median(errs):+.1f}% (from {min(errs):+.1f}% to {max(errs):+.1f}%), "
+                       f"projected slower on {slow} of {len(errs)}")
+    if not out:
+        return []
+    cases = len({c for c, *_ in runs})
+    return [f"- One MoE layer alone (`project_layers_table.md`: {cases} cases of Megatron-LM's layer benchmark on 8 "
+            "H100, entered after the step-level validation and never tuned to), first projection against measured: "
+            + "; ".join(out) + "."]

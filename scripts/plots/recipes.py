@@ -7,7 +7,8 @@ import sys
 from . import records as R
 from .grouped_probe import grouped_probe
 from .offload import offload
-from .project import here as project_here, scaling as project_scaling, validation as project_validation
+from .project import here as project_here, layers as project_layers, scaling as project_scaling, \
+    validation as project_validation
 from .paper import figure2, figure4, figure5, table4_measured, table4_modeled
 from .quality import quality, train_ranks
 from .report import report
@@ -85,6 +86,7 @@ def jobs(results, predictions):
         ("train_ranks", train_ranks, at("train_ranks", "train.jsonl")),
         ("project_validation", project_validation, model("project_validation.jsonl")),
         ("project_goodput", project_scaling, model("project_scaling.jsonl")),
+        ("project_layers", project_layers, model("project_layers.jsonl")),
         ("project_here", project_here, at("project_here", "projection.jsonl")),
         ("report", lambda src, out: report(results, predictions, out), at("paper_figure5")),
     ] if predictions or job[0] not in MODEL_JOBS]
@@ -92,7 +94,7 @@ def jobs(results, predictions):
 
 # Drawn from results/model (the projection and the paper-scale prediction), not from a results
 # folder: once, with the CPU's figures in paper_figures/, not again beside each GPU's.
-MODEL_JOBS = ("table4_modeled", "project_validation", "project_goodput", "report")
+MODEL_JOBS = ("table4_modeled", "project_validation", "project_goodput", "project_layers", "report")
 DEFAULT_RESULTS, DEFAULT_PREDICTIONS = "results/cpu", "results/model/paper_table4.jsonl"
 
 
