@@ -946,7 +946,8 @@ class FirstProjections(unittest.TestCase):
 
 class LayerCheck(unittest.TestCase):
     """The layer-level check: each case's forward and backward as measured beside the projection's
-    first and current figures, REPORT's line from the first."""
+    first and current figures, REPORT's line from the first; every layer case has its first
+    projection committed."""
 
     def test_first_and_current_beside_the_measured(self):
         from plots import project
@@ -968,6 +969,14 @@ class LayerCheck(unittest.TestCase):
             with open(md) as f:
                 text = f.read()
             self.assertIn("| x_alltoall | forward | 4.000 | 2.000 | -50.0% | 4.400 | +10.0% |", text)
+
+    def test_every_layer_case_has_its_first_projection(self):
+        root = os.path.dirname(HERE)
+        with open(os.path.join(root, "results", "model", "project_layers_first.jsonl")) as f:
+            first = {json.loads(x)["case_file"] for x in f if x.strip()}
+        cases = {os.path.join("experiments/project/layers", f) for f in
+                 os.listdir(os.path.join(root, "experiments", "project", "layers")) if f.endswith(".yaml")}
+        self.assertEqual(sorted(cases - first), [], "layer cases without a committed first projection")
 
 
 class ProjectionErrors(unittest.TestCase):
