@@ -688,11 +688,12 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
                  "gpu.grouped_gemm_curve: expected a list of [rows, TFLOP/s] pairs");
 }
 
-// The check on the curve: one expert's six GEMMs on the dense GEMM table at its shape (here a
-// table of one rate, so their time is their FLOPs over it), and Megatron's accumulation of the
-// weight gradients into main_grad, three weight matrices of h x g read and written at the gradient
-// buffer's width at the HBM rate whatever the rows; the estimate gives both as rates over the
-// experts' FLOPs, the second only for the framework that fuses it, neither where the preset has no table.
+// One expert's six GEMMs on the dense GEMM table at its shape (here a table of one rate, so their
+// time is their FLOPs over it), and Megatron's accumulation of the weight gradients into main_grad,
+// three weight matrices of h x g read and written at the gradient buffer's width at the HBM rate
+// whatever the rows; the estimate gives both as rates over the experts' FLOPs, the second only for
+// the framework that fuses it, neither where the preset has no table. The experts run at the faster
+// of the table's rate and the grouped GEMM's curve (TE runs one cuBLAS GEMM per expert).
 TEST(Project, TheExpertsKernelsOnTheGemmTableBesideTheCurve) {
   Hardware hw = plain_gpu();
   hw.gemm_table.m = hw.gemm_table.n = hw.gemm_table.k = {256};
@@ -713,6 +714,12 @@ TEST(Project, TheExpertsKernelsOnTheGemmTableBesideTheCurve) {
   EXPECT_NEAR(e.expert_table_tflops, 400, 1e-9);
   EXPECT_NEAR(e.expert_accumulated_tflops, 400 * at.gemm_s / (at.gemm_s + at.accumulate_s), 1e-9);
   EXPECT_LT(e.expert_accumulated_tflops, e.expert_table_tflops);
+  EXPECT_NEAR(e.expert_tflops, 400, 1e-9);  // the table's, faster than the curve's 100
+  Hardware faster_curve = hw;
+  faster_curve.grouped_gemm_curve = {{16, 1000}, {1e6, 1000}};
+  const Estimate curve = estimate(m, faster_curve, l, *strategy("no_recompute"), set);
+  EXPECT_NEAR(curve.expert_tflops, 1000, 1e-9);
+  EXPECT_LT(curve.compute, e.compute);
   set.framework.wgrad_accumulate_bytes = 0;  // a profile that does not fuse it (fsdp_te, torchtitan)
   EXPECT_EQ(estimate(m, hw, l, *strategy("no_recompute"), set).expert_accumulated_tflops, 0);
   hw.gemm_table = {};

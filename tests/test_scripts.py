@@ -669,7 +669,7 @@ class Validation(unittest.TestCase):
         under = self.row("under", 500.0, None)
         under["expert_gemm"] = {"rows": 512.0, "tflops": 180.7}
         rows = {r["case"]: r for r in self.runs(over, under)}
-        self.assertIn("its experts' GEMMs run at 512 rows each, 181 TFLOP/s on the grouped GEMM curve",
+        self.assertIn("its experts' GEMMs run at 512 rows each, 181 TFLOP/s as priced",
                       rows["over"]["why"])
         self.assertNotIn("experts' GEMMs", rows["under"]["why"])  # too slow: communication is the reading
 
@@ -681,12 +681,12 @@ class Validation(unittest.TestCase):
         level = self.row("level", 1500.0, None)
         level["expert_gemm"] = {"rows": 4096.0, "tflops": 627.9, "table_tflops": 647.9, "accumulated_tflops": 625.3}
         rows = {r["case"]: r for r in self.runs(slower, faster, level)}
-        self.assertIn("332 TFLOP/s on the grouped GEMM curve (646 on the GEMM table at one expert's shape, 501 with "
-                      "the weight gradients' accumulation into the gradient buffer: the curve prices them slower "
+        self.assertIn("332 TFLOP/s as priced (646 on the GEMM table at one expert's shape, 501 with "
+                      "the weight gradients' accumulation into the gradient buffer: priced slower "
                       "than their kernels)", rows["slower"]["why"])
-        self.assertIn("628 TFLOP/s on the grouped GEMM curve (590 on the GEMM table at one expert's shape: the curve "
-                      "prices them faster than their kernels)", rows["faster"]["why"])
-        self.assertIn("the curve prices them about as fast as their kernels)", rows["level"]["why"])  # within 5%
+        self.assertIn("628 TFLOP/s as priced (590 on the GEMM table at one expert's shape: priced faster than "
+                      "their kernels)", rows["faster"]["why"])
+        self.assertIn("priced about as fast as their kernels)", rows["level"]["why"])  # within 5%
 
     def test_an_underestimate_names_a_curve_slower_than_its_kernels(self):
         """Too slow: communication is the first reading, the curve the second where it lies below the
@@ -697,9 +697,9 @@ class Validation(unittest.TestCase):
         level["expert_gemm"] = {"rows": 4096.0, "tflops": 627.9, "table_tflops": 640.0}
         rows = {r["case"]: r for r in self.runs(slow, level)}
         self.assertIn("exposed communication is 20% of its step", rows["slow"]["why"])
-        self.assertIn("compute is 50% of its step, its experts' GEMMs at 2048 rows each, 554 TFLOP/s on the grouped "
-                      "GEMM curve (760 on the GEMM table at one expert's shape: the curve prices them slower than "
-                      "their kernels)", rows["slow"]["why"])
+        self.assertIn("compute is 50% of its step, its experts' GEMMs at 2048 rows each, 554 TFLOP/s as priced "
+                      "(760 on the GEMM table at one expert's shape: priced slower than their kernels)",
+                      rows["slow"]["why"])
         self.assertNotIn("experts' GEMMs", rows["level"]["why"])
 
     def test_expert_tp_and_a_device_peak_are_named(self):

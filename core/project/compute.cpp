@@ -111,7 +111,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double expert_flops = 3 * st.moe * expert_forward_flops(rows, h, g);
   const double rows_per_expert = rows / (double(m.experts) / double(l.ep));
   const double core_t = core_flops / core_attention_rate(m, hw, set);
-  auto expert_rate = [&](double rows) { return grouped_rate(hw, rows) * fp8_speedup(hw, rows, set.fp8); };
+  auto expert_rate = [&](double rows) { return expert_gemm_rate(hw, rows, h, g) * fp8_speedup(hw, rows, set.fp8); };
   const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
   // on the hottest rank, and the loss (core/model/flops.h), forward and the backward's twice that.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/model/flops.h"
 #include "core/util/format.h"
 
 namespace memfine {
@@ -21,6 +22,13 @@ double grouped_rate(const Hardware& hw, double rows) {
   if (!hw.grouped_gemm_curve.empty()) return curve_at(hw.grouped_gemm_curve, rows) * 1e12;
   const double f = std::min(1.0, rows / hw.grouped_gemm_knee_rows);
   return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
+}
+
+double expert_gemm_rate(const Hardware& hw, double rows, double h, double g) {
+  const double curve = grouped_rate(hw, rows);
+  if (hw.gemm_table.empty() || rows <= 0) return curve;
+  // Forward and both gradients of FC1 (h to 2g) and FC2 (g to h), as expert_kernels times them.
+  return std::max(curve, 3 * expert_forward_flops(rows, h, g) / expert_kernels(hw, rows, h, g, 0).gemm_s);
 }
 
 double fp8_speedup(const Hardware& hw, double rows, bool fp8) {
@@ -87,7 +95,10 @@ std::string grouped_rate_note(const Hardware& hw) {
   if (curve.empty())
     return four_digits(hw.grouped_gemm_small_tflops) + "-" + four_digits(hw.grouped_gemm_tflops) +
            " by rows per expert (knee " + four_digits(hw.grouped_gemm_knee_rows) + ")";
-  return "by rows per expert on the preset's curve (" + curve + " rows)";
+  return "by rows per expert on the preset's curve (" + curve + " rows)" +
+         (hw.gemm_table.empty()
+              ? ""
+              : " or, where faster, on the dense table at one expert's shape (TE runs a GEMM an expert)");
 }
 
 std::string attention_rate_note(const Hardware& hw, int64_t head_dim, bool sinks) {

@@ -19,6 +19,13 @@ double grouped_rate(const Hardware& hw, double rows);
 // How it is taken, as the projection's notes say it.
 std::string grouped_rate_note(const Hardware& hw);
 
+// The rate (FLOP/s) a local expert's GEMMs run at, `rows` each, hidden h and expert width g: the
+// grouped GEMM's curve at its rows, or the dense table at one expert's shape where that is the
+// faster. Transformer Engine's grouped GEMM on Hopper runs one cuBLAS GEMM per expert (expert_kernels
+// below), so it is no slower than those GEMMs alone; the curve is the faster where its kernels run
+// several experts' few rows at once.
+double expert_gemm_rate(const Hardware& hw, double rows, double h, double g);
+
 // A linear's GEMM in FP8 over the same in bf16 at `rows` (the GEMM's m): the preset's measured
 // curve, log-linear in rows between its points; 1 where `fp8` is false or the preset has none.
 double fp8_speedup(const Hardware& hw, double rows, bool fp8 = true);
@@ -42,8 +49,8 @@ std::string gemm_rate_note(const Hardware& hw);
 // (multi_stream_cublas_gemm, TransformerEngine d0067d0d common/gemm/cublaslt_gemm.cu). And the
 // weight gradients' accumulation into the framework's gradient buffer (Megatron's
 // gradient_accumulation_fusion: every weight read and written, `accumulate_bytes` of them, however
-// few the rows) at the HBM rate. A kernel-level check on the grouped GEMM curve, not priced (the step
-// prices the accumulation where it outlasts the product: compute.cpp).
+// few the rows) at the HBM rate (the step prices the accumulation where it outlasts the product:
+// compute.cpp).
 struct ExpertKernels {
   double gemm_s = 0, accumulate_s = 0;
 };

@@ -104,9 +104,9 @@ def _why(r, err):
         said.append(f"compute is {100 * share:.0f}% of its step at kernel-level rates; the host's launches, "
                     f"priced from per-launch figures, wait {100 * launch:.0f}% of it")
         g = r.get("expert_gemm")
-        if g:  # the grouped GEMM curve is least sure at its few-row end (experiments/project/hardware.yaml)
-            said.append(f"its experts' GEMMs run at {g['rows']:.0f} rows each, {g['tflops']:.0f} TFLOP/s on the "
-                        "grouped GEMM curve" + _kernel_check(g))
+        if g:  # priced on the grouped GEMM curve, least sure at its few-row end, or the table where faster
+            said.append(f"its experts' GEMMs run at {g['rows']:.0f} rows each, {g['tflops']:.0f} TFLOP/s as "
+                        "priced" + _kernel_check(g))
     else:
         share = parts["comm"] / max(r["step_s"], 1e-12)
         said.append(f"exposed communication is {100 * share:.0f}% of its step (all-to-alls at the dispatcher's "
@@ -116,14 +116,14 @@ def _why(r, err):
         if "slower than" in check:  # a slow curve is the other reading of a slow projection
             share = parts["compute"] / max(r["step_s"], 1e-12)
             said.append(f"compute is {100 * share:.0f}% of its step, its experts' GEMMs at {g['rows']:.0f} rows "
-                        f"each, {g['tflops']:.0f} TFLOP/s on the grouped GEMM curve" + check)
+                        f"each, {g['tflops']:.0f} TFLOP/s as priced" + check)
     return "; ".join(said)
 
 
 def _kernel_check(g):
     """The same GEMMs on the dense GEMM table at one expert's shape, with the weight gradients'
     accumulation beside where the framework fuses it (core/project/rates.h expert_kernels), and
-    which way the curve lies from them."""
+    which way the priced rate lies from them."""
     if not g.get("table_tflops"):
         return ""
     kernels = g.get("accumulated_tflops") or g["table_tflops"]
@@ -131,8 +131,8 @@ def _kernel_check(g):
     side = "about as fast as" if abs(ratio - 1) <= 0.05 else "slower than" if ratio < 1 else "faster than"
     acc = (f", {g['accumulated_tflops']:.0f} with the weight gradients' accumulation into the gradient buffer"
            if g.get("accumulated_tflops") else "")
-    return (f" ({g['table_tflops']:.0f} on the GEMM table at one expert's shape{acc}: the curve prices them "
-            f"{side} their kernels)")
+    return (f" ({g['table_tflops']:.0f} on the GEMM table at one expert's shape{acc}: priced {side} their "
+            "kernels)")
 
 
 def _first(model_dir):
