@@ -960,11 +960,12 @@ class LayerCheck(unittest.TestCase):
                 return json.dumps(r) + "\n"
             with open(os.path.join(d, "project_layers.jsonl"), "w") as f:
                 f.write(line(4.4, 6.0))
-            self.assertIn("forward: median +10.0% (from +10.0% to +10.0%), projected slower on 1 of 1; backward: "
-                          "median -25.0%", project.layer_lines(d)[0])
+            self.assertIn("BF16 forward: median +10.0% (from +10.0% to +10.0%), projected slower on 1 of 1; BF16 "
+                          "backward: median -25.0%", project.layer_lines(d)[0])
             with open(os.path.join(d, "project_layers_first.jsonl"), "w") as f:
                 f.write(line(2.0, 8.0))
-            self.assertIn("forward: median -50.0%", project.layer_lines(d)[0])
+            self.assertIn("BF16 forward: median -50.0% (from -50.0% to -50.0%), projected slower on 0 of 1 (today "
+                          "median +10.0%", project.layer_lines(d)[0])
             md, _ = project.layers(os.path.join(d, "project_layers.jsonl"), d)
             with open(md) as f:
                 text = f.read()

@@ -334,8 +334,9 @@ def here_lines(src):
 
 
 def _layer_runs(src):
-    """Each layer-level case's passes: (case, pass, measured ms, first projected ms, projected ms now),
-    the first projection from project_layers_first.jsonl beside `src` (today's where it has none)."""
+    """Each layer-level case's passes: (case, pass, measured ms, first projected ms, projected ms now,
+    precision), the first projection from project_layers_first.jsonl beside `src` (today's where it
+    has none)."""
     first_src = os.path.join(os.path.dirname(src), "project_layers_first.jsonl")
     first = {(r["case_file"], r["strategy"]): r for r in _load(first_src)} if os.path.exists(first_src) else {}
     out = []
@@ -345,7 +346,8 @@ def _layer_runs(src):
         case = os.path.splitext(os.path.basename(r["case_file"]))[0]
         for side in ("forward", "backward"):
             if f"moe_layer_{side}_ms" in values:
-                out.append((case, side, values[f"moe_layer_{side}_ms"], f["moe_layer_ms"][side], r["moe_layer_ms"][side]))
+                out.append((case, side, values[f"moe_layer_{side}_ms"], f["moe_layer_ms"][side], r["moe_layer_ms"][side],
+                            r.get("precision", "bf16")))
     return out
 
 
@@ -356,7 +358,7 @@ def layers(src, out_dir):
     --src results/model/project_layers.jsonl --out results/model/project_layers_first.jsonl)."""
     runs = _layer_runs(src)
     rows = [[case, side, f"{m:.3f}", f"{p1:.3f}", R.pct(p1, m), f"{p:.3f}", R.pct(p, m)]
-            for case, side, m, p1, p in runs]
+            for case, side, m, p1, p, _ in runs]
     header = ["case", "pass", "measured ms", "first projected ms", "first error", "projected ms now", "error now"]
     notes = [f"Projected by `memfine project` ({_commit(_load(src))}); each case's file in experiments/project/layers/ "
              "names its source and what was assumed before it was projected. Error: projected over measured, less 1."]
@@ -365,21 +367,30 @@ def layers(src, out_dir):
 
 
 def layer_lines(model_dir):
-    """REPORT's lines on the layer-level check, decided by the numbers."""
+    """REPORT's lines on the layer-level check, by precision, decided by the numbers: the first
+    projection's errors, and today's where they differ."""
     src = os.path.join(model_dir, "project_layers.jsonl")
     if not os.path.exists(src):
         return []
     runs = _layer_runs(src)
+
+    def said(errs):
+        slow = sum(e > 0 for e in errs)
+        return (f"median {statistics.median(errs):+.1f}% (from {min(errs):+.1f}% to {max(errs):+.1f}%), projected "
+                f"slower on {slow} of {len(errs)}")
     out = []
-    for side in ("forward", "backward"):
-        errs = [100 * (p1 - m) / m for _, s, m, p1, _ in runs if s == side]
-        if errs:
-            slow = sum(e > 0 for e in errs)
-            out.append(f"{side}: median {statistics.median(errs):+.1f}% (from {min(errs):+.1f}% to {max(errs):+.1f}%), "
-                       f"projected slower on {slow} of {len(errs)}")
+    for precision in sorted({r[5] for r in runs}):
+        for side in ("forward", "backward"):
+            mine = [r for r in runs if r[5] == precision and r[1] == side]
+            if not mine:
+                continue
+            first = [100 * (p1 - m) / m for _, _, m, p1, _, _ in mine]
+            now = [100 * (p - m) / m for _, _, m, _, p, _ in mine]
+            out.append(f"{precision.upper()} {side}: {said(first)}"
+                       + ("" if now == first else f" (today {said(now)})"))
     if not out:
         return []
-    cases = len({c for c, *_ in runs})
+    cases = len({r[0] for r in runs})
     return [f"- One MoE layer alone (`project_layers_table.md`: {cases} cases of Megatron-LM's layer benchmark on 8 "
-            "H100, entered after the step-level validation and never tuned to), first projection against measured: "
+            "H100, entered after the step-level validation), first projection against measured: "
             + "; ".join(out) + "."]
