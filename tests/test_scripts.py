@@ -964,8 +964,8 @@ class LayerCheck(unittest.TestCase):
                           "backward: median -25.0%", project.layer_lines(d)[0])
             with open(os.path.join(d, "project_layers_first.jsonl"), "w") as f:
                 f.write(line(2.0, 8.0))
-            self.assertIn("BF16 forward: median -50.0% (from -50.0% to -50.0%), projected slower on 0 of 1 (today "
-                          "median +10.0%", project.layer_lines(d)[0])
+            self.assertIn("BF16 forward: median -50.0% (from -50.0% to -50.0%), projected slower on 0 of 1; today "
+                          "+10.0% (+10.0% to +10.0%); BF16 backward", project.layer_lines(d)[0])
             md, _ = project.layers(os.path.join(d, "project_layers.jsonl"), d)
             with open(md) as f:
                 text = f.read()
