@@ -1548,6 +1548,14 @@ TEST(Project, Fp8PricesTheLinearsGemmsCastsCopiesAndSavedInputs) {
   const LayerWidths w = layer_widths(Profile::MegatronTe, m, none, 2, {{}, true});
   EXPECT_DOUBLE_EQ(w.row, double(m.hidden) + double(m.ffn_hidden) + 2 * 2 * double(m.ffn_hidden) + 8);
   EXPECT_NE(w.row_text.find("fp8"), std::string::npos);
+  // Block-scaled FP8 (precision: fp8_blockwise): the same but at the preset's blockwise ratio.
+  c.precision = "fp8_blockwise";
+  c.hardware.fp8_blockwise_gemm_speedup_curve = c.hardware.fp8_gemm_speedup_curve;
+  const Estimate same = only(run_project(c));
+  EXPECT_DOUBLE_EQ(same.compute, fp8.compute);
+  EXPECT_DOUBLE_EQ(same.activation_gb, fp8.activation_gb);
+  c.hardware.fp8_blockwise_gemm_speedup_curve = {{256, 1.0}, {8192, 1.0}};
+  EXPECT_DOUBLE_EQ(only(run_project(c)).compute, casts.compute);
 }
 
 // FP8 is refused where it cannot be priced, at its key's line: a framework other than megatron_te, a
@@ -1561,7 +1569,10 @@ TEST(Project, Fp8IsRefusedWhereItCannotBePriced) {
        "framework megatron_te only"},
       {"hardware: a100_80gb\nprecision: fp8\n",
        "fp8_project.yaml:5: precision: fp8 needs the hardware preset's "
-       "fp8_gemm_speedup_curve"}};
+       "fp8_gemm_speedup_curve"},
+      {"hardware: a100_80gb\nprecision: fp8_blockwise\n",
+       "fp8_project.yaml:5: precision: fp8_blockwise needs the hardware preset's "
+       "fp8_blockwise_gemm_speedup_curve"}};
   for (const auto& [keys, says] : cases) {
     std::ofstream(file) << head << keys;
     try {
@@ -1573,6 +1584,8 @@ TEST(Project, Fp8IsRefusedWhereItCannotBePriced) {
   }
   std::ofstream(file) << head << "hardware: h800\nprecision: fp8\n";  // h800 extends the H100's ratio
   EXPECT_TRUE(project_setting(load_project(file, kExperiments + "/project")).fp8);
+  std::ofstream(file) << head << "hardware: h800\nprecision: fp8_blockwise\n";
+  EXPECT_TRUE(project_setting(load_project(file, kExperiments + "/project")).fp8_blockwise);
   std::remove(file.c_str());
 }
 

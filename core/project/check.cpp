@@ -53,15 +53,17 @@ void check_framework(const ProjectConfig& c, Problems& p) {
       p.add_at(c.where(std::string("framework.") + key), std::string("framework.") + key,
                "-1 (the framework's) or at least 0, got " + std::to_string(v));
   // FP8 is priced in Megatron-Core's terms (profile_megatron.cpp), at a preset's measured ratio.
-  if (c.precision == "fp8" && f.name != Framework::MegatronTe)
+  const bool blockwise = c.precision == "fp8_blockwise";
+  if (c.precision != "bf16" && f.name != Framework::MegatronTe)
     p.add_at(c.where("precision"), "precision",
-             "fp8 is priced for framework megatron_te only (what its linears keep in FP8), not " +
+             c.precision + " is priced for framework megatron_te only (what its linears keep in FP8), not " +
                  std::string(name_of(f.name)));
-  if (c.precision == "fp8" && c.hardware.fp8_gemm_speedup_curve.empty())
+  if (c.precision != "bf16" &&
+      (blockwise ? c.hardware.fp8_blockwise_gemm_speedup_curve : c.hardware.fp8_gemm_speedup_curve).empty())
     p.add_at(c.where("precision"), "precision",
-             "fp8 needs the hardware preset's fp8_gemm_speedup_curve (FP8 over bf16 GEMM rates measured at the same "
-             "shapes); " +
-                 c.hardware.name + " has none");
+             c.precision + " needs the hardware preset's " +
+                 (blockwise ? "fp8_blockwise_gemm_speedup_curve" : "fp8_gemm_speedup_curve") +
+                 " (FP8 over bf16 GEMM rates measured at the same shapes); " + c.hardware.name + " has none");
   // FlexAttention's rate is taken where it was measured, never stretched to another head dim.
   const auto& flex = c.hardware.flex_attention_head_dim_curve;
   const double head_dim = double(c.model.head_dim);
@@ -168,7 +170,8 @@ ProjectSetting project_setting(const ProjectConfig& c) {
   s.framework = framework_setting(c);
   s.errors = c.errors;
   s.element_bytes = c.dtype == "float32" ? 4 : 2;
-  s.fp8 = c.precision == "fp8";
+  s.fp8 = c.precision == "fp8" || c.precision == "fp8_blockwise";
+  s.fp8_blockwise = c.precision == "fp8_blockwise";
   return s;
 }
 

@@ -101,6 +101,7 @@ struct Hardware {
   // rate of each of its linears' GEMMs by it at the GEMM's rows (interpolated log-linearly, flat
   // beyond its ends). Empty: the preset cannot price FP8.
   std::vector<std::pair<double, double>> fp8_gemm_speedup_curve;
+  std::vector<std::pair<double, double>> fp8_blockwise_gemm_speedup_curve;  // the same, block-scaled
   double nvlink_gb_s = 0, network_gb_s = 0;  // per GPU and direction
   double nvlink_latency_us = 3, network_latency_us = 10;
   double host_to_device_gb_s = 0, device_to_host_gb_s = 0;

@@ -116,14 +116,22 @@ Field<Hardware> grouped_curve_key() {
                    "rows (flat beyond its ends); replaces the two rates and the knee");
 }
 
-// `fp8_gemm_speedup_curve`: [rows, FP8 over bf16] pairs, rows rising.
-Field<Hardware> fp8_curve_key() {
-  return curve_key("fp8_gemm_speedup_curve", "rows", &Hardware::fp8_gemm_speedup_curve,
-                   "a linear's GEMM in FP8 (per-tensor scaled E4M3, bf16 out) over the same GEMM in bf16, both "
-                   "measured at the same shapes at rising rows: a run at `precision: fp8` divides each of its "
-                   "linears' GEMM times at the bf16 rate by it at the GEMM's rows (log-linear in rows, flat beyond "
-                   "its ends); none: the preset cannot price FP8",
-                   "FP8 / bf16");
+// `fp8_gemm_speedup_curve` and, with DeepSeek's block scaling, `fp8_blockwise_gemm_speedup_curve`:
+// [rows, FP8 over bf16] pairs, rows rising.
+Field<Hardware> fp8_curve_key(bool blockwise) {
+  const std::string precision = blockwise ? "fp8_blockwise" : "fp8";
+  return curve_key(
+      blockwise ? "fp8_blockwise_gemm_speedup_curve" : "fp8_gemm_speedup_curve", "rows",
+      blockwise ? &Hardware::fp8_blockwise_gemm_speedup_curve : &Hardware::fp8_gemm_speedup_curve,
+      std::string("a linear's GEMM in FP8 (") +
+          (blockwise ? "DeepSeek's block scaling: 1 x 128 activations, 128 x 128 weights" : "per-tensor scaled E4M3") +
+          ", bf16 out) over the same GEMM in bf16, both measured at the same shapes at rising rows: a run "
+          "at `precision: " +
+          precision +
+          "` divides each of its linears' GEMM times at the bf16 rate by it at "
+          "the GEMM's rows (log-linear in rows, flat beyond its ends); none: the preset cannot price " +
+          precision,
+      "FP8 / bf16");
 }
 
 // `attention_head_dim_curve`: [head dim, TFLOP/s] pairs, head dims rising.
@@ -247,7 +255,8 @@ const Section<Hardware>& hardware_keys() {
        sink_curve_key(),
        flex_curve_key(),
        grouped_curve_key(),
-       fp8_curve_key(),
+       fp8_curve_key(false),
+       fp8_curve_key(true),
        table_key(),
        number<H>("nvlink_gb_s", &H::nvlink_gb_s, kLeastRate, 1e6, "inside a node, per GPU and direction"),
        number<H>("network_gb_s", &H::network_gb_s, kLeastRate, 1e6, "across nodes, per GPU and direction"),

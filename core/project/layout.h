@@ -52,6 +52,9 @@ struct ProjectSetting {
   // The linear layers in FP8 (Transformer Engine's recipes, Megatron's --fp8-format): their GEMMs at
   // the preset's FP8 rate, their inputs cast and kept for backward in FP8, their weights' FP8 copies.
   bool fp8 = false;
+  // Of FP8, DeepSeek's block scaling (Transformer Engine's Float8BlockScaling, --fp8-recipe
+  // blockwise): its GEMMs at the preset's blockwise ratio.
+  bool fp8_blockwise = false;
 };
 
 }  // namespace memfine

@@ -31,8 +31,9 @@ double expert_gemm_rate(const Hardware& hw, double rows, double h, double g) {
   return std::max(curve, 3 * expert_forward_flops(rows, h, g) / expert_kernels(hw, rows, h, g, 0).gemm_s);
 }
 
-double fp8_speedup(const Hardware& hw, double rows, bool fp8) {
-  return !fp8 || hw.fp8_gemm_speedup_curve.empty() ? 1 : curve_at(hw.fp8_gemm_speedup_curve, rows);
+double fp8_speedup(const Hardware& hw, double rows, bool fp8, bool blockwise) {
+  const auto& curve = blockwise ? hw.fp8_blockwise_gemm_speedup_curve : hw.fp8_gemm_speedup_curve;
+  return !fp8 || curve.empty() ? 1 : curve_at(curve, rows);
 }
 
 double attention_rate(const Hardware& hw, double head_dim, bool sinks) {

@@ -27,8 +27,9 @@ std::string grouped_rate_note(const Hardware& hw);
 double expert_gemm_rate(const Hardware& hw, double rows, double h, double g);
 
 // A linear's GEMM in FP8 over the same in bf16 at `rows` (the GEMM's m): the preset's measured
-// curve, log-linear in rows between its points; 1 where `fp8` is false or the preset has none.
-double fp8_speedup(const Hardware& hw, double rows, bool fp8 = true);
+// curve (its block-scaled one where `blockwise`), log-linear in rows between its points; 1 where
+// `fp8` is false or the preset has none.
+double fp8_speedup(const Hardware& hw, double rows, bool fp8 = true, bool blockwise = false);
 
 // The attention kernel's rate (FLOP/s) at a head dim: attention_tflops (head dim 128) scaled by the
 // preset's head-dim curve, its value there over its value at 128; or attention_tflops alone. With

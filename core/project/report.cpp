@@ -264,7 +264,7 @@ const std::vector<FieldSpec>& projection_schema() {
       {"fit", "string", "",
        "`yes`, `no`, or `borderline` (within the framework's margin of the limit, or need_gb_range across it)", k},
       {"framework", "string", "", "the framework whose memory and time are priced (framework.name)", k},
-      {"precision", "string", "", "the linears' GEMMs: `bf16` or `fp8` (the file's precision)", k},
+      {"precision", "string", "", "the linears' GEMMs: `bf16`, `fp8` or `fp8_blockwise` (the file's precision)", k},
       {"ep_overlap", "boolean", "", "the all-to-all overlapped with another micro-batch's compute", k},
       {"tp_comm_overlap", "boolean", "", "TP's collectives behind the GEMMs", k},
       {"ep_overlap_hidden", "number", "", "with ep_overlap: the most of an all-to-all that hides (a share)", k},

@@ -69,7 +69,7 @@ def _layout(r):
     vpp = f"x{l['vpp']}" if l["vpp"] > 1 else ""
     cp = f" CP{l['cp']}" if l["cp"] > 1 else ""
     etp = f" ETP{l['etp']}" if l.get("etp", 1) > 1 else ""
-    fp8 = " FP8" if r.get("precision") == "fp8" else ""
+    fp8 = {"fp8": " FP8", "fp8_blockwise": " FP8 blockwise"}.get(r.get("precision"), "")
     return f"{r['gpus']} GPUs TP{l['tp']} PP{l['pp']}{vpp} EP{l['ep']}{etp}{cp} mb{l['micro_batch']}{fp8}"
 
 
