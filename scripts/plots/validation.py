@@ -35,19 +35,19 @@ PEAK_KEYS = (("peak_gb", "peak_gb"), ("reserved_gb", "reserved_gb"), ("device_gb
 PEAK_NOTE = {"reserved_gb": ", reserved", "device_gb": ", the device's against the need"}
 # Changes made after their checked runs were seen: what changed, the commit that made it and its date;
 # runs first projected from then on are its own test.
-LATER_CHANGES = (("the calibration term's form and value were set", "c109c6d", "2026-11-29T14:42:28Z"),
-                 ("the overlap's hidden share was taken from Megatron Core's report", "fe46180",
-                  "2026-11-30T03:23:01Z"),
-                 ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
-                 ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"),
-                 ("Megatron's expert weight-gradient accumulation was priced", "2a7a8cf", "2026-11-30T11:54:55Z"),
-                 ("expert TP was priced", "8576ce5", "2026-11-30T16:55:46Z"),
-                 ("Megatron's allgather dispatcher was priced", "7ce6605", "2026-11-30T18:20:29Z"),
-                 ("the A100 and H200 presets took Azure's measured rates", "a3a53ae", "2026-11-30T21:43:03Z"),
-                 ("FlexAttention was priced at its measured rate", "1fc46c3", "2026-11-30T22:22:19Z"),
-                 ("torchtitan's checkpointing before it kept all-to-alls was priced", "e247a1c",
-                  "2026-12-01T00:51:02Z"),
-                 ("wide experts' GEMMs ran no slower than the GEMM table", "a0d2575", "2026-12-01T06:33:29Z"))
+LATER_CHANGES = (
+    ("the calibration term's form and value were set", "c109c6d", "2026-11-29T14:42:28Z"),
+    ("the overlap's hidden share was taken from Megatron Core's report", "fe46180", "2026-11-30T03:23:01Z"),
+    ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
+    ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"),
+    ("Megatron's expert weight-gradient accumulation was priced", "2a7a8cf", "2026-11-30T11:54:55Z"),
+    ("expert TP was priced", "8576ce5", "2026-11-30T16:55:46Z"),
+    ("Megatron's allgather dispatcher was priced", "7ce6605", "2026-11-30T18:20:29Z"),
+    ("the A100 and H200 presets took Azure's measured rates", "a3a53ae", "2026-11-30T21:43:03Z"),
+    ("FlexAttention was priced at its measured rate", "1fc46c3", "2026-11-30T22:22:19Z"),
+    ("torchtitan's checkpointing before it kept all-to-alls was priced", "e247a1c", "2026-12-01T00:51:02Z"),
+    ("wide experts' GEMMs ran no slower than the GEMM table", "a0d2575", "2026-12-01T06:33:29Z"),
+    ("block-scaled FP8 took its own measured ratio", "78653dd", "2026-12-01T06:45:02Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
