@@ -386,7 +386,8 @@ def layer_lines(model_dir):
                 continue
             first = [100 * (p1 - m) / m for _, _, m, p1, _, _ in mine]
             now = [100 * (p - m) / m for _, _, m, _, p, _ in mine]
-            out.append(f"{precision.upper()} {side}: {said(first)}"
+            label = {"fp8_blockwise": "block-scaled FP8"}.get(precision, precision.upper())
+            out.append(f"{label} {side}: {said(first)}"
                        + ("" if now == first else f"; today {statistics.median(now):+.1f}% ({min(now):+.1f}% to "
                                                   f"{max(now):+.1f}%)"))
     if not out:
