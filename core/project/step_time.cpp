@@ -175,8 +175,8 @@ double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, 
 
 // One MoE layer's forward and backward of a micro-batch on the hottest rank, each alone, from the
 // parts a step prices: its compute, its four all-to-alls, what the shape recomputes, and the host's
-// launches (the forward's drained by the dispatcher's synchronisation; a side the host launches
-// slower than the GPU runs it takes the host's time).
+// launches (the forward's, and a replayed one's, drained by the dispatcher's synchronisation; a side
+// the host launches slower than the GPU runs it takes the host's time).
 std::pair<double, double> moe_layer_pass(const ModelConfig& m, const Hardware& hw, const Layout& l,
                                          const StrategyShape& s, const ProjectSetting& set, double received) {
   const Stage one{0, 0, 1, 0, 0};
@@ -190,7 +190,7 @@ std::pair<double, double> moe_layer_pass(const ModelConfig& m, const Hardware& h
   const double again = recompute_of(s, c, a2a) + c.modules_again;
   const double backward = std::max((runs * (replays_moe(s) ? f.forward.moe : 0) + c.modules_launches) * fwd_us +
                                        runs * f.backward.moe * hw.host_backward_launch_us * 1e-6,
-                                   c.total - c.forward() + a2a / 2 + again);
+                                   c.total - c.forward() + a2a / 2 + again + (replays_moe(s) ? drained : 0));
   return {forward, backward};
 }
 
