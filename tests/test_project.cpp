@@ -686,6 +686,12 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
   EXPECT_DOUBLE_EQ(estimate(m, curve, l, *strategy("memfine(chunks=4)"), set).expert_rows, rows / 4);
   expect_refused("{memory_gb: 80, grouped_gemm_curve: [[64, 10], [16, 20]]}",
                  "gpu.grouped_gemm_curve: expected a list of [rows, TFLOP/s] pairs");
+  // A loaded CPU's few-row rate (scripts/project_here.py measures one) is a rate; none is 0.
+  std::vector<std::string> problems;
+  Problems p{"hw.yaml", problems};
+  read_hardware(YAML::Load("{memory_gb: 80, grouped_gemm_curve: [[16, 1e-4], [64, 20]]}"), "gpu", p);
+  EXPECT_TRUE(problems.empty());
+  expect_refused("{memory_gb: 80, grouped_gemm_curve: [[16, 1e-7], [64, 20]]}", "(TFLOP/s at least 1e-06)");
 }
 
 // One expert's six GEMMs on the dense GEMM table at its shape (here a table of one rate, so their

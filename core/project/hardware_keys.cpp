@@ -12,8 +12,10 @@ namespace memfine {
 namespace {
 
 // The least rate a key takes (GB/s, TFLOP/s): a rate of 0 would divide by zero, a rate near it
-// would print times with hundreds of digits; not a machine either way.
-constexpr double kLeastRate = 1e-3;
+// would print times with hundreds of digits; not a machine either way. A loaded CPU's measured
+// expert GEMM at a few rows (scripts/project_here.py) runs near a GFLOP/s, so the floor lies far
+// below that.
+constexpr double kLeastRate = 1e-6;
 // A grid's or curve's values (rows, head dims, shapes) and rates at most these.
 constexpr double kMostShape = 1e12, kMostRate = 1e6;
 
@@ -90,7 +92,7 @@ Field<Hardware> curve_key(const std::string& key, const std::string& x, Curve cu
                           const std::string& y = "TFLOP/s") {
   return rows_key(
       key, "list of `[" + x + ", " + y + "]`", help, 2,
-      "expected a list of [" + x + ", " + y + "] pairs, " + x + " rising, both above 0",
+      "expected a list of [" + x + ", " + y + "] pairs, " + x + " rising, both above 0 (" + y + " at least 1e-06)",
       [curve](const std::vector<std::vector<double>>& rows, Hardware& h) {
         (h.*curve).clear();
         for (size_t i = 1; i < rows.size(); ++i)
