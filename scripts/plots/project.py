@@ -361,7 +361,9 @@ def layers(src, out_dir):
             for case, side, m, p1, p, _ in runs]
     header = ["case", "pass", "measured ms", "first projected ms", "first error", "projected ms now", "error now"]
     notes = [f"Projected by `memfine project` ({_commit(_load(src))}); each case's file in experiments/project/layers/ "
-             "names its source and what was assumed before it was projected. Error: projected over measured, less 1."]
+             "names its source and what was assumed before it was projected. Error: projected over measured, less 1. "
+             "Today's error is in sample wherever the projection changed after a case's first projection (REPORT's "
+             "later-changes table); the first is the reading of a case it had not seen."]
     return S.write_table(out_dir, "project_layers_table", "One MoE layer alone: measured and projected", header,
                          rows, notes, formats=("md", "csv"))
 
