@@ -240,7 +240,7 @@ TEST(Hostile, ProjectionsAreBoundedAndTheirNumbersResults) {
                                      "attention_tflops: 400, grouped_gemm_tflops: 500, grouped_gemm_small_tflops: 100, "
                                      "nvlink_gb_s: 0, network_gb_s: 40, hbm_gb_s: 3000}\n" + base);
   EXPECT_EQ(rate.code, 2);
-  EXPECT_NE(rate.err.find("rate.yaml:1: hardware.nvlink_gb_s: must be a finite number in [0.001"), std::string::npos)
+  EXPECT_NE(rate.err.find("rate.yaml:1: hardware.nvlink_gb_s: must be a finite number in [1e-06"), std::string::npos)
       << rate.err;
   Result gpus = project("gpus.yaml", "hardware: h100_80gb\n" + std::string(base).replace(base.find("64"), 2, "0"));
   EXPECT_EQ(gpus.code, 2);
