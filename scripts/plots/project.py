@@ -395,6 +395,6 @@ def layer_lines(model_dir):
     if not out:
         return []
     cases = len({r[0] for r in runs})
-    return [f"- One MoE layer alone (`project_layers_table.md`: {cases} cases of Megatron-LM's layer benchmark on 8 "
-            "H100, entered after the step-level validation), first projection against measured: "
+    return [f"- One MoE layer alone (`project_layers_table.md`: {cases} cases of published layer-level benchmarks, each "
+            "file naming its source, entered after the step-level validation), first projection against measured: "
             + "; ".join(out) + "."]
