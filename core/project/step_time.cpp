@@ -146,12 +146,29 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
   return 0;
 }
 
+// The kernels the host launches for one micro-batch on one stage: the forward's from Python, a
+// replayed forward's and the recomputed modules' (`modules`) from Python again during backward, the
+// backward's from the autograd engine; and those after each of the dispatcher's host
+// synchronisations (a MoE forward's, a replayed one's), which the GPU waits for.
+struct HostLaunches {
+  double forward = 0, again = 0, backward = 0, after_sync = 0, after_sync_again = 0;
+};
+HostLaunches host_launches(const Stage& st, const StrategyShape& s, const FrameworkSetting& f, double modules) {
+  const double moe = st.moe * moe_runs(s);
+  auto stage = [&](const Launches& x) { return st.layers * x.attention + st.dense * x.dense_ffn + moe * x.moe; };
+  HostLaunches h;
+  h.forward = stage(f.forward);
+  h.again = (s.recompute_layer ? h.forward : replays_moe(s) ? moe * f.forward.moe : 0) + modules;
+  h.backward = stage(f.backward);
+  h.after_sync = moe * f.forward.moe_after_sync;
+  h.after_sync_again = replays_moe(s) ? h.after_sync : 0;
+  return h;
+}
+
 // How long the GPU waits for the host's launches in one micro-batch on one stage that keeps it busy
-// for `on_gpu` seconds. The host launches the forward's kernels from Python (a recomputed forward's
-// again), the backward's from the autograd engine; the GPU runs behind it while its kernels are the
-// longer, and waits where the host is the slower. The dispatcher's synchronisation drains the GPU
-// once a MoE forward (and a replayed one): the launches after it up to the dispatch run with the
-// GPU waiting. `modules`: what the framework's recomputed modules launch again.
+// for `on_gpu` seconds: it runs behind the host while its kernels are the longer, and waits where the
+// host is the slower and after each of the dispatcher's synchronisations. `modules`: what the
+// framework's recomputed modules launch again.
 double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, const FrameworkSetting& f,
                    double modules, double on_gpu, std::string& note) {
   const Launches& fw = f.forward;
@@ -164,33 +181,29 @@ double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, 
                    "dispatcher's host synchronisation, " + four_digits(fw.moe_after_sync) +
                    " launches a MoE forward with the GPU waiting"
              : "; kernel launches not priced";
-  const double layers = st.layers, dense = st.dense, moe = st.moe * moe_runs(s);
-  auto stage = [&](const Launches& x) { return layers * x.attention + dense * x.dense_ffn + moe * x.moe; };
+  const HostLaunches h = host_launches(st, s, f, modules);
   const double fwd = hw.host_forward_launch_us * 1e-6;
-  const double again = (s.recompute_layer ? stage(f.forward) : replays_moe(s) ? moe * f.forward.moe : 0) + modules;
-  const double host = (stage(f.forward) + again) * fwd + stage(f.backward) * hw.host_backward_launch_us * 1e-6;
-  const double drained = (replays_moe(s) ? 2 : 1) * moe * f.forward.moe_after_sync * fwd;
+  const double host = (h.forward + h.again) * fwd + h.backward * hw.host_backward_launch_us * 1e-6;
+  const double drained = (h.after_sync + h.after_sync_again) * fwd;
   return std::max(host, on_gpu + drained) - on_gpu;
 }
 
 // One MoE layer's forward and backward of a micro-batch on the hottest rank, each alone, from the
 // parts a step prices: its compute, its four all-to-alls, what the shape recomputes, and the host's
-// launches (the forward's, and a replayed one's, drained by the dispatcher's synchronisation; a side
-// the host launches slower than the GPU runs it takes the host's time).
+// launches (host_launches: a side the host launches slower than the GPU runs it takes the host's
+// time).
 std::pair<double, double> moe_layer_pass(const ModelConfig& m, const Hardware& hw, const Layout& l,
                                          const StrategyShape& s, const ProjectSetting& set, double received) {
   const Stage one{0, 0, 1, 0, 0};
   const Compute c = compute_of(m, hw, l, one, s, set, received);
   std::string note;
   const double a2a = all_to_all_of(m, hw, l, one, set, received, note);
-  const FrameworkSetting& f = set.framework;
-  const double runs = moe_runs(s), fwd_us = hw.host_forward_launch_us * 1e-6;
-  const double drained = runs * f.forward.moe_after_sync * fwd_us;
-  const double forward = std::max(runs * f.forward.moe * fwd_us, c.forward() + a2a / 2 + drained);
+  const HostLaunches h = host_launches(one, s, set.framework, c.modules_launches);
+  const double fwd = hw.host_forward_launch_us * 1e-6, bwd = hw.host_backward_launch_us * 1e-6;
+  const double forward = std::max(h.forward * fwd, c.forward() + a2a / 2 + h.after_sync * fwd);
   const double again = recompute_of(s, c, a2a) + c.modules_again;
-  const double backward = std::max((runs * (replays_moe(s) ? f.forward.moe : 0) + c.modules_launches) * fwd_us +
-                                       runs * f.backward.moe * hw.host_backward_launch_us * 1e-6,
-                                   c.total - c.forward() + a2a / 2 + again + (replays_moe(s) ? drained : 0));
+  const double backward = std::max(h.again * fwd + h.backward * bwd,
+                                   c.total - c.forward() + a2a / 2 + again + h.after_sync_again * fwd);
   return {forward, backward};
 }
 
