@@ -8,8 +8,9 @@
   run entered the set), both framework families pooled (the FSDP family has too few runs for an
   80% range of its own: split conformal needs 9), known regressions left out. The residuals are
   centred on their median: the range's spread is theirs, its centre the calibrated projection's.
-  Judged leave-one-out, and leaving each source family out (a case file's name begins with it; a
-  family's runs share its unknowns, as a new source's runs share theirs).
+  Judged leave-one-out, leaving each source family out (a case file's name begins with it; a
+  family's runs share its unknowns, as a new source's runs share theirs), and in the order the runs
+  entered (each against the range from those first projected before it: no later run's error).
 - layer_pass_s: the one calibration term, named as one: a fixed time for each layer's pass of a
   micro-batch (forward and backward) on a pipeline rank, the median over the counted runs of the
   projection as committed before the term (results/model/project_validation.jsonl at the commit
@@ -173,7 +174,7 @@ def measure():
     # The peaks by the framework profile that prices each run today (each prices memory apart; a run
     # moved to a new profile brings the error its first projection made under the old): every profile
     # the validation projects gets a range, one without peaks of its own the pooled one.
-    speed, sources, peaks, seen, seen_hardware = [], [], {}, {}, {}
+    speed, sources, entered, peaks, seen, seen_hardware = [], [], [], {}, {}, {}
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -182,6 +183,7 @@ def measure():
         if (s := speed_ratio(r, values)) is not None:
             speed.append(math.log(s))
             sources.append(SRC.family(os.path.basename(k[0])))
+            entered.append(r.get("results_commit") or r["date"])
             run = (V._speed_error(r, values), math.log(s))
             if PRESET.fullmatch(now["model"]):  # a model written inline is its file's own
                 seen.setdefault((now["framework"], now["model"]), []).append(run)
@@ -199,7 +201,13 @@ def measure():
                if k in current and not current[k]["published"].get("known_issue")
                and not r["published"].get("calibration")
                and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
-    return speed, sources, peaks, counted, seen, seen_hardware
+    # A run entered with its first projection's batch (the results commit that wrote it): a batch
+    # enters at its first line's date.
+    batch = {}
+    for r in first.values():
+        b = r.get("results_commit") or r["date"]
+        batch[b] = min(batch.get(b, r["date"]), r["date"])
+    return speed, sources, [batch[b] for b in entered], peaks, counted, seen, seen_hardware
 
 
 def leave_one_out(xs, interval):
@@ -233,6 +241,21 @@ def leave_source_out(xs, sources, interval):
     return (held / judged, statistics.median(widths), len(widths)) if widths else (None, None, 0)
 
 
+def in_order(xs, entered, interval):
+    """Each run against the interval from the runs first projected before it (`entered`: when its first
+    projection's batch was written; runs projected together, none judging another), as a new run
+    meets the range: the share of the judged runs held, the intervals' median half-width (share) and
+    how many were judged; (None, None, 0) where no run has enough before it."""
+    held, widths = 0, []
+    for x, when in zip(xs, entered):
+        iv = interval([y for y, w in zip(xs, entered) if w < when])
+        if iv is None:
+            continue
+        held += iv[0] <= x <= iv[1]
+        widths.append((math.exp(iv[1]) - math.exp(iv[0])) / 2)
+    return (held / len(widths), statistics.median(widths), len(widths)) if widths else (None, None, 0)
+
+
 def _seen_entry(runs, lo, hi):
     """A `seen` entry of (error %, log residual) runs: the count, how many were projected too fast and
     how many the range (residuals centred, within [lo, hi]) holds, and the lowest, median and highest
@@ -258,12 +281,19 @@ def seen_hardware_text(seen_hardware, lo, hi):
 
 
 def render():
-    speed, sources, peaks, counted, seen, seen_hardware = measure()
+    speed, sources, entered, peaks, counted, seen, seen_hardware = measure()
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
     per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
     cov, width = leave_one_out(speed, equal_tails)
     src_cov, src_width, n_sources = leave_source_out(speed, sources, equal_tails)
+    order_cov, order_width, n_order = in_order(speed, entered, equal_tails)
+    ordered = (f"""  # In the order the runs entered (each judged by the range from the runs first projected before it,
+  # as a new run meets it; the {len(speed) - n_order} first had too few before them): held {order_cov:.1%} of {n_order},
+  # median half-width {order_width:.1%}.
+  in_order_runs: {n_order}
+  in_order_coverage: {order_cov:.6f}
+  in_order_half_width: {order_width:.6f}""" if n_order else "  # Too few runs to judge any in the order they entered.")
     by_family = (f"""  # Leave one source family out (a case file's name begins with it: one publisher's documents or
   # study; each family's runs judged by the range from the other families' runs, the test a new
   # source's runs face): held {src_cov:.1%} of the runs, median half-width {src_width:.1%} over {n_sources} families.
@@ -300,6 +330,7 @@ speed:
   held_out_coverage: {cov:.6f}
   held_out_half_width: {width:.6f}
 {by_family}
+{ordered}
 # A calibrated constant: seconds for each layer's pass of a micro-batch (forward and backward) on a
 # pipeline rank beside its priced parts, the median of (published - projected step) / the rank's
 # layer passes over the {len(counted)} counted runs (neither calibration sources nor known regressions) of

@@ -1387,7 +1387,8 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
   std::ofstream(dir + "/errors.yaml") << "speed:\n  level: 0.8\n  runs: 30\n  low: 0.5\n  high: 1.25\n"
                                          "  held_out_coverage: 0.8\n  held_out_half_width: 0.3\n"
                                          "  source_families: 12\n  held_out_by_family_coverage: 0.75\n"
-                                         "  held_out_by_family_half_width: 0.3\n"
+                                         "  held_out_by_family_half_width: 0.3\n  in_order_runs: 25\n"
+                                         "  in_order_coverage: 0.8\n  in_order_half_width: 0.3\n"
                                          "layer_pass_s: 0.004\nmemory:\n  level: 0.8\n"
                                          "  megatron_te: {runs: 4, low: 0.9, high: 1.2}\n"
                                          "  fsdp_te: {runs: 2, low: 0.5, high: 2}\n";

@@ -15,7 +15,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from plots import generic, paper, quality, records, report, sources, style, sweeps, validation  # noqa: E402
+from plots import errors_file, generic, paper, quality, records, report, sources, style, sweeps, validation  # noqa: E402
 
 ENV = {"git_commit": "abc", "libtorch": "1.13.0", "device": "cpu", "device_name": "Test CPU", "threads": 2, "date": "today"}
 CONFIG = {"model": {"layers": 2, "hidden": 16, "ffn_hidden": 32, "experts": 4, "topk": 2, "seq": 8, "micro_batch": 1},
@@ -781,10 +781,10 @@ class Validation(unittest.TestCase):
                 f.write("speed:\n  runs: 3\nmemory:\n  # ... held 79%.\n  level: 0.8\n"
                         "  megatron_te: {runs: 17, low: 0.8843, high: 1.1309}\n"
                         "  fsdp_te: {runs: 2, low: 0.4829, high: 2.0706}  # its widest miss\n")
-            ranges, held = validation.need_ranges(path)
+            ranges, held = errors_file.need_ranges(path)
             self.assertEqual(ranges, [("megatron_te", 17, 0.8843, 1.1309), ("fsdp_te", 2, 0.4829, 2.0706)])
             self.assertAlmostEqual(held, 0.79)
-        self.assertIsNone(validation.need_ranges(os.path.join(d, "gone.yaml")))
+        self.assertIsNone(errors_file.need_ranges(os.path.join(d, "gone.yaml")))
 
     def test_a_calibration_source_is_shown_but_not_counted(self):
         calibrated = self.row("calibrated", 3000.0, None)
@@ -1000,6 +1000,11 @@ class ProjectionErrors(unittest.TestCase):
         held, half, n = P.leave_source_out(xs[:10] + [x + 5 for x in xs[10:]], fams, P.equal_tails)
         self.assertEqual((held, n), (0.0, 2))
         self.assertEqual(P.leave_source_out(xs, ["a"] * 20, P.equal_tails), (None, None, 0))  # no other family
+        # In the order they entered: a run is judged by the runs projected before it, none with it.
+        when = ["d1"] * 10 + ["d2"] * 9 + ["d3"]
+        held, half, n = P.in_order(xs[0::2] + xs[1::2][:9] + [5.0], when, P.equal_tails)
+        self.assertEqual((held, n), (9 / 10, 10))  # the first batch has none before it; the outlier is missed
+        self.assertEqual(P.in_order(xs[:10], ["d1"] * 10, P.equal_tails), (None, None, 0))
 
     def test_seen_by_profile_and_model(self):
         """errors.yaml's `seen`: each profile's models with their runs, how many were too fast and

@@ -52,7 +52,8 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
   speed.read_number("low", e.speed_low, 0.01, 1);
   speed.read_number("high", e.speed_high, 1, 100);
   double ignored = 0;
-  for (const char* k : {"runs", "held_out_coverage", "held_out_half_width", "held_out_by_family_half_width"})
+  for (const char* k : {"runs", "held_out_coverage", "held_out_half_width", "held_out_by_family_half_width",
+                        "in_order_runs", "in_order_coverage", "in_order_half_width"})
     speed.read_number(k, ignored, 0, 1e9);
   speed.read_number("held_out_by_family_coverage", e.speed_held_by_family, 0, 1);
   speed.read_int("source_families", e.source_families, 0, 1000000);

@@ -21,9 +21,9 @@ projection said before any change made after the run entered the set; and whethe
 published figure."""
 import json
 import os
-import re
 import statistics
 
+from . import errors_file as E
 from . import records as R
 from . import sources as SRC
 from . import tables as T
@@ -240,56 +240,6 @@ def _throughput_check(errors):
             sum(abs(e) > WORST_GOAL for e in errors), len(errors))
 
 
-ERRORS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      "experiments", "project", "errors.yaml")
-
-
-def _errors_text(path):
-    """errors.yaml's text, or None without the file."""
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return f.read()
-
-
-def _speed_figures(path, keys):
-    """errors.yaml's speed section's figures by key, or None without the file or one of them."""
-    text = _errors_text(path)
-    if text is None:
-        return None
-    speed = text[text.index("speed:"):text.index("memory:")]
-    got = {k: re.search(rf"^  {k}: ([0-9.]+)$", speed, re.M) for k in keys}
-    return None if None in got.values() else {k: float(m.group(1)) for k, m in got.items()}
-
-
-def held_out(path=ERRORS):
-    """errors.yaml's leave-one-out figures of the range on the first projections: (coverage, half-width,
-    runs, level), or None without the file."""
-    got = _speed_figures(path, ("held_out_coverage", "held_out_half_width", "runs", "level"))
-    return got and (got["held_out_coverage"], got["held_out_half_width"], int(got["runs"]), got["level"])
-
-
-def held_out_by_family(path=ERRORS):
-    """errors.yaml's figures of the range with each source family left out: (coverage, half-width,
-    families), or None."""
-    got = _speed_figures(path, ("held_out_by_family_coverage", "held_out_by_family_half_width", "source_families"))
-    return got and (got["held_out_by_family_coverage"], got["held_out_by_family_half_width"],
-                    int(got["source_families"]))
-
-
-def need_ranges(path=ERRORS):
-    """errors.yaml's need ranges by framework profile, [(profile, runs, low, high)], and their
-    leave-one-out coverage (a share, or None); None without the file."""
-    text = _errors_text(path)
-    if text is None:
-        return None
-    memory = text.split("\nmemory:", 1)[-1]
-    ranges = [(m[1], int(m[2]), float(m[3]), float(m[4])) for m in
-              re.finditer(r"^  (\w+): \{runs: (\d+), low: ([0-9.]+), high: ([0-9.]+)\}", memory, re.M)]
-    held = re.search(r"held (\d+)%", memory)
-    return ranges, (int(held[1]) / 100 if held else None)
-
-
 FIT_ROWS, FIT_COLUMNS = ("ran", "out of memory"), ("yes", "borderline", "no")
 
 
@@ -325,9 +275,10 @@ def summary(rows):
         "matrix": matrix,
         "negatives": [r for r in rows if not r["ran"]],
         "range": (sum(h for h, _ in ranged), len(ranged), statistics.median(w for _, w in ranged) if ranged else None),
-        "held_out": held_out(),
-        "held_out_by_family": held_out_by_family(),
-        "need_ranges": need_ranges(),
+        "held_out": E.held_out(),
+        "held_out_by_family": E.judged("held_out_by_family", "source_families"),
+        "in_order": E.judged("in_order", "in_order_runs"),
+        "need_ranges": E.need_ranges(),
         "borderline": sum(r["fit"] == "borderline" for r in ran),
         "peaks": peaks,
         "peaks_within": sum(abs(e) <= PEAK_GOAL for e in peaks),
@@ -432,6 +383,9 @@ def verdict_lines(s, names=True):
                         "what a new source's runs face) it held {:.1f}%, median half-width {:.1f}% over {} families"
                         .format(100 * s["held_out_by_family"][0], 100 * s["held_out_by_family"][1],
                                 s["held_out_by_family"][2]) if s.get("held_out_by_family") else "")
+                     + ("; in the order the runs entered (each against the range from the runs first projected "
+                        "before it, as a new run meets it) it held {:.1f}% of {}, median half-width {:.1f}%".format(
+                            100 * s["in_order"][0], s["in_order"][2], 100 * s["in_order"][1]) if s.get("in_order") else "")
                      + (f"; on today's projections of the {s['range'][1]} counted runs (the calibration was fitted on "
                         f"those that entered before it) it holds {s['range'][0]}, median half-width {100 * s['range'][2]:.1f}%"
                         if s["range"][1] else "") + ".")
