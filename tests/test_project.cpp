@@ -899,6 +899,28 @@ TEST(Project, MegatronsExpertBiasesMoveTheirRowsAtTheHbmRate) {
   EXPECT_DOUBLE_EQ(compute_under("memfine_layer", bias, hw, l), compute_under("memfine_layer", m, hw, l));
 }
 
+// A clamped GLU and YaRN's scaled RoPE (gpt-oss): Megatron-Core clamps the GLU's inputs outside its
+// fused activation, 36 bytes an element of a routed row's expert width both directions, and runs
+// RoPE unfused, 36 bytes more an element of the queries and keys, priced at the HBM rate; the other
+// profiles move none.
+TEST(Project, MegatronsEagerClampAndRopeMoveTheirBytesAtTheHbmRate) {
+  ModelConfig m = plain();
+  Hardware hw = plain_gpu();
+  hw.hbm_gb_s = 1000;
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 2;
+  ModelConfig clamped = m, yarn = m;
+  clamped.glu_limit = 7, yarn.rope_mscale = 1.3466;
+  const double rows = double(m.seq) * double(m.topk) * double(m.moe_layers());
+  EXPECT_NEAR(compute_under("megatron_te", clamped, hw, l) - compute_under("megatron_te", m, hw, l),
+              rows * 36 * double(m.ffn_hidden) / 1e12, 1e-12);
+  const double qk = double(m.heads + m.kv_heads) * double(m.head_dim);
+  EXPECT_NEAR(compute_under("megatron_te", yarn, hw, l) - compute_under("megatron_te", m, hw, l),
+              double(m.seq) * double(m.layers) * qk * 36 / 1e12, 1e-12);
+  for (const ModelConfig& other : {clamped, yarn})
+    EXPECT_DOUBLE_EQ(compute_under("fsdp_te", other, hw, l), compute_under("fsdp_te", m, hw, l));
+}
+
 // A node-aware dispatcher (DeepEP) sends a token once per node its experts are on: of topk
 // experts spread evenly over n nodes, n (1 - (1 - 1/n)^topk) nodes, its own among them (as its
 // benchmark counts the bytes its rate divides); NCCL's all-to-all sends the rows bound for the

@@ -45,6 +45,8 @@ struct ModelConfig {
   double sliding_share = 0;    // the share of layers windowed (gpt-oss alternates: 0.5)
   bool attention_sinks = false;  // learnable per-head softmax sinks (gpt-oss): projections only
   bool expert_bias = false;      // biases in the experts' FC1 and FC2 (gpt-oss): projections only
+  double glu_limit = 0;          // the experts' GLU inputs clamped at this value (gpt-oss: 7); 0: none
+  double rope_mscale = 1;        // YaRN's scale of RoPE's cos and sin (gpt-oss: 1.3466); 1: none
   int64_t tokens() const { return seq * micro_batch; }
   int64_t moe_layers() const { return layers - dense_layers; }
   int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }

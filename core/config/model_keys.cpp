@@ -61,7 +61,17 @@ const Section<ModelConfig>& model_keys() {
        when_set(boolean<M>("expert_bias", &M::expert_bias,
                            whole + "biases in the experts' FC1 and FC2 (gpt-oss): the passes the framework's "
                                    "code makes to apply them outside the GEMMs"),
-                &M::expert_bias)}};
+                &M::expert_bias),
+       when_set(number<M>("glu_limit", &M::glu_limit, 0, 1e6,
+                          whole + "the experts' GLU inputs clamped at this value (gpt-oss's swiglu_limit: 7); 0: "
+                                  "none. The passes the framework's code makes to clamp them outside the fused "
+                                  "activation"),
+                &M::glu_limit),
+       when_set(number<M>("rope_mscale", &M::rope_mscale, 0.01, 100,
+                          whole + "YaRN's scale of the rotary cos and sin (gpt-oss: 0.1 ln 32 + 1 = 1.3466; "
+                                  "DeepSeek-V3's cancels to 1); 1: none. Megatron-Core runs RoPE unfused where it "
+                                  "is not 1"),
+                &M::rope_mscale)}};
   return s;
 }
 

@@ -59,6 +59,15 @@ std::string pricing_note(const ModelConfig& m, const Hardware& hw, const Project
          (biases ? ", the experts' output biases added outside the GEMMs (" +
                        four_digits(set.framework.expert_bias_bytes) + " bytes an element of a routed row)"
                  : "") +
+         (m.glu_limit > 0 && set.framework.glu_clamp_forward_bytes > 0
+              ? ", the experts' GLU inputs clamped outside the fused activation (" +
+                    four_digits(set.framework.glu_clamp_forward_bytes + set.framework.glu_clamp_backward_bytes) +
+                    " bytes an element of a routed row's expert width)"
+              : "") +
+         (m.rope_mscale != 1 && set.framework.unfused_rope_bytes > 0
+              ? ", RoPE unfused where YaRN scales it (" + four_digits(set.framework.unfused_rope_bytes) +
+                    " bytes more an element of the queries and keys)"
+              : "") +
          ") at " + four_digits(hw.hbm_gb_s) + " GB/s" +
          (set.framework.wgrad_accumulate_bytes > 0
               ? "; each local expert's weight gradient at the longer of its product and its accumulation into the "
@@ -74,6 +83,21 @@ std::string pricing_note(const ModelConfig& m, const Hardware& hw, const Project
                         four_digits(fp8_speedup(hw, 8192, true, set.fp8_blockwise)) +
                         "x at 8192), their inputs and outputs' gradients cast at the HBM rate (6 bytes an element)"
                   : "");
+}
+
+// Seconds at the HBM rate for what the framework's eager ops move for a model's particulars
+// (framework.h): its clamped GLU over the stage's routed rows and its unfused RoPE over a TP rank's
+// queries and keys, both directions. (What the clamp keeps for backward is not counted in memory.)
+double eager_model_t(const ModelConfig& m, const FrameworkSetting& fw, const Stage& st, double rows, double g,
+                     double rank_tokens, double hbm) {
+  if (hbm <= 0) return 0;
+  const double clamp =
+      m.glu_limit > 0 ? st.moe * rows * g * (fw.glu_clamp_forward_bytes + fw.glu_clamp_backward_bytes) : 0;
+  const double qk = m.attention == "mla" ? double(m.heads + 1) * double(m.rope_head_dim)
+                                         : double(m.heads + m.kv_heads) * double(m.head_dim);
+  const double rope =
+      m.rope_mscale != 1 && m.attention != "none" ? st.layers * rank_tokens * qk * fw.unfused_rope_bytes : 0;
+  return (clamp + rope) / hbm;
 }
 
 }  // namespace
@@ -150,6 +174,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double cast_row = set.fp8 ? kCast * (2 * h + 3 * g) : 0;
   const double routed_t = hw.hbm_gb_s > 0 ? st.moe * (3 * routed_row + bias_row + cast_row) * rows / hbm : 0;
   const double memory_t = hw.hbm_gb_s > 0 ? (3 * token_bytes + cast_token) * tokens / tp / hbm + routed_t : 0;
+  const double eager_t = eager_model_t(m, fw, st, rows, g, tokens / tp, hbm);
   // Each local expert's weight-gradient GEMM, per micro-batch and per chunk, reads and writes its
   // gradient buffer (framework.wgrad_accumulate_bytes a weight) however few its rows: it takes the
   // longer of its product at the curve's rate and that traffic at the HBM rate. (The H200 probe's
@@ -162,11 +187,12 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double accumulate = accumulate_t(moe_runs(s), expert_gemm_rows(m, l, s, received));
   Compute c;
   c.accumulate = accumulate;
-  c.total = dense_t + core_t + expert_t + memory_t + accumulate;
+  c.total = dense_t + core_t + expert_t + memory_t + eager_t + accumulate;
   c.dense = dense_t;
   c.chunk = expert_t - expert_flops / expert_rate(rows_per_expert) + accumulate - accumulate_t(1, rows_per_expert);
   c.experts = expert_t + routed_t;
-  if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * rows * set.element_bytes * 3 * g / hbm;
+  const double clamp_again = m.glu_limit > 0 ? fw.glu_clamp_forward_bytes : 0;
+  if (hw.hbm_gb_s > 0) c.act_hbm = st.moe * rows * (set.element_bytes * 3 + clamp_again) * g / hbm;
   // What the framework's --recompute-modules run again for backward (core/project/profile_megatron.cpp
   // says what each lets go), and their launches: each unfused norm's forward, which reads and
   // writes h a token; MLA's up-projections' GEMMs (its fused RoPE, two kernels, not priced); the

@@ -91,6 +91,24 @@ void expert_bias_traffic(FrameworkSetting& s) {
   if (s.profile == Profile::MegatronTe) s.expert_bias_bytes = 2 + 6 + 4 + 6 + 6;
 }
 
+// A model's particulars that Megatron-Core runs in eager ops (Megatron-LM d98e8a64), passes over
+// memory per element (2 bytes each) beyond what the fused path makes:
+// - a clamped GLU (fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl, the path
+//   TEGroupedMLP takes without use_transformer_engine_op_fuser): FC1's output's two halves clamped
+//   (each read and written) and concatenated again (read and written), 8 per element of the expert's
+//   width forward; backward, each clamp's gradient (the gradient and its input read, one written)
+//   and the halves' gradients concatenated, 6 + 4. Its kernel launches are not counted.
+// - RoPE where YaRN's mscale is not 1 (models/common/embeddings/rope_utils.py apply_rotary_pos_emb
+//   falls back from TE's fused RoPE), per element of the queries and keys: t * cos (2), the half
+//   rotation's negation and concatenation (3), * sin (2), the sum (3) and a concatenation with the
+//   unrotated part (2), against the fused kernel's read and write: 10 more forward; backward, the
+//   two products' gradients (2 + 2), the rotation's (3) and their sum (3) against 2: 8 more.
+void eager_model_traffic(FrameworkSetting& s) {
+  if (s.profile != Profile::MegatronTe) return;
+  s.glu_clamp_forward_bytes = 2 * 8, s.glu_clamp_backward_bytes = 2 * (6 + 4);
+  s.unfused_rope_bytes = 2 * (10 + 8);
+}
+
 // torchtitan's routed rows run eager PyTorch around the grouped GEMMs (models/moe/moe.py MoE.forward,
 // models/moe/utils.py _permute and _unpermute, at 36a4b6942), each op a pass over memory, a forward's
 // bytes per routed row: the tokens gathered by idx // k (read and write, 4 h), the zero row stacked
@@ -177,6 +195,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
   expert_bias_traffic(s);
+  eager_model_traffic(s);
   eager_routing_traffic(s);
   launches(s);
   dispatcher_sms(s);

@@ -79,6 +79,11 @@ struct FrameworkSetting {
   // experts' h-wide output applying them outside the GEMMs, forward and backward (framework.cpp
   // counts them from the framework's code).
   double expert_bias_bytes = 0;
+  // For a model that clamps its experts' GLU inputs (gpt-oss): bytes a routed row moves per element
+  // of the expert's width clamping them outside the fused activation, forward and backward; for a
+  // model whose RoPE YaRN scales: bytes per element of the queries and keys the unfused RoPE moves
+  // beyond the fused kernel's, both directions (framework.cpp counts them from the framework's code).
+  double glu_clamp_forward_bytes = 0, glu_clamp_backward_bytes = 0, unfused_rope_bytes = 0;
   // Its attention for learnable softmax sinks runs at the hardware's sink curve (Transformer
   // Engine's: cuDNN's fused attention); else at the head-dim curve like any other.
   bool sinks_on_sink_curve = false;
