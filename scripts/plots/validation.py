@@ -47,7 +47,8 @@ LATER_CHANGES = (
     ("FlexAttention was priced at its measured rate", "1fc46c3", "2026-11-30T22:22:19Z"),
     ("torchtitan's checkpointing before it kept all-to-alls was priced", "e247a1c", "2026-12-01T00:51:02Z"),
     ("wide experts' GEMMs ran no slower than the GEMM table", "a0d2575", "2026-12-01T06:33:29Z"),
-    ("block-scaled FP8 took its own measured ratio", "78653dd", "2026-12-01T06:45:02Z"))
+    ("block-scaled FP8 took its own measured ratio", "78653dd", "2026-12-01T06:45:02Z"),
+    ("Megatron's eager GLU clamp and unfused YaRN RoPE were priced", "20437fa", "2026-12-01T08:51:33Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
