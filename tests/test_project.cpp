@@ -903,7 +903,7 @@ TEST(Project, MegatronsExpertBiasesMoveTheirRowsAtTheHbmRate) {
 // fused activation, 36 bytes an element of a routed row's expert width both directions, and runs
 // RoPE unfused, 36 bytes more an element of the queries and keys, priced at the HBM rate; the other
 // profiles move none.
-TEST(Project, MegatronsEagerClampAndRopeMoveTheirBytesAtTheHbmRate) {
+TEST(Project, MegatronsEagerClampAndRopeMoveTheirBytesAndTheClampKeepsItsHalves) {
   ModelConfig m = plain();
   Hardware hw = plain_gpu();
   hw.hbm_gb_s = 1000;
@@ -919,6 +919,15 @@ TEST(Project, MegatronsEagerClampAndRopeMoveTheirBytesAtTheHbmRate) {
               double(m.seq) * double(m.layers) * qk * 36 / 1e12, 1e-12);
   for (const ModelConfig& other : {clamped, yarn})
     EXPECT_DOUBLE_EQ(compute_under("fsdp_te", other, hw, l), compute_under("fsdp_te", m, hw, l));
+  // The clamps keep fc1's output and the activation the clamped halves' concatenation, 2F more a
+  // routed row; moe_act's activation, run again for backward, keeps neither.
+  StrategyShape kept, act;
+  act.experts = ExpertStorage::ActRecomputed;
+  auto row = [](const ModelConfig& x, const StrategyShape& s) {
+    return layer_widths(Profile::MegatronTe, x, s, 2).row;
+  };
+  EXPECT_DOUBLE_EQ(row(clamped, kept) - row(m, kept), 2 * 2 * double(m.ffn_hidden));
+  EXPECT_DOUBLE_EQ(row(clamped, act), row(m, act));
 }
 
 // A node-aware dispatcher (DeepEP) sends a token once per node its experts are on: of topk

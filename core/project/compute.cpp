@@ -87,7 +87,7 @@ std::string pricing_note(const ModelConfig& m, const Hardware& hw, const Project
 
 // Seconds at the HBM rate for what the framework's eager ops move for a model's particulars
 // (framework.h): its clamped GLU over the stage's routed rows and its unfused RoPE over a TP rank's
-// queries and keys, both directions. (What the clamp keeps for backward is not counted in memory.)
+// queries and keys, both directions (what the clamp keeps for backward: profile_megatron.cpp).
 double eager_model_t(const ModelConfig& m, const FrameworkSetting& fw, const Stage& st, double rows, double g,
                      double rank_tokens, double hbm) {
   if (hbm <= 0) return 0;

@@ -42,7 +42,11 @@ LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double
   // the chunk sort (int32). moe_act discards fc2's input (experts.py CheckpointWithoutOutput).
   // Buffer-free experts (not a Megatron option) keep z and the arrived row, in Megatron's terms.
   const RowWidth row = te_row(s, h, F, kB, kFp32 + kInt32, fp8);
-  p.row = row.bytes;
+  // A clamped GLU (gpt-oss; fusions/fused_bias_geglu.py weighted_bias_quick_geglu_impl): the clamps
+  // keep fc1's output and the activation the concatenation of the clamped halves, 2F more; moe_act
+  // runs the activation without autograd and lets both go.
+  const bool clamped = m.glu_limit > 0 && s.experts != ExpertStorage::ActRecomputed;
+  p.row = row.bytes + (clamped ? kB * 2 * F : 0);
   // Full recomputation keeps each layer's input (recompute.py checkpoints hidden_states).
   p.layer_input = kB * h;
   p.arrived = kB * h;
@@ -78,7 +82,8 @@ LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double
   p.outside -= moe_gone, p.dense -= dense_gone;
   LayerWidths w = assemble(p, s);
   w.token_again += moe_back, w.dense_again += dense_back;
-  w.row_text = row.text + " bf16 + 8 bytes (probability, row map)";
+  w.row_text =
+      row.text + (clamped ? " + 2F (the clamped GLU's halves)" : "") + " bf16 + 8 bytes (probability, row map)";
   // Offloading (--fine-grained-activation-offloading): its modules' saved tensors; the fused
   // SwiGLU keeps z (2F) as the activation's input.
   add_offload(m, s, kB, 2 * F, w);
