@@ -52,7 +52,8 @@ LATER_CHANGES = (
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
-                      "2026-11-30T09:28:03Z"),)
+                      "2026-11-30T09:28:03Z"),
+                     ("what Megatron's GLU clamp keeps was counted", "2c5a928", "2026-12-01T09:04:10Z"))
 
 
 def load(path):
