@@ -276,11 +276,14 @@ void expect_project_refused(const std::string& name, const std::string& body, co
 }
 
 // No recomputation's compute on `l` under a framework's defaults.
-double compute_under(const std::string& framework, const ModelConfig& m, const Hardware& hw, const Layout& l) {
+double compute_under(const std::string& framework, const ModelConfig& m, const Hardware& hw, const Layout& l,
+                     Dispatcher d = Dispatcher::AllToAll) {
   ProjectConfig c;
   c.framework.name = *enum_named<Framework>(framework);
+  c.dispatcher = d;
   ProjectSetting set;
   set.framework = framework_setting(c);
+  set.dispatcher = d;
   return estimate(m, hw, l, *strategy("no_recompute"), set).compute;
 }
 
@@ -897,6 +900,12 @@ TEST(Project, MegatronsExpertBiasesMoveTheirRowsAtTheHbmRate) {
   EXPECT_NEAR(compute_under("megatron_te", bias, hw, l) - compute_under("megatron_te", m, hw, l),
               rows * 24 * double(m.hidden) / 1e12, 1e-12);
   EXPECT_DOUBLE_EQ(compute_under("memfine_layer", bias, hw, l), compute_under("memfine_layer", m, hw, l));
+  // NeMo AutoModel's experts through DeepEP add both per expert in eager ops, FC2's with fp32
+  // probabilities: 68 bytes an element of h and 28 of F; without DeepEP they run compiled.
+  const Dispatcher deepep = Dispatcher::DeepEp;
+  EXPECT_NEAR(compute_under("fsdp_te", bias, hw, l, deepep) - compute_under("fsdp_te", m, hw, l, deepep),
+              rows * (68 * double(m.hidden) + 28 * double(m.ffn_hidden)) / 1e12, 1e-12);
+  EXPECT_DOUBLE_EQ(compute_under("fsdp_te", bias, hw, l), compute_under("fsdp_te", m, hw, l));
 }
 
 // A clamped GLU and YaRN's scaled RoPE (gpt-oss): Megatron-Core clamps the GLU's inputs outside its

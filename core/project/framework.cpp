@@ -83,12 +83,19 @@ void launches(FrameworkSetting& s) {
 // says otherwise) and the pieces concatenated: b * p written (2), the add (6), the concatenation
 // (4); backward, b's and the probability's gradients (each a product written and read back and the
 // operand read: 6 and 6); the add and the concatenation pass theirs through. NeMo AutoModel's
-// GPT-OSS experts (components/moe/layers.py GroupedExpertsDeepEP at its performance summary's
-// version, 89e3a9fd) apply both biases and the clamped GEGLU through chains of eager PyTorch ops
-// that the fsdp_te profile does not count (it prices the expert's elementwise work as fused
-// kernels): not priced.
-void expert_bias_traffic(FrameworkSetting& s) {
+// GPT-OSS experts through DeepEP (components/moe/layers.py GroupedExpertsDeepEP._apply_bias at its
+// performance summary's version, 89e3a9fd; the clamped GEGLU is one torch.compile'd kernel) add
+// both biases per expert and concatenate the pieces. FC2's, t + b * p with DeepEP's fp32
+// probabilities, per element of h: b * p written in fp32 (4), the add (2 + 4 read, 4 written), the
+// concatenation (8) and the cast back to bf16 (6); backward, the cast's gradient (6), t's cast back
+// to bf16 (6), b's and p's gradients (a product written and read back and the operand read: 12 and
+// 12) and the split's gradients concatenated (4). FC1's, t + b in bf16, per element of its 2F-wide
+// output: the add and the concatenation (4 and 4); backward, b's gradient read (2) and the split's
+// gradients concatenated (4). Without DeepEP its experts run compiled with their biases.
+void expert_bias_traffic(FrameworkSetting& s, Dispatcher d) {
   if (s.profile == Profile::MegatronTe) s.expert_bias_bytes = 2 + 6 + 4 + 6 + 6;
+  if (s.profile == Profile::FsdpTe && d == Dispatcher::DeepEp)
+    s.expert_bias_bytes = 4 + 10 + 8 + 6 + 6 + 6 + 12 + 12 + 4, s.expert_fc1_bias_bytes = 2 * (4 + 4 + 2 + 4);
 }
 
 // A model's particulars that Megatron-Core runs in eager ops (Megatron-LM d98e8a64), passes over
@@ -194,7 +201,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   // no kernel-level figure is at hand: the head-dim curve stands in.
   s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
-  expert_bias_traffic(s);
+  expert_bias_traffic(s, c.dispatcher);
   eager_model_traffic(s);
   eager_routing_traffic(s);
   launches(s);

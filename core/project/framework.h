@@ -79,6 +79,7 @@ struct FrameworkSetting {
   // experts' h-wide output applying them outside the GEMMs, forward and backward (framework.cpp
   // counts them from the framework's code).
   double expert_bias_bytes = 0;
+  double expert_fc1_bias_bytes = 0;  // and per element of an expert's width F, FC1's where not fused
   // For a model that clamps its experts' GLU inputs (gpt-oss): bytes a routed row moves per element
   // of the expert's width clamping them outside the fused activation, forward and backward; for a
   // model whose RoPE YaRN scales: bytes per element of the queries and keys the unfused RoPE moves
