@@ -617,6 +617,19 @@ class Validation(unittest.TestCase):
         self.assertIn("first projection (what the projection said before any change made after the run entered the "
                       "set): median absolute error 40.0% over 1 runs; 1 over 25%", said[0])  # the headline first
 
+    def test_runs_held_out_from_the_range_count_those_past_the_held_out_bound(self):
+        """A run first projected with a range was not fitted on: its first error counts against the
+        held-out bound (none over 35%) as well as the validation's 25%."""
+        now, first = [], []
+        for name, then in (("far", 1400.0), ("near", 1300.0), ("close", 1010.0)):
+            r = self.row(name, 1000.0, None)
+            r["case_file"] = name + ".yaml"
+            now.append(r)
+            first.append(dict(r, tokens_per_s_gpu=then, tokens_per_s_gpu_range=[900.0, 1100.0]))
+        s = validation.summary(self.runs(*now, first=first))
+        self.assertEqual((s["entered"]["past"], s["entered"]["throughput"][1]), (1, 2))
+        self.assertIn("2 over 25% and 1 over 35% (the held-out goal: none)", " ".join(validation.verdict_lines(s)))
+
     def test_each_source_is_weighed_once_beside_the_pooled_median(self):
         """Many runs of one source share its unknowns: the line by source sets each source's median
         beside the median of those medians."""
