@@ -104,12 +104,13 @@ void expert_bias_traffic(FrameworkSetting& s, Dispatcher d) {
 //   TEGroupedMLP takes without use_transformer_engine_op_fuser): FC1's output's two halves clamped
 //   (each read and written) and concatenated again (read and written), 8 per element of the expert's
 //   width forward; backward, each clamp's gradient (the gradient and its input read, one written)
-//   and the halves' gradients concatenated, 6 + 4. Its kernel launches are not counted.
+//   and the halves' gradients concatenated, 6 + 4.
 // - RoPE where YaRN's mscale is not 1 (models/common/embeddings/rope_utils.py apply_rotary_pos_emb
 //   falls back from TE's fused RoPE), per element of the queries and keys: t * cos (2), the half
 //   rotation's negation and concatenation (3), * sin (2), the sum (3) and a concatenation with the
 //   unrotated part (2), against the fused kernel's read and write: 10 more forward; backward, the
 //   two products' gradients (2 + 2), the rotation's (3) and their sum (3) against 2: 8 more.
+// The launches of either's kernels are not counted.
 void eager_model_traffic(FrameworkSetting& s) {
   if (s.profile != Profile::MegatronTe) return;
   s.glu_clamp_forward_bytes = 2 * 8, s.glu_clamp_backward_bytes = 2 * (6 + 4);
