@@ -280,7 +280,6 @@ double compute_under(const std::string& framework, const ModelConfig& m, const H
                      Dispatcher d = Dispatcher::AllToAll) {
   ProjectConfig c;
   c.framework.name = *enum_named<Framework>(framework);
-  c.dispatcher = d;
   ProjectSetting set;
   set.framework = framework_setting(c);
   set.dispatcher = d;

@@ -43,6 +43,11 @@ bool sorts_rows(const ProjectSetting& set) {
 
 namespace {
 
+// The experts' bias traffic behind the dispatcher the run uses (framework.h).
+const FrameworkSetting::BiasBytes& expert_bias_of(const ProjectSetting& set) {
+  return set.dispatcher == Dispatcher::DeepEp ? set.framework.deepep_expert_bias : set.framework.expert_bias;
+}
+
 // How compute_of priced a micro-batch, as the projection's notes say it: the rates taken, the
 // memory-bound kernels counted.
 std::string pricing_note(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set, bool sorts, bool biases) {
@@ -56,13 +61,13 @@ std::string pricing_note(const ModelConfig& m, const Hardware& hw, const Project
          "residuals, rotary, permutes" +
          (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
          ", SwiGLU's product, the loss" +
-         (biases ? ", the experts' biases added outside the GEMMs (" + four_digits(set.framework.expert_bias_bytes) +
-                       " bytes an element of a routed row" +
-                       (set.framework.expert_fc1_bias_bytes > 0
-                            ? " and " + four_digits(set.framework.expert_fc1_bias_bytes) + " of its expert width"
-                            : std::string()) +
-                       ")"
-                 : "") +
+         (biases
+              ? ", the experts' biases added outside the GEMMs (" + four_digits(expert_bias_of(set).h) +
+                    " bytes an element of a routed row" +
+                    (expert_bias_of(set).f > 0 ? " and " + four_digits(expert_bias_of(set).f) + " of its expert width"
+                                               : std::string()) +
+                    ")"
+              : "") +
          (m.glu_limit > 0 && set.framework.glu_clamp_forward_bytes > 0
               ? ", the experts' GLU inputs clamped outside the fused activation (" +
                     four_digits(set.framework.glu_clamp_forward_bytes + set.framework.glu_clamp_backward_bytes) +
@@ -160,7 +165,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double hbm = hw.hbm_gb_s * 1e9;
   // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
   // recomputed forward is taken as a third of it, as for the other kernels, though its forward is half).
-  const double bias_row = m.expert_bias ? fw.expert_bias_bytes * h + fw.expert_fc1_bias_bytes * g : 0;
+  const double bias_row = m.expert_bias ? expert_bias_of(set).h * h + expert_bias_of(set).f * g : 0;
   // FP8's casts, memory-bound: each linear's input in forward and its output's gradient in backward,
   // a TP rank's share of the tokens (cast before sequence parallelism's gathers), an amax pass, a
   // read and the row-wise and column-wise FP8 writes: 6 bytes an element. A routed row's: fc1's

@@ -92,10 +92,9 @@ void launches(FrameworkSetting& s) {
 // 12) and the split's gradients concatenated (4). FC1's, t + b in bf16, per element of its 2F-wide
 // output: the add and the concatenation (4 and 4); backward, b's gradient read (2) and the split's
 // gradients concatenated (4). Without DeepEP its experts run compiled with their biases.
-void expert_bias_traffic(FrameworkSetting& s, Dispatcher d) {
-  if (s.profile == Profile::MegatronTe) s.expert_bias_bytes = 2 + 6 + 4 + 6 + 6;
-  if (s.profile == Profile::FsdpTe && d == Dispatcher::DeepEp)
-    s.expert_bias_bytes = 4 + 10 + 8 + 6 + 6 + 6 + 12 + 12 + 4, s.expert_fc1_bias_bytes = 2 * (4 + 4 + 2 + 4);
+void expert_bias_traffic(FrameworkSetting& s) {
+  if (s.profile == Profile::MegatronTe) s.expert_bias = s.deepep_expert_bias = {2 + 6 + 4 + 6 + 6, 0};
+  if (s.profile == Profile::FsdpTe) s.deepep_expert_bias = {4 + 10 + 8 + 6 + 6 + 6 + 12 + 12 + 4, 2 * (4 + 4 + 2 + 4)};
 }
 
 // A model's particulars that Megatron-Core runs in eager ops (Megatron-LM d98e8a64), passes over
@@ -202,7 +201,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   // no kernel-level figure is at hand: the head-dim curve stands in.
   s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
-  expert_bias_traffic(s, c.dispatcher);
+  expert_bias_traffic(s);
   eager_model_traffic(s);
   eager_routing_traffic(s);
   launches(s);

@@ -75,11 +75,14 @@ struct FrameworkSetting {
   // dispatch and back before the combine where a rank holds more than one expert: a read and a
   // write of each row each time (framework.cpp names the code).
   bool alltoall_sorts_rows = false;
-  // For a model whose experts have biases (gpt-oss): bytes a routed row moves per element of the
-  // experts' h-wide output applying them outside the GEMMs, forward and backward (framework.cpp
-  // counts them from the framework's code).
-  double expert_bias_bytes = 0;
-  double expert_fc1_bias_bytes = 0;  // and per element of an expert's width F, FC1's where not fused
+  // For a model whose experts have biases (gpt-oss): bytes a routed row moves applying them outside
+  // the GEMMs, forward and backward, per element of the experts' h-wide output and of their width F
+  // (FC1's, where not fused), behind NCCL's all-to-all and behind DeepEP (framework.cpp counts them
+  // from the framework's code).
+  struct BiasBytes {
+    double h = 0, f = 0;
+  };
+  BiasBytes expert_bias, deepep_expert_bias;
   // For a model that clamps its experts' GLU inputs (gpt-oss): bytes a routed row moves per element
   // of the expert's width clamping them outside the fused activation, forward and backward; for a
   // model whose RoPE YaRN scales: bytes per element of the queries and keys the unfused RoPE moves
