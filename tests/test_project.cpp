@@ -631,6 +631,39 @@ TEST(Project, TpCommOverlapHidesTheCollectivesBehindTheGemms) {
   EXPECT_NEAR(exposed.comm - hidden.comm, tp, 1e-9 * tp);
 }
 
+// TP above the kv heads (Megatron-Core's attention.py since f7dfb99): the layout is Megatron's alone;
+// each layer gathers the QKV projection's output over TP and reduce-scatters its gradient, and each
+// GPU keeps its query group's kv head, as a model with a kv head a GPU would.
+TEST(Project, TpAboveTheKvHeadsGathersTheQkvOutputAndKeepsAKvHeadAGpu) {
+  ModelConfig m = plain();
+  m.kv_heads = 1;
+  const Hardware hw = plain_gpu();
+  Layout l;
+  l.tp = 2, l.ep = 2, l.global_batch = 1;  // one micro-batch of 1024 tokens, no data parallelism
+  EXPECT_EQ(layout_problem(m, hw, l), "TP does not divide the heads");
+  EXPECT_EQ(layout_problem(m, hw, l, "", true), "");
+  ModelConfig odd = m;
+  odd.heads = 6, odd.kv_heads = 3;
+  EXPECT_EQ(layout_problem(odd, hw, l, "", true), "TP neither divides the kv heads nor is their multiple");
+
+  ProjectConfig c;
+  ProjectSetting set;
+  set.framework = framework_setting(c);
+  EXPECT_TRUE(set.framework.tp_beyond_kv_heads);
+  ProjectConfig titan;
+  titan.framework.name = *enum_named<Framework>("torchtitan");
+  EXPECT_FALSE(framework_setting(titan).tp_beyond_kv_heads);
+  ModelConfig two = m;
+  two.kv_heads = 2;
+  const Estimate gathered = estimate(m, hw, l, *strategy("no_recompute"), set);
+  const Estimate divided = estimate(two, hw, l, *strategy("no_recompute"), set);
+  const double qkv = 1024.0 * (8 + 2) * 128 * 2;
+  const double gather = 16 * (all_gather_time({0, 100e9}, 2, qkv) + reduce_scatter_time({0, 100e9}, 2, qkv));
+  EXPECT_GT(gather, 0);
+  EXPECT_NEAR(gathered.comm - divided.comm, gather, 1e-9 * gather);
+  EXPECT_DOUBLE_EQ(gathered.activation_gb, divided.activation_gb);
+}
+
 // Interleaved 1F1B keeps 2 (PP - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches on the first
 // rank, each 1 / VPP of its layers: (1 + (PP - 1) / (PP VPP)) x 1F1B's PP (Megatron's schedule);
 // a step of fewer micro-batches keeps fewer. Each schedule (gradient accumulation) fills and

@@ -200,6 +200,9 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   // benchmarks run FlexAttention (its performance summary: "TE + DeepEP + FlexAttention"), for which
   // no kernel-level figure is at hand: the head-dim curve stands in.
   s.sinks_on_sink_curve = s.profile == Profile::MegatronTe;
+  // Megatron-Core runs TP above the kv heads since f7dfb99 (2025-12-07, attention.py
+  // get_query_key_value_tensors): TransformerConfig asks TP to divide them or be their multiple.
+  s.tp_beyond_kv_heads = s.profile == Profile::MegatronTe;
   optimizer_traffic(s);
   expert_bias_traffic(s);
   eager_model_traffic(s);

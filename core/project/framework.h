@@ -91,6 +91,9 @@ struct FrameworkSetting {
   // Its attention for learnable softmax sinks runs at the hardware's sink curve (Transformer
   // Engine's: cuDNN's fused attention); else at the head-dim curve like any other.
   bool sinks_on_sink_curve = false;
+  // TP may be a multiple of the kv heads (Megatron-Core's attention gathers the QKV projection's
+  // output over TP and keeps its group's kv head); else TP must divide them.
+  bool tp_beyond_kv_heads = false;
   // What the host launches a layer: the forward's from Python (and again for a recomputed forward),
   // the backward's from the autograd engine; none where the framework's process is not timed this
   // way (memfine_layer: this suite's own measured layer).

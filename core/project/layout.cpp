@@ -18,9 +18,12 @@ std::string Layout::text() const {
 }
 
 std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l,
-                           const std::string& pipeline_layout) {
+                           const std::string& pipeline_layout, bool tp_beyond_kv_heads) {
   if (l.tp > hw.gpus_per_node) return "TP spans nodes";
-  if (m.heads % l.tp || m.kv_heads % l.tp) return "TP does not divide the heads";
+  if (m.heads % l.tp) return "TP does not divide the heads";
+  if (m.kv_heads % l.tp && !(tp_beyond_kv_heads && kv_heads_gathered(m, l) && l.tp % m.kv_heads == 0))
+    return tp_beyond_kv_heads ? "TP neither divides the kv heads nor is their multiple"
+                              : "TP does not divide the heads";
   if (m.experts % l.ep) return "EP does not divide the experts";
   if (l.etp > hw.gpus_per_node) return "ETP spans nodes";
   if (m.ffn_hidden % l.etp) return "ETP does not divide the experts' FFN";
@@ -44,6 +47,12 @@ ModelConfig expert_share(const ModelConfig& m, const Layout& l) {
   ModelConfig e = m;
   e.ffn_hidden = m.ffn_hidden / l.etp;
   return e;
+}
+
+ModelConfig kv_share(const ModelConfig& m, const Layout& l) {
+  ModelConfig k = m;
+  if (kv_heads_gathered(m, l)) k.kv_heads = l.tp;
+  return k;
 }
 
 int64_t micro_batches(const Layout& l) { return l.global_batch / (l.dp * l.micro_batch); }

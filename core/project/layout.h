@@ -12,11 +12,12 @@
 namespace memfine {
 
 // Why a layout cannot run the model on the hardware ("" when it can): TP within a node and dividing
-// the heads, EP dividing the experts, ETP within a node and dividing the experts' FFN, EP x ETP
+// the heads and the kv heads (or, where `tp_beyond_kv_heads`, a multiple of them), EP dividing the
+// experts, ETP within a node and dividing the experts' FFN, EP x ETP
 // dividing DP x CP x TP, PP x VPP at most the layers, the batch and
 // the sequence divided, the file's pipeline layout (core/project/pipeline.h) fitting PP x VPP.
 std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layout& l,
-                           const std::string& pipeline_layout = "");
+                           const std::string& pipeline_layout = "", bool tp_beyond_kv_heads = false);
 
 // Expert TP (Layout::etp): each GPU of an ETP group runs the routed rows its expert-parallel rank
 // receives, gathered over the group (`received` x etp, Megatron's dispatcher gathers them after the
@@ -26,6 +27,14 @@ inline double expert_rows_on_gpu(const Layout& l, double received) { return rece
 // parallelism): the GPUs outside the pipeline over its EP x ETP group.
 inline double expert_data_parallel(const Layout& l) { return double(l.dp * l.cp * l.tp) / double(l.ep * l.etp); }
 ModelConfig expert_share(const ModelConfig& m, const Layout& l);
+
+// TP above the kv heads (grouped-query attention, FrameworkSetting::tp_beyond_kv_heads): each GPU
+// gathers the QKV projection's output over TP and keeps one kv head, its query group's.
+inline bool kv_heads_gathered(const ModelConfig& m, const Layout& l) {
+  return m.attention != "mla" && m.kv_heads < l.tp;
+}
+// The model as a GPU's kept activations see it: one kv head a GPU where they are gathered.
+ModelConfig kv_share(const ModelConfig& m, const Layout& l);
 
 // Micro-batches per step and data-parallel rank.
 int64_t micro_batches(const Layout& l);

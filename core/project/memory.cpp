@@ -106,7 +106,8 @@ LayerWidths StageMemory::widths(const StrategyShape& s) const {
   const FrameworkSetting& f = set_.framework;
   const ProfileOptions o{f.recomputed, set_.fp8, f.selective_op, f.selective_op_all_to_all,
                          set_.dispatcher == Dispatcher::DeepEp};
-  LayerWidths w = layer_widths(f.profile, m_, s, set_.element_bytes, o);
+  // Where TP gathers the kv heads, each GPU keeps its query group's kv head for its share of them.
+  LayerWidths w = layer_widths(f.profile, kv_share(m_, l_), s, set_.element_bytes, o);
   if (l_.etp > 1) {
     // A routed row's terms at the GPU's share of each expert's FFN.
     const LayerWidths e = layer_widths(f.profile, expert_share(m_, l_), s, set_.element_bytes, o);

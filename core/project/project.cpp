@@ -79,7 +79,9 @@ ProjectResult run_project(const ProjectConfig& c) {
   const ProjectSetting setting = project_setting(c);
   for (const Layout& l : layouts(c.search, c.gpus, c.global_batch)) {
     ++out.layouts;
-    if (const std::string bad = layout_problem(c.model, c.hardware, l, c.pipeline_layout); !bad.empty()) {
+    if (const std::string bad =
+            layout_problem(c.model, c.hardware, l, c.pipeline_layout, setting.framework.tp_beyond_kv_heads);
+        !bad.empty()) {
       Estimate e;
       e.layout = l, e.why = bad;
       out.rejected.push_back(e);

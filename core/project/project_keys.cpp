@@ -264,7 +264,9 @@ const Section<SearchSpace>& search_keys() {
   using S = SearchSpace;
   static const Section<S> s{
       "search",
-      {axis("tp", &S::tp, "tensor-parallel sizes (within a node, dividing the heads)"),
+      {axis("tp", &S::tp,
+            "tensor-parallel sizes (within a node, dividing the heads and the kv heads, or under megatron_te a "
+            "multiple of the kv heads)"),
        axis("pp", &S::pp, "pipeline stages"), axis("ep", &S::ep, "expert-parallel sizes (dividing the experts)"),
        axis("etp", &S::etp,
             "expert tensor-parallel sizes (Megatron's --expert-tensor-parallel-size, which defaults to TP there): each "

@@ -232,6 +232,14 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // collective behind another's GEMM: what outlasts the dense GEMMs stays exposed.
   if (set.framework.tp_comm_overlap) tp_comm = std::max(0.0, tp_comm - c.dense);
   t.tp_note = set.framework.tp_comm_overlap ? "behind the dense GEMMs where they are shorter" : "exposed";
+  if (kv_heads_gathered(m, l)) {
+    // TP above the kv heads: each layer's forward gathers the QKV projection's output over TP, its
+    // backward reduce-scatters the gradient (attention.py all_gather_last_dim_from_tensor_parallel_region),
+    // beside no GEMM.
+    const double qkv = tokens * double((m.heads + 2 * m.kv_heads) * m.head_dim) * kB;
+    tp_comm += st.layers * (all_gather_time(nvlink(hw), l.tp, qkv) + reduce_scatter_time(nvlink(hw), l.tp, qkv));
+    t.tp_note += ", and the QKV projection's output gathered over TP (TP above the kv heads)";
+  }
   const Link dp_link = outer_link(hw, l);
   // A micro-batch's activation sent on and its gradient sent back: exposed, or, where the framework
   // overlaps the interleaved schedule's, once a virtual stage behind the micro-batch's compute.
