@@ -729,6 +729,40 @@ TEST(Project, AMeasuredGroupedGemmCurve) {
   expect_refused("{memory_gb: 80, grouped_gemm_curve: [[16, 1e-7], [64, 20]]}", "(TFLOP/s at least 1e-06)");
 }
 
+// The work curve caps the rate by rows at a layer's call's work, its local experts' FC1 and FC2
+// forward: half the local experts at the same rows per expert do half the work a call and run at the
+// work curve's rate there; no work curve, no cap; the dense table at one expert's shape still wins
+// where it is the faster.
+TEST(Project, TheGroupedGemmsWorkCapsItsRateByRows) {
+  Hardware hw = plain_gpu();
+  hw.grouped_gemm_curve = {{16, 600}, {1e6, 600}};
+  const double rows = 512, h = 1024, g = 256;
+  const double work = 8 * 6 * rows * h * g / 1e9;  // eight local experts' forward, GFLOP
+  EXPECT_DOUBLE_EQ(expert_gemm_rate(hw, rows, h, g, 8), 600e12);
+  hw.grouped_gemm_work_curve = {{work / 2, 200}, {work, 400}, {work * 4, 700}};
+  EXPECT_NEAR(expert_gemm_rate(hw, rows, h, g, 8), 400e12, 1e-3);
+  EXPECT_NEAR(expert_gemm_rate(hw, rows, h, g, 4), 200e12, 1e-3);
+  EXPECT_NEAR(expert_gemm_rate(hw, rows, h, g, 64), 600e12, 1e-3);  // the rows curve's, below the cap
+  hw.gemm_table.m = hw.gemm_table.n = hw.gemm_table.k = {256};
+  hw.gemm_table.tflops = {300};
+  EXPECT_NEAR(expert_gemm_rate(hw, rows, h, g, 4), 300e12, 1e-3);
+
+  // The estimate takes the layer's local experts: the model's over EP.
+  const ModelConfig m = plain();
+  Layout l;
+  l.ep = 2, l.dp = 2, l.global_batch = 2;
+  ProjectSetting set;
+  Hardware capped = plain_gpu();
+  capped.grouped_gemm_curve = {{16, 600}, {1e6, 600}};
+  const Estimate free = estimate(m, capped, l, *strategy("no_recompute"), set);
+  const double call =
+      double(m.experts) / double(l.ep) * 6 * free.expert_rows * double(m.hidden) * double(m.ffn_hidden) / 1e9;
+  capped.grouped_gemm_work_curve = {{call, 150}, {call * 2, 150}};
+  const Estimate e = estimate(m, capped, l, *strategy("no_recompute"), set);
+  EXPECT_NEAR(e.expert_tflops, 150, 1e-9);
+  EXPECT_GT(e.compute, free.compute);
+}
+
 // One expert's six GEMMs on the dense GEMM table at its shape (here a table of one rate, so their
 // time is their FLOPs over it), and Megatron's accumulation of the weight gradients into main_grad,
 // three weight matrices of h x g read and written at the gradient buffer's width at the HBM rate

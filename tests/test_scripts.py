@@ -1376,6 +1376,21 @@ class GroupedProbeCurve(unittest.TestCase):
             preset = yaml.safe_load(f)["h200"]["grouped_gemm_curve"]
         self.assertEqual(preset, grouped_probe.curve(grouped_probe.load(probe)))
 
+    def test_the_h100_work_curve_is_the_committed_probes_best_by_work(self):
+        import yaml
+        from plots import grouped_probe
+        probe = os.path.join(ROOT, "results", "h200", "probes", "grouped.json")
+        with open(os.path.join(ROOT, "experiments", "project", "hardware.yaml")) as f:
+            preset = yaml.safe_load(f)["h100_80gb"]["grouped_gemm_work_curve"]
+        self.assertEqual(preset, grouped_probe.work_curve(grouped_probe.load(probe)))
+        doc = {"rows": [{"model": m, "hidden": 1000, "ffn": 1000, "experts": e, "rows_per_expert": r,
+                         "split": "even", "backend": "grouped", "tflops": t}
+                        for m, e, r, t in (("a", 1, 1000, 100), ("b", 2, 500, 150), ("c", 4, 1000, 90),
+                                           ("d", 1, 8000, 300))]}
+        # Work 6 x rows x experts x 1000 x 1000: a and b tie at 6 GFLOP (the better kept); c, at 24,
+        # slower than the best below it, adds no point.
+        self.assertEqual(grouped_probe.work_curve(doc), [[6.0, 150], [48.0, 300]])
+
 
 class RoutingOverload(unittest.TestCase):
     """scripts/routing_overload.py on made-up shares: a group's hottest expert over its share, averaged

@@ -144,10 +144,10 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
                          st.heads * gemms_t(lg.lm_head, false, false) + st.mtp * gemms_t(lg.mtp_proj);
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(rows, h, g);
-  const double rows_per_expert = rows / (double(m.experts) / double(l.ep));
+  const double local_experts = double(m.experts) / double(l.ep), rows_per_expert = rows / local_experts;
   const double core_t = core_flops / core_attention_rate(m, hw, set);
   auto expert_rate = [&](double rows) {
-    return expert_gemm_rate(hw, rows, h, g) * fp8_speedup(hw, rows, set.fp8, set.fp8_blockwise);
+    return expert_gemm_rate(hw, rows, h, g, local_experts) * fp8_speedup(hw, rows, set.fp8, set.fp8_blockwise);
   };
   const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows

@@ -96,6 +96,10 @@ struct Hardware {
   // Or the rate measured at several rows per expert ({rows, TFLOP/s}, rows rising): it replaces the
   // two rates and the knee above, interpolated log-linearly in rows.
   std::vector<std::pair<double, double>> grouped_gemm_curve;
+  // The grouped GEMM's rate by the work of a layer's call ({GFLOP of its local experts' FC1 and FC2
+  // forward, TFLOP/s}, work rising): a call of less work fills the GPU less whatever its rows per
+  // expert, so this caps the rate by rows (log-linear in work, flat beyond its ends). Empty: no cap.
+  std::vector<std::pair<double, double>> grouped_gemm_work_curve;
   // A linear layer's GEMM in FP8 (per-tensor scaled E4M3, bf16 out) over the same GEMM in bf16, the
   // two measured at the same shapes at rising rows ({rows, ratio}): a run in FP8 divides the bf16
   // rate of each of its linears' GEMMs by it at the GEMM's rows (interpolated log-linearly, flat

@@ -118,6 +118,15 @@ Field<Hardware> grouped_curve_key() {
                    "rows (flat beyond its ends); replaces the two rates and the knee");
 }
 
+// `grouped_gemm_work_curve`: [GFLOP, TFLOP/s] pairs, work rising.
+Field<Hardware> grouped_work_curve_key() {
+  return curve_key("grouped_gemm_work_curve", "GFLOP", &Hardware::grouped_gemm_work_curve,
+                   "the grouped expert GEMM's best measured rate at rising work of one layer's call (GFLOP of its "
+                   "local experts' FC1 and FC2 forward, rows split evenly), interpolated log-linearly in work (flat "
+                   "beyond its ends): it caps the rate by rows per expert, since a call of less work (few rows, few or "
+                   "narrow experts) fills the GPU less");
+}
+
 // `fp8_gemm_speedup_curve` and, with DeepSeek's block scaling, `fp8_blockwise_gemm_speedup_curve`:
 // [rows, FP8 over bf16] pairs, rows rising.
 Field<Hardware> fp8_curve_key(bool blockwise) {
@@ -257,6 +266,7 @@ const Section<Hardware>& hardware_keys() {
        sink_curve_key(),
        flex_curve_key(),
        grouped_curve_key(),
+       grouped_work_curve_key(),
        fp8_curve_key(false),
        fp8_curve_key(true),
        table_key(),

@@ -24,8 +24,11 @@ double grouped_rate(const Hardware& hw, double rows) {
   return (hw.grouped_gemm_small_tflops + f * (hw.grouped_gemm_tflops - hw.grouped_gemm_small_tflops)) * 1e12;
 }
 
-double expert_gemm_rate(const Hardware& hw, double rows, double h, double g) {
-  const double curve = grouped_rate(hw, rows);
+double expert_gemm_rate(const Hardware& hw, double rows, double h, double g, double experts) {
+  double curve = grouped_rate(hw, rows);
+  if (!hw.grouped_gemm_work_curve.empty() && rows > 0)
+    curve =
+        std::min(curve, curve_at(hw.grouped_gemm_work_curve, experts * expert_forward_flops(rows, h, g) / 1e9) * 1e12);
   if (hw.gemm_table.empty() || rows <= 0) return curve;
   // Forward and both gradients of FC1 (h to 2g) and FC2 (g to h), as expert_kernels times them.
   return std::max(curve, 3 * expert_forward_flops(rows, h, g) / expert_kernels(hw, rows, h, g, 0).gemm_s);
@@ -96,7 +99,13 @@ std::string grouped_rate_note(const Hardware& hw) {
   if (curve.empty())
     return four_digits(hw.grouped_gemm_small_tflops) + "-" + four_digits(hw.grouped_gemm_tflops) +
            " by rows per expert (knee " + four_digits(hw.grouped_gemm_knee_rows) + ")";
-  return "by rows per expert on the preset's curve (" + curve + " rows)" +
+  const auto& w = hw.grouped_gemm_work_curve;
+  const std::string work = w.empty() ? ""
+                                     : ", at most the preset's rate by a call's work (" +
+                                           four_digits(w.front().second) + " at " + four_digits(w.front().first) +
+                                           " to " + four_digits(w.back().second) + " at " +
+                                           four_digits(w.back().first) + " GFLOP of a layer's local experts' forward)";
+  return "by rows per expert on the preset's curve (" + curve + " rows)" + work +
          (hw.gemm_table.empty()
               ? ""
               : " or, where faster, on the dense table at one expert's shape (TE runs a GEMM an expert)");

@@ -19,12 +19,13 @@ double grouped_rate(const Hardware& hw, double rows);
 // How it is taken, as the projection's notes say it.
 std::string grouped_rate_note(const Hardware& hw);
 
-// The rate (FLOP/s) a local expert's GEMMs run at, `rows` each, hidden h and expert width g: the
-// grouped GEMM's curve at its rows, or the dense table at one expert's shape where that is the
+// The rate (FLOP/s) a local expert's GEMMs run at, `rows` each, hidden h and expert width g, beside
+// `experts` - 1 others in the layer's grouped call: the grouped GEMM's curve at its rows, at most the
+// work curve's at the call's work, or the dense table at one expert's shape where that is the
 // faster. Transformer Engine's grouped GEMM on Hopper runs one cuBLAS GEMM per expert (expert_kernels
 // below), so it is no slower than those GEMMs alone; the curve is the faster where its kernels run
 // several experts' few rows at once.
-double expert_gemm_rate(const Hardware& hw, double rows, double h, double g);
+double expert_gemm_rate(const Hardware& hw, double rows, double h, double g, double experts);
 
 // A linear's GEMM in FP8 over the same in bf16 at `rows` (the GEMM's m): the preset's measured
 // curve (its block-scaled one where `blockwise`), log-linear in rows between its points; 1 where

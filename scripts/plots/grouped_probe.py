@@ -30,6 +30,23 @@ def curve(doc):
     return [[rows, round(statistics.median(v), 1)] for rows, v in sorted(by.items())]
 
 
+def work_curve(doc):
+    """[GFLOP, TFLOP/s]: the best rate any of the probe's shapes reached at or below each work of a
+    layer's grouped call (its local experts' FC1 and FC2 forward, 6 x rows x hidden x ffn an expert),
+    rows split evenly: the points where that best rises. A call of less work, whatever its rows per
+    expert, fills the GPU less; the projection caps its rate by rows with it."""
+    best_at = {}
+    for r in rows_of(doc, "grouped"):
+        work = round(6 * r["rows_per_expert"] * r["experts"] * r["hidden"] * r["ffn"] / 1e9, 1)
+        best_at[work] = max(best_at.get(work, 0.0), r["tflops"])
+    out, best = [], 0.0
+    for work, tflops in sorted(best_at.items()):
+        if tflops > best:
+            best = tflops
+            out.append([work, round(tflops, 1)])
+    return out
+
+
 def _shapes(doc):
     seen = []
     for r in doc["rows"]:
