@@ -50,7 +50,8 @@ LATER_CHANGES = (
     ("wide experts' GEMMs ran no slower than the GEMM table", "a0d2575", "2026-12-01T06:33:29Z"),
     ("block-scaled FP8 took its own measured ratio", "78653dd", "2026-12-01T06:45:02Z"),
     ("Megatron's eager GLU clamp and unfused YaRN RoPE were priced", "20437fa", "2026-12-01T08:51:33Z"),
-    ("AutoModel's eager expert biases through DeepEP were priced", "bcf389f", "2026-12-01T09:16:58Z"))
+    ("AutoModel's eager expert biases through DeepEP were priced", "bcf389f", "2026-12-01T09:16:58Z"),
+    ("the grouped GEMM's rate was capped by its call's work", "efec0be", "2026-12-01T12:51:06Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
