@@ -51,6 +51,7 @@ const FrameworkSetting::BiasBytes& expert_bias_of(const ProjectSetting& set) {
 // How compute_of priced a micro-batch, as the projection's notes say it: the rates taken, the
 // memory-bound kernels counted.
 std::string pricing_note(const ModelConfig& m, const Hardware& hw, const ProjectSetting& set, bool sorts, bool biases) {
+  const FrameworkSetting::BiasBytes& bias = expert_bias_of(set);
   return "dense GEMMs " + gemm_rate_note(hw) + ", attention at " +
          (on_flex_curve(hw, set)
               ? four_digits(core_attention_rate(m, hw, set) / 1e12) + " (FlexAttention at head dim " +
@@ -61,13 +62,10 @@ std::string pricing_note(const ModelConfig& m, const Hardware& hw, const Project
          "residuals, rotary, permutes" +
          (sorts ? " and, where a rank holds several experts, the all-to-all dispatcher's sorts of its rows" : "") +
          ", SwiGLU's product, the loss" +
-         (biases
-              ? ", the experts' biases added outside the GEMMs (" + four_digits(expert_bias_of(set).h) +
-                    " bytes an element of a routed row" +
-                    (expert_bias_of(set).f > 0 ? " and " + four_digits(expert_bias_of(set).f) + " of its expert width"
-                                               : std::string()) +
-                    ")"
-              : "") +
+         (biases ? ", the experts' biases added outside the GEMMs (" + four_digits(bias.h) +
+                       " bytes an element of a routed row" +
+                       (bias.f > 0 ? " and " + four_digits(bias.f) + " of its expert width" : std::string()) + ")"
+                 : "") +
          (m.glu_limit > 0 && set.framework.glu_clamp_forward_bytes > 0
               ? ", the experts' GLU inputs clamped outside the fused activation (" +
                     four_digits(set.framework.glu_clamp_forward_bytes + set.framework.glu_clamp_backward_bytes) +
@@ -144,10 +142,10 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
                          st.heads * gemms_t(lg.lm_head, false, false) + st.mtp * gemms_t(lg.mtp_proj);
   const double core_flops = 3 * tokens / tp * st.layers * lf.attention_core;
   const double expert_flops = 3 * st.moe * expert_forward_flops(rows, h, g);
-  const double local_experts = double(m.experts) / double(l.ep), rows_per_expert = rows / local_experts;
+  const double local = local_experts(m, l), rows_per_expert = rows / local;
   const double core_t = core_flops / core_attention_rate(m, hw, set);
   auto expert_rate = [&](double rows) {
-    return expert_gemm_rate(hw, rows, h, g, local_experts) * fp8_speedup(hw, rows, set.fp8, set.fp8_blockwise);
+    return expert_gemm_rate(hw, rows, h, g, local) * fp8_speedup(hw, rows, set.fp8, set.fp8_blockwise);
   };
   const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows
@@ -165,7 +163,8 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double hbm = hw.hbm_gb_s * 1e9;
   // Expert biases applied outside the GEMMs: what the framework's code moves, both directions (a
   // recomputed forward is taken as a third of it, as for the other kernels, though its forward is half).
-  const double bias_row = m.expert_bias ? expert_bias_of(set).h * h + expert_bias_of(set).f * g : 0;
+  const FrameworkSetting::BiasBytes& bias = expert_bias_of(set);
+  const double bias_row = m.expert_bias ? bias.h * h + bias.f * g : 0;
   // FP8's casts, memory-bound: each linear's input in forward and its output's gradient in backward,
   // a TP rank's share of the tokens (cast before sequence parallelism's gathers), an amax pass, a
   // read and the row-wise and column-wise FP8 writes: 6 bytes an element. A routed row's: fc1's
@@ -188,8 +187,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // gradient buffer (framework.wgrad_accumulate_bytes a weight) however few its rows: it takes the
   // longer of its product at the curve's rate and that traffic at the HBM rate. (The H200 probe's
   // wgrad_acc, the product and then the add, runs slower still: an upper bound.)
-  const double traffic =
-      st.moe * double(m.experts) / double(l.ep) * accumulate_seconds(hw, h, g, fw.wgrad_accumulate_bytes);
+  const double traffic = st.moe * local_experts(m, l) * accumulate_seconds(hw, h, g, fw.wgrad_accumulate_bytes);
   auto accumulate_t = [&](double runs, double rows) {
     return traffic > 0 ? std::max(0.0, runs * traffic - expert_flops / 3 / expert_rate(rows)) : 0.0;
   };
@@ -234,7 +232,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 }
 
 double expert_gemm_rows(const ModelConfig& m, const Layout& l, const StrategyShape& s, double received) {
-  return expert_rows_on_gpu(l, received) / (double(m.experts) / double(l.ep)) / moe_runs(s);
+  return expert_rows_on_gpu(l, received) / local_experts(m, l) / moe_runs(s);
 }
 
 }  // namespace memfine

@@ -100,7 +100,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   // In FP8 the experts' GEMMs, on the curve and on the table alike, at the preset's FP8 ratio.
   const double fp8 = fp8_speedup(hw, e.expert_rows, set.fp8, set.fp8_blockwise);
   const double h = double(m.hidden), g = double(expert_share(m, l).ffn_hidden);
-  e.expert_tflops = expert_gemm_rate(hw, e.expert_rows, h, g, double(m.experts) / double(l.ep)) * fp8 / 1e12;
+  e.expert_tflops = expert_gemm_rate(hw, e.expert_rows, h, g, local_experts(m, l)) * fp8 / 1e12;
   if (!hw.gemm_table.empty()) {
     // Beside the accumulation into the gradient buffer (framework.wgrad_accumulate_bytes), added.
     const double acc = set.framework.wgrad_accumulate_bytes;

@@ -23,6 +23,8 @@ std::string layout_problem(const ModelConfig& m, const Hardware& hw, const Layou
 // receives, gathered over the group (`received` x etp, Megatron's dispatcher gathers them after the
 // all-to-all), through its 1/etp share of each expert's FFN (the model expert_share gives).
 inline double expert_rows_on_gpu(const Layout& l, double received) { return received * double(l.etp); }
+// The experts an expert-parallel rank holds.
+inline double local_experts(const ModelConfig& m, const Layout& l) { return double(m.experts) / double(l.ep); }
 // The ranks an expert's shard of gradients and optimizer state is shared over (expert data
 // parallelism): the GPUs outside the pipeline over its EP x ETP group.
 inline double expert_data_parallel(const Layout& l) { return double(l.dp * l.cp * l.tp) / double(l.ep * l.etp); }

@@ -34,8 +34,7 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
   const double attn_params = attention_proj_flops(m) / 2 / tp;
   const double dense_layer_params = attn_params + 3 * h * double(m.dense_ffn_hidden) / tp;
   const double moe_layer_params = attn_params + h * E + 3 * h * double(m.ffn_hidden) * double(m.shared_experts) / tp;
-  const double local_experts = E / double(l.ep);
-  layer_expert_params_ = local_experts * 3 * h * g;
+  layer_expert_params_ = local_experts(m, l) * 3 * h * g;
   layer_params_ = moe_layer_params + layer_expert_params_;
   const double table = V * h / tp;           // the embedding, or the output head
   const double mtp_params = 2 * h * h / tp;  // an MTP module's projection beside its MoE layer
