@@ -589,6 +589,12 @@ TEST(Project, FsdpUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
   EXPECT_TRUE(f.reshard);
   EXPECT_EQ(f.loss, Loss::VocabFp32Upcast);
   EXPECT_DOUBLE_EQ(loss_bytes_per_token(m, Loss::VocabFp32Upcast, 2), 12 * double(m.vocab));
+  // Its configs that compile the loss hold its bf16 input and gradient; a loss the file names wins.
+  ProjectConfig compiled = titan;
+  compiled.framework.compile_loss = true;
+  EXPECT_EQ(framework_setting(compiled).loss, Loss::VocabBf16);
+  compiled.framework.loss = Loss::VocabFp32Upcast;
+  EXPECT_EQ(framework_setting(compiled).loss, Loss::VocabFp32Upcast);
   // At PP 2 torchtitan holds three times its stage gathered alone.
   const double stage = with("torchtitan", 2, false, true).static_gb;
   EXPECT_NEAR(with("torchtitan", 2).static_gb, 3 * stage, 1e-12);

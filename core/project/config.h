@@ -160,6 +160,9 @@ RecomputedModules recomputed_modules(const std::vector<std::string>& names);
 struct FrameworkConfig {
   Framework name = Framework::MegatronTe;
   Loss loss = Loss::Auto;
+  // torch.compile compiles the loss (torchtitan's [compile] components naming "loss"): under loss auto
+  // it holds its bf16 input and gradient alone (vocab_bf16), not an eager fp32 upcast's
+  bool compile_loss = false;
   std::string reshard = "auto";      // FSDP: gathered weights let go after forward: auto | true | false
   std::string grad_dtype = "fp32";   // the distributed optimizer's gradient buffer: fp32 | bf16
   std::string moment_dtype = "fp32";  // Adam's moments: fp32 | bf16 (the precision-aware optimizer)

@@ -146,8 +146,11 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   const bool titan = f.name == Framework::Torchtitan;
   // Megatron's vocab-parallel cross-entropy (and TE's fused one from 2.18) and AutoModel's
   // MaskedCrossEntropy (fp32_upcast) hold the bf16 logits and their fp32 softmax at the loss's peak,
-  // as this suite's loss does; torchtitan's cross-entropy runs on an fp32 copy (components/loss.py).
-  s.loss = f.loss == Loss::Auto ? (titan ? Loss::VocabFp32Upcast : Loss::VocabFp32) : f.loss;
+  // as this suite's loss does; torchtitan's cross-entropy runs on an fp32 copy (components/loss.py),
+  // which torch.compile fuses into the loss: compiled, it keeps its bf16 input and makes its gradient
+  // (Dao-AILab/quack issue 48: "~d_input for fw+bw").
+  const Loss titan_loss = f.compile_loss ? Loss::VocabBf16 : Loss::VocabFp32Upcast;
+  s.loss = f.loss == Loss::Auto ? (titan ? titan_loss : Loss::VocabFp32) : f.loss;
   s.fsdp = c.sharding == "auto" ? f.name == Framework::FsdpTe || titan : c.sharding == "fsdp";
   // NeMo AutoModel keeps every layer's gathered weights until backward (parallelizer.py apply_fsdp:
   // reshard_after_forward=False); torchtitan lets them go but under pipeline parallelism (below).

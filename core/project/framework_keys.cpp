@@ -67,7 +67,7 @@ const Section<FrameworkConfig>& framework_keys() {
        enumerated<F>(
            "loss", &F::loss,
            "what the loss holds per token at its peak: `auto` (the framework's: torchtitan's vocab_fp32_upcast, "
-           "the others' vocab_fp32), `vocab_fp32` "
+           "vocab_bf16 with `compile_loss`, the others' vocab_fp32), `vocab_fp32` "
            "(bf16 logits and their fp32 softmax: Megatron's vocab-parallel cross-entropy, TE's fused one from "
            "2.18, AutoModel's MaskedCrossEntropy with fp32_upcast, this suite's), `vocab_bf16` (two bf16 "
            "vocabulary-wide tensors: TE's fused loss before 2.18, MaskedCrossEntropy without fp32_upcast, a "
@@ -75,6 +75,10 @@ const Section<FrameworkConfig>& framework_keys() {
            "`vocab_fp32_upcast` (cross-entropy on an fp32 copy of the logits: its fp32 log-probabilities and "
            "two fp32 gradients at backward's peak: torchtitan's loss run eager), `chunked` (torchtitan's chunked "
            "loss, cut cross-entropy: an fp32 gradient of the hidden state and one of 8 chunks' logits)"),
+       boolean<F>("compile_loss", &F::compile_loss,
+                  "torchtitan: torch.compile compiles the loss (its [compile] components name `loss`, as its "
+                  "DeepSeek-V3 configs do): with `loss: auto` it holds its bf16 input and gradient (vocab_bf16), "
+                  "the fp32 upcast fused away"),
        choice<F>("reshard", &F::reshard, {"auto", "true", "false"},
                  "FSDP: whether a layer's gathered bf16 weights are let go after its forward (`false`, NeMo "
                  "AutoModel's default: every layer's stay until backward; `auto`: the framework's)"),
