@@ -12,12 +12,13 @@
   family's runs share its unknowns, as a new source's runs share theirs), and in the order the runs
   entered (each against the range from those first projected before it: no later run's error).
 - layer_pass_s: the one calibration term, named as one: a fixed time for each layer's pass of a
-  micro-batch (forward and backward) on a pipeline rank, the median over the counted runs of the
-  projection as committed before the term (results/model/project_validation.jsonl at the commit
-  named in the file: calibration sources and known regressions left out) of (published step -
-  projected step) / the rank's layer passes; `memfine project` adds it to every step. It is judged
-  leave-one-out (each run's error with the term fitted on the others) and on runs that enter after
-  it.
+  micro-batch (forward and backward) on a pipeline rank, the median over its fit set of (published
+  step - projected step without the term) / the rank's layer passes; `memfine project` adds it to
+  every step. The fit set is fixed: the runs results/model/project_validation.jsonl held at the
+  commit named in the file (calibration sources left out, known regressions as their files say
+  today); the projection is today's, its step less the term's part, so the term follows the priced
+  parts as they change and never sees a run that entered after it. It is judged leave-one-out (each
+  run's error with the term fitted on the others) and on runs that enter after it.
 - memory: the range of the need is symmetric in log: x [e^-q, e^q], q split conformal at 80% of
   |log(published peak / projected peak)| over the first projections of the runs that published a
   peak (allocated, else reserved, else the device's used memory against the projected need), and,
@@ -49,8 +50,8 @@ FIRST = "results/model/project_first.jsonl"
 CURRENT = "results/model/project_validation.jsonl"
 OUT = "experiments/project/errors.yaml"
 LEVEL = 0.8
-# The commit of CURRENT the calibration term is fitted on: the projection as it stood before the term
-# (fixed, so that later results, calibrated, never refit it).
+# The commit of CURRENT whose runs are the calibration term's fit set (fixed: a run entered later
+# never joins it); the term is refit on them under today's projection without it.
 BEFORE = "dfabd24"
 PRESET = re.compile(r"[a-z0-9_]+")  # a model preset's name, as models.yaml keys them
 
@@ -101,6 +102,13 @@ def step_pair(r, values, commit):
     else:
         return None
     return published, r["step_s"], passes
+
+
+def uncalibrated(now):
+    """(published step, projected step less the calibration term's part, layer passes) of a run's line
+    as the projection gives it today, or None: what the term is fitted on, whatever term made the line."""
+    s = step_pair(now, now["published"]["values"], "HEAD")
+    return None if s is None else (s[0], s[1] - now["step_parts_s"]["calibration"], s[2])
 
 
 def speed_ratio(r, values):
@@ -194,13 +202,13 @@ def measure():
             mine.append(math.log(p))
         elif (c := fit_bound(r, now)) is not None:
             mine.append(c)
-    # The runs the term was fitted on are fixed with it: calibration sources as BEFORE marked them
-    # (a source chosen later must not refit the term), regressions as their files say today.
+    # The runs the term is fitted on are fixed: calibration sources as BEFORE marked them (a source
+    # chosen later must not refit the term), regressions as their files say today; each at today's
+    # projection without the term (its step less the term's part).
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
     counted = [s for k, r in sorted(before.items())
                if k in current and not current[k]["published"].get("known_issue")
-               and not r["published"].get("calibration")
-               and (s := step_pair(r, current[k]["published"]["values"], BEFORE)) is not None]
+               and not r["published"].get("calibration") and (s := uncalibrated(current[k])) is not None]
     # A run entered with its first projection's batch (the results commit that wrote it): a batch
     # enters at its first line's date.
     batch = {}
@@ -316,7 +324,7 @@ def render():
     raw = [abs(t / t0 - 1) for t, t0, _ in counted]
     return f"""# How sure `memfine project` is, from its validation (generated: scripts/python scripts/projection_errors.py;
 # do not edit). `memfine project` reads it beside its presets: each answer's range, and the one
-# calibration term. From {FIRST} and {CURRENT} at {BEFORE}.
+# calibration term. From {FIRST} and {CURRENT} (the term's fit set: its runs at {BEFORE}).
 speed:
   # tokens/s a GPU: the calibrated projection x [low, high], split conformal at {LEVEL:.0%} (equal tails) over
   # {len(speed)} runs' first-projection residuals log(published / projected), centred on their median
@@ -334,9 +342,9 @@ speed:
 # A calibrated constant: seconds for each layer's pass of a micro-batch (forward and backward) on a
 # pipeline rank beside its priced parts, the median of (published - projected step) / the rank's
 # layer passes over the {len(counted)} counted runs (neither calibration sources nor known regressions) of
-# {CURRENT} at {BEFORE}, the projection before the term; it is added to every
-# projected step. Leave-one-out (fitted on the others): median speed error
-# {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
+# {CURRENT} at {BEFORE}, at today's projection without the term (each step
+# less the term's part); it is added to every projected step. Leave-one-out (fitted on the others):
+# median speed error {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
 layer_pass_s: {per_pass:.6f}
 memory:
   # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected

@@ -1019,6 +1019,19 @@ class ProjectionErrors(unittest.TestCase):
         self.assertEqual((held, n), (9 / 10, 10))  # the first batch has none before it; the outlier is missed
         self.assertEqual(P.in_order(xs[:10], ["d1"] * 10, P.equal_tails), (None, None, 0))
 
+    def test_the_term_is_fitted_on_the_projection_without_it(self):
+        """The calibration term's fit reads today's step less the term's own part, so a line the old
+        term made and one a new term made give the same fit."""
+        import projection_errors as P
+        case = "experiments/project/validation/mlm_qwen3_30b_32.yaml"
+        layers, _ = P.case_model(case, "HEAD")
+        line = {"case_file": case, "layout": {"global_batch": 64, "dp": 4, "micro_batch": 2, "pp": 2},
+                "published": {"values": {"step_s": 12.0}}}
+        old = P.uncalibrated({**line, "step_s": 10.0, "step_parts_s": {"calibration": 2.0}})
+        new = P.uncalibrated({**line, "step_s": 9.0, "step_parts_s": {"calibration": 1.0}})
+        self.assertEqual(old, (12.0, 8.0, 8 * layers / 2))
+        self.assertEqual(old, new)
+
     def test_seen_by_profile_and_model(self):
         """errors.yaml's `seen`: each profile's models with their runs, how many were too fast and
         held by the range, and their lowest, median and highest first-projection error."""
