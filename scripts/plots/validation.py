@@ -51,12 +51,14 @@ LATER_CHANGES = (
     ("block-scaled FP8 took its own measured ratio", "78653dd", "2026-12-01T06:45:02Z"),
     ("Megatron's eager GLU clamp and unfused YaRN RoPE were priced", "20437fa", "2026-12-01T08:51:33Z"),
     ("AutoModel's eager expert biases through DeepEP were priced", "bcf389f", "2026-12-01T09:16:58Z"),
-    ("the grouped GEMM's rate was capped by its call's work", "efec0be", "2026-12-01T12:51:06Z"))
+    ("the grouped GEMM's rate was capped by its call's work", "efec0be", "2026-12-01T12:51:06Z"),
+    ("the calibration term was refit on its runs under today's projection", "f07920f", "2026-12-01T15:00:15Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
                       "2026-11-30T09:28:03Z"),
-                     ("what Megatron's GLU clamp keeps was counted", "2c5a928", "2026-12-01T09:04:10Z"))
+                     ("what Megatron's GLU clamp keeps was counted", "2c5a928", "2026-12-01T09:04:10Z"),
+                     ("torchtitan's compiled loss was priced as compiled", "fd9c599", "2026-12-01T14:57:45Z"))
 
 
 def load(path):
