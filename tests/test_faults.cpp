@@ -259,7 +259,10 @@ TEST(Hostile, ProjectRefusesWhatAnExperimentRefuses) {
       {"strategies: [{name: chunked_ep, chunks: 1073741824}]\n", "chunks: 1073741824 exceeds the tokens per rank"},
       {"strategies: [{name: memfine, chunks: [2, 4]}]\n", "the per-layer list has 2 counts for 32 layers"},
       {"framework: {workspace_gb: -0.5}\n", "framework.workspace_gb: -1 (the framework's) or at least 0"},
-      {"framework: {ep_overlap_hidden: 0.5}\n", "framework.ep_overlap_hidden: says how much"}};
+      {"framework: {ep_overlap_hidden: 0.5}\n", "framework.ep_overlap_hidden: says how much"},
+      {"framework: {compile_loss: true}\n", "framework.compile_loss: is torchtitan's"},
+      {"framework: {name: torchtitan, loss: chunked, compile_loss: true}\n",
+       "framework.compile_loss: picks the loss under `loss: auto`, but framework.loss names chunked"}};
   for (const auto& [text, says] : cases) {
     Result r = run("project " + write("refused.yaml", base + text) + " --presets " + presets);
     EXPECT_EQ(r.code, 2) << text;

@@ -87,6 +87,15 @@ void check_framework(const ProjectConfig& c, Problems& p) {
     p.add_at(c.where("search.etp"), "search.etp",
              "expert TP above 1 is priced for megatron_te alone (its --expert-tensor-parallel-size); " +
                  name_of(c.framework.name) + " keeps each expert whole on a GPU");
+  // The compiled loss is torchtitan's, and only `loss: auto` reads it; a loss the file names wins.
+  if (f.compile_loss && f.name != Framework::Torchtitan)
+    p.add_at(c.where("framework.compile_loss"), "framework.compile_loss",
+             "is torchtitan's (its [compile] components naming the loss); " + name_of(f.name) +
+                 "'s loss is its own: say what it holds with framework.loss");
+  else if (f.compile_loss && f.loss != Loss::Auto)
+    p.add_at(c.where("framework.compile_loss"), "framework.compile_loss",
+             "picks the loss under `loss: auto`, but framework.loss names " + std::string(name_of(f.loss)) +
+                 ", which wins: it would do nothing");
   if (f.ep_overlap_hidden >= 0 && !f.ep_overlap)
     p.add_at(c.where("framework.ep_overlap_hidden"), "framework.ep_overlap_hidden",
              "says how much of the all-to-all hides with `ep_overlap: true`, which is not set: it would do nothing");
