@@ -630,6 +630,21 @@ class Validation(unittest.TestCase):
         self.assertEqual((s["entered"]["past"], s["entered"]["throughput"][1]), (1, 2))
         self.assertIn("2 over 25% and 1 over 35% (the held-out goal: none)", " ".join(validation.verdict_lines(s)))
 
+    def test_the_range_todays_projection_carries_is_judged_on_the_held_out_runs(self):
+        """Today's projection carries a range of its own: on the runs held out from it, the share it
+        holds is said beside the first projections'."""
+        now, first = [], []
+        for name, today in (("held", [900.0, 1100.0]), ("missed", [1100.0, 1300.0]), ("none", None)):
+            r = self.row(name, 1000.0, None)
+            r["case_file"] = name + ".yaml"
+            if today:
+                r["tokens_per_s_gpu_range"] = today
+            now.append(r)
+            first.append(dict(r, tokens_per_s_gpu=1000.0, tokens_per_s_gpu_range=[900.0, 1100.0]))
+        s = validation.summary(self.runs(*now, first=first))
+        self.assertEqual((s["entered"]["now_held"], s["entered"]["now_ranged"]), (1, 2))
+        self.assertIn("the range it carries holds 1 of 2", " ".join(validation.verdict_lines(s)))
+
     def test_each_source_is_weighed_once_beside_the_pooled_median(self):
         """Many runs of one source share its unknowns: the line by source sets each source's median
         beside the median of those medians."""

@@ -302,6 +302,9 @@ def summary(rows):
         # Runs held out from the range and the calibration: their first projections carry both.
         "entered": {"throughput": _throughput_check([r["first_error"] for r in entered]),
                     "now": _throughput_check([r["throughput"][3] for r in entered]),
+                    # The range today's projection carries, on the same runs: what a user sees now.
+                    "now_held": sum(r["range"][0] for r in entered if "range" in r),
+                    "now_ranged": sum("range" in r for r in entered),
                     "past": sum(abs(r["first_error"]) > HELD_OUT_WORST for r in entered),
                     "held": sum(r["first_range"][0] for r in entered),
                     "half_width": statistics.median(r["first_range"][1] for r in entered) if entered else None,
@@ -413,7 +416,9 @@ def verdict_lines(s, names=True):
                         f"{100 * e['half_width']:.1f}%" + (f" ({', '.join(e['runs'])})" if names else "")
                         + f". Today's projection of them, whose "
                         f"calibration was fitted without them (its form chosen after the first projections of those "
-                        f"that entered before it): median {e['now'][0]:.1f}%, {e['now'][1]} over {WORST_GOAL:g}%."
+                        f"that entered before it): median {e['now'][0]:.1f}%, {e['now'][1]} over {WORST_GOAL:g}%"
+                        + (f"; the range it carries holds {e['now_held']} of {e['now_ranged']} (the goal: at least "
+                           f"{100 * s['held_out'][3]:.0f}%)" if e["now_ranged"] else "") + "."
                         if n else "none yet."))
         for a in s["after"] if names else ():
             med, over, n = a["throughput"]
