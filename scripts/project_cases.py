@@ -23,11 +23,18 @@ from concurrent.futures import ThreadPoolExecutor
 SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
-def run(memfine, args):
+def run(memfine, args, file_key="file"):
+    """memfine's JSON lines, each line's file (`memfine project` names it) under `file_key` (None: dropped)."""
     p = subprocess.run([memfine] + args, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"project_cases: memfine {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
-    return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    for r in rows:
+        if "file" in r:
+            f = r.pop("file")
+            if file_key:
+                r[file_key] = f
+    return rows
 
 
 def write(path, rows):
@@ -51,14 +58,18 @@ def main(argv=None):
     ap.add_argument("--out", default="results/model", help="output folder (default results/model)")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
-    # One process a case or size, as many at once as there are cores: each spends most of its time
-    # starting (LibTorch's registrations), not projecting. Lines keep the cases' order.
-    jobs = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    # A process starts in about a second (LibTorch's registrations) and projects a case in much less:
+    # the cases go to one process a core, each projecting its share in one start (a line names its
+    # file); the sizes, each a wide search, one process each. Lines keep the cases' order.
+    cores = os.cpu_count() or 1
+    jobs = ThreadPoolExecutor(max_workers=cores)
     for folder, name in ((a.cases, "project_validation.jsonl"), (a.layers, "project_layers.jsonl")):
         cases = sorted(glob.glob(os.path.join(folder, "*.yaml")))
+        share = -(-len(cases) // cores) or 1
+        shares = [cases[i:i + share] for i in range(0, len(cases), share)]
         rows = []
-        for f, got in zip(cases, jobs.map(lambda f: run(a.memfine, ["project", f, "--json"]), cases)):
-            rows += [dict(r, case_file=f) for r in got]
+        for got in jobs.map(lambda fs: run(a.memfine, ["project", *fs, "--json"], "case_file"), shares):
+            rows += got
         write(os.path.join(a.out, name), rows)
     rows = []
     with open(os.path.join(a.cases, "checkpoint.csv"), newline="") as f:
@@ -67,11 +78,11 @@ def main(argv=None):
             rows.append(dict(r, case=c["case"], args=c["args"], quantity=c["quantity"], published=c["published"],
                              source=c["source"]))
     write(os.path.join(a.out, "project_checkpoint.jsonl"), rows)
-    base = next(r for r in run(a.memfine, ["project", a.sweep, "--json"]))
+    base = next(r for r in run(a.memfine, ["project", a.sweep, "--json"], None))
     per_gpu = base["layout"]["global_batch"] / base["gpus"]
     rows = []
     sized = jobs.map(lambda n: run(a.memfine, ["project", a.sweep, "--json", "--gpus", str(n), "--global-batch",
-                                             str(max(1, round(per_gpu * n)))]), SIZES)
+                                             str(max(1, round(per_gpu * n)))], None), SIZES)
     for n, got in zip(SIZES, sized):
         best = {}
         for r in got:
@@ -88,7 +99,7 @@ def main(argv=None):
                                   "git_commit": base["git_commit"], "date": base["date"]}
             rows.append(dict(row, rejected=rejected, layouts=len(got)))
     write(os.path.join(a.out, "project_scaling.jsonl"), rows)
-    write(os.path.join(a.out, "project_paper_chunks.jsonl"), run(a.memfine, ["project", a.chunks, "--json"]))
+    write(os.path.join(a.out, "project_paper_chunks.jsonl"), run(a.memfine, ["project", a.chunks, "--json"], None))
     return 0
 
 

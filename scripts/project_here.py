@@ -124,6 +124,7 @@ def main(argv=None):
             yaml.safe_dump(project, f, sort_keys=False)
         for j in map(json.loads, sh([f"{a.build}/memfine", "project", path, "--json"]).splitlines()):
             measured = next(r for r in rs if r["strategy"] == j["strategy"])
+            j.pop("file", None)  # the file is project_file
             rows.append(dict(j, point=point, measured_step_ms=measured["step_ms"]["median"],
                              measured_env=measured["env"], project_file=path))
     with open(os.path.join(a.out, "projection.jsonl"), "w") as f:

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "cli_testing.h"
 #include "core/model/model.h"
@@ -671,6 +672,24 @@ TEST(Cli, ProjectAndCheckpoint) {
   EXPECT_EQ(run("predict " + file).out, run("project " + file).out);
   EXPECT_EQ(run("project " + file + " --gpus many").code, 2);
   EXPECT_EQ(run("project " + file + " --gpus 0").code, 2);
+  // Several files in one start: each file's lines in turn, each naming its file; one file with a
+  // problem stops them all before anything is written.
+  const std::string other = (root / "experiments/project_qwen3_30b_a3b.yaml").string();
+  const Result both = run("project " + file + " " + other + " --json --gpus 32 --global-batch 256");
+  ASSERT_EQ(both.code, 0) << both.err;
+  std::vector<std::string> files;
+  std::istringstream both_lines(both.out);
+  for (std::string l; std::getline(both_lines, l);) {
+    const std::string f = json::parse(l).at("file").get<std::string>();
+    if (files.empty() || files.back() != f) files.push_back(f);
+  }
+  EXPECT_EQ(files, (std::vector<std::string>{file, other}));
+  const Result one = run("project " + other + " --json --gpus 32 --global-batch 256");
+  EXPECT_EQ(std::count(both.out.begin(), both.out.end(), '\n'), n + std::count(one.out.begin(), one.out.end(), '\n'));
+  const Result bad = run("project " + file + " " + (root / "experiments/no_such_file.yaml").string() + " --json");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+  EXPECT_NE(bad.err.find("no_such_file.yaml"), std::string::npos) << bad.err;
   // Every validation case in one start of the program: each says it is valid, and nothing is wrong.
   std::string cases;
   int count = 0;

@@ -1,6 +1,10 @@
-// `memfine project FILE.yaml`: will it fit, how fast, how much survives failures, at cluster scale
+// `memfine project FILE.yaml...`: will it fit, how fast, how much survives failures, at cluster scale
 // (core/project/).
 #include <iostream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cli/commands.h"
 #include "core/cli/project_run.h"
@@ -10,26 +14,40 @@
 namespace memfine::cli {
 
 int project_file(const Args& a) {
-  const std::string file = a.operands[0];
-  ProjectConfig pc;
-  Published published;
-  try {
-    pc = load_project(file, a.text("--presets", default_presets_dir(file)));
-    published = load_published(pc);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
+  // Every file is read before any is projected: one with problems stops them all, and nothing is
+  // written for the others.
+  std::vector<std::pair<ProjectConfig, Published>> files;
+  int code = 0;
+  for (const std::string& file : a.operands) {
+    try {
+      ProjectConfig pc = load_project(file, a.text("--presets", default_presets_dir(file)));
+      Published published = load_published(pc);
+      files.emplace_back(std::move(pc), std::move(published));
+    } catch (const std::invalid_argument& e) {
+      std::cerr << e.what() << "\n";
+      code = 2;
+    }
   }
-  pc.gpus = a.integer("--gpus", pc.gpus);  // the parser held both to the file's own ranges
-  pc.global_batch = a.integer("--global-batch", pc.global_batch);
-  const ProjectResult r = run_project(pc);
-  std::cout << (a.has("--json") ? project_json(pc, r, published, made_stamp()) : project_table(pc, r, a.has("--wide")));
+  if (code != 0) return code;
+  for (size_t i = 0; i < files.size(); ++i) {
+    auto& [pc, published] = files[i];
+    pc.gpus = a.integer("--gpus", pc.gpus);  // the parser held both to the file's own ranges
+    pc.global_batch = a.integer("--global-batch", pc.global_batch);
+    const ProjectResult r = run_project(pc);
+    if (a.has("--json")) {
+      std::map<std::string, std::string> stamp = made_stamp();
+      stamp["file"] = a.operands[i];  // which of the files a line projects
+      std::cout << project_json(pc, r, published, stamp);
+    } else {
+      std::cout << (i > 0 ? "\n" : "") << project_table(pc, r, a.has("--wide"));
+    }
+  }
   return 0;
 }
 
 Command project_command() {
   return {"project",
-          "FILE.yaml",
+          "FILE.yaml...",
           "will it fit, how fast, how much survives failures: layouts x strategies at cluster scale",
           R"(Projects a whole model (a preset of experiments/project/models.yaml or its keys) on a cluster (a
 hardware preset and a GPU count) for every layout of the file's search space (TP, PP with its
@@ -40,6 +58,8 @@ recomputation, exposed communication, pipeline bubble), tokens per second per GP
 balanced figure, model TFLOP/s (recomputation not counted) and goodput (ETTR at the optimal
 checkpoint interval x tokens per second), ranked by goodput, with why the rest were rejected.
 Nothing is run; each part's model prints its assumptions. experiments/README.md lists the keys.
+Several files are projected in one start, each in turn (--gpus and --global-batch apply to each);
+every file is read first, and one with problems stops them all.
 
 exit status: 0, or 2 for a file with problems (FILE:LINE: key.path: problem).
 )",
@@ -52,7 +72,7 @@ exit status: 0, or 2 for a file with problems (FILE:LINE: key.path: problem).
             "where the model and hardware presets are (default: the file's folder's project/, or the folder "
             "itself or its parent where models.yaml is)"}},
           1,
-          1,
+          4096,
           project_file};
 }
 

@@ -250,6 +250,7 @@ const std::vector<FieldSpec>& projection_schema() {
   static const char* k = "project";
   static const std::vector<FieldSpec> fields = {
       {"project", "string", "", "the project file's name", k},
+      {"file", "string", "", "the project file as given on the command line (with --json)", k},
       {"model", "string", "", "the model preset (or the file's own model)", k},
       {"hardware", "string", "", "the hardware preset", k},
       {"gpus", "integer", "", "the cluster's GPUs", k},
