@@ -632,18 +632,24 @@ class Validation(unittest.TestCase):
 
     def test_the_range_todays_projection_carries_is_judged_on_the_held_out_runs(self):
         """Today's projection carries a range of its own: on the runs held out from it, the share it
-        holds is said beside the first projections'."""
+        holds is said beside the first projections', and how many of their published peaks it puts
+        within the peak goal."""
         now, first = [], []
-        for name, today in (("held", [900.0, 1100.0]), ("missed", [1100.0, 1300.0]), ("none", None)):
+        for name, today, peak in (("held", [900.0, 1100.0], 10.5), ("missed", [1100.0, 1300.0], 14.0),
+                                  ("none", None, None)):
             r = self.row(name, 1000.0, None)
             r["case_file"] = name + ".yaml"
             if today:
                 r["tokens_per_s_gpu_range"] = today
+            if peak:
+                r["published"]["values"]["peak_gb"] = peak  # projected 10.0: -4.8% and -28.6%
             now.append(r)
             first.append(dict(r, tokens_per_s_gpu=1000.0, tokens_per_s_gpu_range=[900.0, 1100.0]))
         s = validation.summary(self.runs(*now, first=first))
         self.assertEqual((s["entered"]["now_held"], s["entered"]["now_ranged"]), (1, 2))
-        self.assertIn("the range it carries holds 1 of 2", " ".join(validation.verdict_lines(s)))
+        said = " ".join(validation.verdict_lines(s))
+        self.assertIn("the range it carries holds 1 of 2", said)
+        self.assertIn("it puts 1 of the 2 peaks they published within 10%", said)
 
     def test_each_source_is_weighed_once_beside_the_pooled_median(self):
         """Many runs of one source share its unknowns: the line by source sets each source's median

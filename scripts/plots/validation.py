@@ -305,6 +305,7 @@ def summary(rows):
                     # The range today's projection carries, on the same runs: what a user sees now.
                     "now_held": sum(r["range"][0] for r in entered if "range" in r),
                     "now_ranged": sum("range" in r for r in entered),
+                    "peaks": [r["peak"][3] for r in entered if "peak" in r],
                     "past": sum(abs(r["first_error"]) > HELD_OUT_WORST for r in entered),
                     "held": sum(r["first_range"][0] for r in entered),
                     "half_width": statistics.median(r["first_range"][1] for r in entered) if entered else None,
@@ -418,7 +419,9 @@ def verdict_lines(s, names=True):
                         f"calibration was fitted without them (its form chosen after the first projections of those "
                         f"that entered before it): median {e['now'][0]:.1f}%, {e['now'][1]} over {WORST_GOAL:g}%"
                         + (f"; the range it carries holds {e['now_held']} of {e['now_ranged']} (the goal: at least "
-                           f"{100 * s['held_out'][3]:.0f}%)" if e["now_ranged"] else "") + "."
+                           f"{100 * s['held_out'][3]:.0f}%)" if e["now_ranged"] else "")
+                        + (f"; it puts {sum(abs(p) <= PEAK_GOAL for p in e['peaks'])} of the {len(e['peaks'])} "
+                           f"peaks they published within {PEAK_GOAL:g}%" if e["peaks"] else "") + "."
                         if n else "none yet."))
         for a in s["after"] if names else ():
             med, over, n = a["throughput"]
