@@ -23,17 +23,17 @@ from concurrent.futures import ThreadPoolExecutor
 SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
-def run(memfine, args, file_key="file"):
-    """memfine's JSON lines, each line's file (`memfine project` names it) under `file_key` (None: dropped)."""
+def run(memfine, args, file_key=None):
+    """memfine's JSON lines; the file a line projects (`memfine project` names it) kept as `file_key`,
+    else dropped."""
     p = subprocess.run([memfine] + args, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"project_cases: memfine {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
     for r in rows:
-        if "file" in r:
-            f = r.pop("file")
-            if file_key:
-                r[file_key] = f
+        f = r.pop("file", None)
+        if file_key and f is not None:
+            r[file_key] = f
     return rows
 
 
@@ -78,11 +78,11 @@ def main(argv=None):
             rows.append(dict(r, case=c["case"], args=c["args"], quantity=c["quantity"], published=c["published"],
                              source=c["source"]))
     write(os.path.join(a.out, "project_checkpoint.jsonl"), rows)
-    base = next(r for r in run(a.memfine, ["project", a.sweep, "--json"], None))
+    base = next(r for r in run(a.memfine, ["project", a.sweep, "--json"]))
     per_gpu = base["layout"]["global_batch"] / base["gpus"]
     rows = []
     sized = jobs.map(lambda n: run(a.memfine, ["project", a.sweep, "--json", "--gpus", str(n), "--global-batch",
-                                             str(max(1, round(per_gpu * n)))], None), SIZES)
+                                             str(max(1, round(per_gpu * n)))]), SIZES)
     for n, got in zip(SIZES, sized):
         best = {}
         for r in got:
@@ -99,7 +99,7 @@ def main(argv=None):
                                   "git_commit": base["git_commit"], "date": base["date"]}
             rows.append(dict(row, rejected=rejected, layouts=len(got)))
     write(os.path.join(a.out, "project_scaling.jsonl"), rows)
-    write(os.path.join(a.out, "project_paper_chunks.jsonl"), run(a.memfine, ["project", a.chunks, "--json"], None))
+    write(os.path.join(a.out, "project_paper_chunks.jsonl"), run(a.memfine, ["project", a.chunks, "--json"]))
     return 0
 
 
