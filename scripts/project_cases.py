@@ -23,12 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
-def run(memfine, args, file_key=None):
+def run(memfine, args, file_key=None, who="project_cases"):
     """memfine's JSON lines; the file a line projects (`memfine project` names it) kept as `file_key`,
-    else dropped."""
+    else dropped. A failure ends the script `who`, with memfine's own words."""
     p = subprocess.run([memfine] + args, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"project_cases: memfine {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+    if p.returncode != 0:  # memfine's status kept: 2 for a file with problems
+        print(f"{who}: memfine {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}", file=sys.stderr)
+        sys.exit(p.returncode if p.returncode > 0 else 1)
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
     for r in rows:
         f = r.pop("file", None)
