@@ -15,7 +15,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from plots import errors_file, generic, paper, quality, records, report, sources, style, sweeps, validation  # noqa: E402
+from plots import errors_file, generic, held_out, paper, quality, records, report, sources, style, sweeps, validation  # noqa: E402
 
 ENV = {"git_commit": "abc", "libtorch": "1.13.0", "device": "cpu", "device_name": "Test CPU", "threads": 2, "date": "today"}
 CONFIG = {"model": {"layers": 2, "hidden": 16, "ffn_hidden": 32, "experts": 4, "topk": 2, "seq": 8, "micro_batch": 1},
@@ -650,6 +650,18 @@ class Validation(unittest.TestCase):
         said = " ".join(validation.verdict_lines(s))
         self.assertIn("the range it carries holds 1 of 2", said)
         self.assertIn("it puts 1 of the 2 peaks they published within 10%", said)
+
+    def test_the_held_out_goals_are_met_at_their_bounds_and_unjudged_without_runs(self):
+        """A goal is met at its bound and not past it; one no run bears on is neither met nor not."""
+        at = held_out.goals([15.0, -15.0, 35.0], [(True, 0.2)] * 4 + [(False, 0.2)], [10.0, -10.0], 0, 3)
+        self.assertEqual([g[3] for g in at], [True, True, True, True, True, True])
+        past = held_out.goals([15.1, 35.1, -15.2], [(True, 0.21)] * 3 + [(False, 0.1)] * 2, [10.1], 1, 3)
+        self.assertEqual([g[3] for g in past], [False] * 6)
+        none = held_out.goals([], [], None, 0, 0)
+        self.assertEqual(([g[3] for g in none], len(none)), ([None] * 5, 5))  # no peaks judged: no row
+        table = held_out.table([("first", none), ("now", at)])
+        self.assertIn("| peaks within 10% | - | 2 of 2 (met) | all |", table)
+        self.assertIn("| the range's median half-width | - | 20.0% (met) | at most 20% |", table)
 
     def test_each_source_is_weighed_once_beside_the_pooled_median(self):
         """Many runs of one source share its unknowns: the line by source sets each source's median

@@ -6,6 +6,7 @@ lines scripts/project_cases.py and scripts/project_here.py write."""
 import os
 import statistics
 
+from . import held_out as H
 from . import records as R
 from . import sources as SRC
 from . import style as S
@@ -262,6 +263,12 @@ def report_lines(model_dir, here_src=None):
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
     out += V.verdict_lines(s, names=False) + SRC.lines(runs) + seen_lines(runs)
+    e = s["entered"]
+    if e["runs"]:
+        out += ["", f"The held-out goals on the {len(e['runs'])} runs that entered after the range and the "
+                "calibration were set (neither was fitted on them; the first projection's peaks are not kept; "
+                "`scripts/python scripts/judge_projection.py FILE...` sets any runs against them):", "",
+                *H.table(e["goals"])]
     out += ["", *V.fit_matrix(s), "", "Each later change's own test (`project_validation.md` names the runs):", "",
             *V.later_table(s)]
     out += ["", *markdown(V.header(), V.table_rows(runs))]
