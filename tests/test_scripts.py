@@ -650,6 +650,9 @@ class Validation(unittest.TestCase):
         said = " ".join(validation.verdict_lines(s))
         self.assertIn("the range it carries holds 1 of 2", said)
         self.assertIn("it puts 1 of the 2 peaks they published within 10%", said)
+        (_, first), (_, now) = s["entered"]["goals"]
+        first_peaks = dict((g[0], g[1]) for g in first)["peaks within 10%"]
+        self.assertEqual((first_peaks, dict((g[0], g[1]) for g in now)["peaks within 10%"]), ("1 of 2", "1 of 2"))
 
     def test_the_held_out_goals_are_met_at_their_bounds_and_unjudged_without_runs(self):
         """A goal is met at its bound and not past it; one no run bears on is neither met nor not."""

@@ -266,7 +266,7 @@ def report_lines(model_dir, here_src=None):
     e = s["entered"]
     if e["runs"]:
         out += ["", f"The held-out goals on the {len(e['runs'])} runs that entered after the range and the "
-                "calibration were set (neither was fitted on them; the first projection's peaks are not kept; "
+                "calibration were set (neither was fitted on them; "
                 "`scripts/python scripts/judge_projection.py FILE...` sets any runs against them):", "",
                 *H.table(e["goals"])]
     out += ["", *V.fit_matrix(s), "", "Each later change's own test (`project_validation.md` names the runs):", "",

@@ -203,6 +203,8 @@ def published_runs(lines, first=None):
         for key, mine in PEAK_KEYS:
             if key in values:
                 row["peak"] = (key, r[mine], values[key], _err(r[mine], values[key]))
+                if f is not None and f.get(mine) is not None:  # the same figure against the first projection
+                    row["first_peak"] = _err(f[mine], values[key])
                 break
         t = _throughput(r, values)
         if t:
@@ -316,11 +318,11 @@ def summary(rows):
                     "held": sum(r["first_range"][0] for r in entered),
                     "half_width": statistics.median(r["first_range"][1] for r in entered) if entered else None,
                     "runs": [r["case"] for r in entered],
-                    # The held-out goals at their first projection (peaks and fit as first projected are
-                    # not kept) and at today's.
+                    # The held-out goals at their first projection and at today's.
                     "goals": [("at their first projection",
                                H.goals([r["first_error"] for r in entered], [r["first_range"] for r in entered],
-                                       None, sum(r["first_fit"] == "no" for r in entered), len(entered))),
+                                       [r["first_peak"] for r in entered if "first_peak" in r],
+                                       sum(r["first_fit"] == "no" for r in entered), len(entered))),
                               ("today's projection",
                                H.goals([r["throughput"][3] for r in entered],
                                        [r["range"] for r in entered if "range" in r],
