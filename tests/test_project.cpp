@@ -185,8 +185,14 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   }
   EXPECT_EQ(models.at("deepseek_v3").model.moe_layers(), 58);
   EXPECT_EQ(models.at("deepseek_v3").model.attention, "mla");
-  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "a100_80gb", "a800", "memfine_64gb"})
+  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "b200", "a100_80gb", "a800", "memfine_64gb"})
     ASSERT_TRUE(hardware.count(h)) << h;
+  // The B200 extends nothing: its own table and rates, what is assumed named.
+  EXPECT_EQ(hardware.at("b200").memory_gb, 191.50);
+  EXPECT_EQ(hardware.at("b200").gemm_table.tflops.size(), hardware.at("h100_80gb").gemm_table.tflops.size());
+  EXPECT_NE(hardware.at("b200").gemm_table.tflops, hardware.at("h100_80gb").gemm_table.tflops);
+  EXPECT_TRUE(hardware.at("b200").has_rates());
+  EXPECT_FALSE(hardware.at("b200").assumed.empty());
   EXPECT_EQ(hardware.at("h200").memory_gb, 150.11);
   // A preset that extends another has the other's keys and its own over them.
   EXPECT_EQ(hardware.at("h800").memory_gb, hardware.at("h100_80gb").memory_gb);
