@@ -118,18 +118,10 @@ def report(rows, judged, note):
     for r in rows:
         flags = [f for f, on in (("seen", r["seen"]), ("known issue", r["known_issue"]),
                                  ("calibration", r["calibration"])) if on]
-        thr = rng = peak = "-"
-        if "throughput" in r:
-            q, ours, theirs, e = r["throughput"]
-            thr = f"{ours:.4g} vs {theirs:g} {q} ({e:+.1f}%)"
-        if "range" in r:
-            rng = ("holds" if r["range"][0] else "misses") + f" (±{100 * r['range'][1]:.0f}%)"
-        if "peak" in r:
-            key, ours, theirs, e = r["peak"]
-            peak = f"{ours:.1f} vs {theirs:g} ({e:+.1f}%{V.PEAK_NOTE.get(key, '')})"
+        rng = "-" if "range" not in r else ("holds" if r["range"][0] else "misses") + f" (±{100 * r['range'][1]:.0f}%)"
         saw = "ran" if r["ran"] else "out of memory"
         table.append([r["case"] + (f" ({', '.join(flags)})" if flags else ""), f"{r['layout']}, {r['strategy']}",
-                      f"{saw}; projected {r['fit']} ({r['need_gb']:.1f} GB)", thr, rng, peak])
+                      f"{saw}; projected {r['fit']} ({r['need_gb']:.1f} GB)", V.throughput_cell(r), rng, V.peak_cell(r)])
     out = T.markdown(["run", "layout, strategy", "fit", "throughput: projected vs published", "range", "peak GB"],
                      table)
     out += ["", f"Verdict over {judged['runs']} runs{note}:", ""]

@@ -28,7 +28,7 @@ def goals(errors, ranged, peaks, not_fit, ran):
            ("layouts that ran projected not to fit", not_fit, "none", None if not ran else not_fit == 0)]
     if peaks is not None:
         within = sum(abs(p) <= PEAK_GOAL for p in peaks)
-        out.append((f"peaks within {PEAK_GOAL:g}%", f"{within} of {len(peaks)}", "all",
+        out.append((f"peaks within {PEAK_GOAL:g}%", f"{within} of {len(peaks)}" if peaks else None, "all",
                     None if not peaks else within == len(peaks)))
     return out
 

@@ -341,19 +341,28 @@ def summary(rows):
     }
 
 
+def peak_cell(r):
+    """A run's peak, projected against published, as a table shows it."""
+    if "peak" not in r:
+        return "-"
+    key, ours, theirs, e = r["peak"]
+    return f"{ours:.1f} vs {theirs:g} ({e:+.1f}%{PEAK_NOTE.get(key, '')})"
+
+
+def throughput_cell(r):
+    """A run's throughput, projected against published, as a table shows it."""
+    if "throughput" not in r:
+        return "-"
+    q, ours, theirs, e = r["throughput"]
+    digits = 2 if q == "step (s)" else 1 if "TFLOP" in q else 0
+    return f"{ours:.{digits}f} vs {theirs:g} {q} ({e:+.1f}%)"
+
+
 def table_rows(rows):
     """The validation table: a row per published run."""
     out = []
     for r in rows:
-        peak = "-"
-        if "peak" in r:
-            key, ours, theirs, e = r["peak"]
-            peak = f"{ours:.1f} vs {theirs:g} ({e:+.1f}%{PEAK_NOTE.get(key, '')})"
-        thr = "-"
-        if "throughput" in r:
-            q, ours, theirs, e = r["throughput"]
-            digits = 2 if q == "step (s)" else 1 if "TFLOP" in q else 0
-            thr = f"{ours:.{digits}f} vs {theirs:g} {q} ({e:+.1f}%)"
+        peak, thr = peak_cell(r), throughput_cell(r)
         out.append([r["case"] + (" (pair)" if r["pair"] else "") + (" (calibration)" if r["calibration"] else "")
                     + (" (known issue)" if r["known_issue"] else ""),
                     r["framework"], f"{r['layout']}, {r['strategy']}",
