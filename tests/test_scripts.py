@@ -654,6 +654,16 @@ class Validation(unittest.TestCase):
         first_peaks = dict((g[0], g[1]) for g in first)["peaks within 10%"]
         self.assertEqual((first_peaks, dict((g[0], g[1]) for g in now)["peaks within 10%"]), ("1 of 2", "1 of 2"))
 
+    def test_a_slow_miss_names_the_calibrated_constants_share(self):
+        """Projected too slow, a run's reading names how much of its step the fixed per-pass constant is."""
+        r = self.row("slow", 500.0, None)  # published 1000: -50%
+        r["step_parts_s"]["calibration"] = 0.25
+        (row,) = self.runs(r)
+        self.assertIn("the calibrated constant (errors.yaml layer_pass_s, a fixed time a layer pass) is 25% of it",
+                      row["why"])
+        (fast,) = self.runs(dict(self.row("fast", 2000.0, None), step_parts_s=r["step_parts_s"]))
+        self.assertNotIn("calibrated constant", fast["why"])
+
     def test_the_held_out_goals_are_met_at_their_bounds_and_unjudged_without_runs(self):
         """A goal is met at its bound and not past it; one no run bears on is neither met nor not."""
         at = held_out.goals([15.0, -15.0, 35.0], [(True, 0.2)] * 4 + [(False, 0.2)], [10.0, -10.0], 0, 3)

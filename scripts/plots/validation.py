@@ -120,6 +120,10 @@ def _why(r, err):
         share = parts["comm"] / max(r["step_s"], 1e-12)
         said.append(f"exposed communication is {100 * share:.0f}% of its step (all-to-alls at the dispatcher's "
                     "benchmark rate, none overlapped unless the file says so)")
+        calibration = parts.get("calibration", 0) / max(r["step_s"], 1e-12)
+        if calibration > 0:  # a fixed time a layer pass: the larger its share, the less the parts decide
+            said.append(f"the calibrated constant (errors.yaml layer_pass_s, a fixed time a layer pass) is "
+                        f"{100 * calibration:.0f}% of it")
         g = r.get("expert_gemm")
         check = _kernel_check(g) if g else ""
         if "slower than" in check:  # a slow curve is the other reading of a slow projection
