@@ -347,19 +347,15 @@ def summary(rows):
 
 def peak_cell(r):
     """A run's peak, projected against published, as a table shows it."""
-    if "peak" not in r:
-        return "-"
-    key, ours, theirs, e = r["peak"]
-    return f"{ours:.1f} vs {theirs:g} ({e:+.1f}%{PEAK_NOTE.get(key, '')})"
+    key, ours, theirs, e = r.get("peak", (None,) * 4)
+    return "-" if key is None else f"{ours:.1f} vs {theirs:g} ({e:+.1f}%{PEAK_NOTE.get(key, '')})"
 
 
 def throughput_cell(r):
     """A run's throughput, projected against published, as a table shows it."""
-    if "throughput" not in r:
-        return "-"
-    q, ours, theirs, e = r["throughput"]
-    digits = 2 if q == "step (s)" else 1 if "TFLOP" in q else 0
-    return f"{ours:.{digits}f} vs {theirs:g} {q} ({e:+.1f}%)"
+    q, ours, theirs, e = r.get("throughput", (None,) * 4)
+    digits = 2 if q == "step (s)" else 1 if q and "TFLOP" in q else 0
+    return "-" if q is None else f"{ours:.{digits}f} vs {theirs:g} {q} ({e:+.1f}%)"
 
 
 def table_rows(rows):
