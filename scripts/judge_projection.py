@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plots import held_out as H  # noqa: E402
 from plots import tables as T  # noqa: E402
 from plots import validation as V  # noqa: E402
-from project_cases import run  # noqa: E402
+from project_cases import project_files  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEEN = os.path.join(ROOT, "results", "model", "project_validation.jsonl")
@@ -71,17 +71,9 @@ def seen_runs(path=SEEN):
 
 
 def project(memfine, files, presets):
-    """`memfine project --json`'s lines for the files, each naming its case file; a share a core."""
-    cores = os.cpu_count() or 1
-    share = -(-len(files) // cores) or 1
-    shares = [files[i:i + share] for i in range(0, len(files), share)]
-    lines = []
-    with ThreadPoolExecutor(max_workers=cores) as jobs:
-        for got in jobs.map(lambda fs: run(memfine, ["project", *fs, "--json", "--presets", presets], "case_file",
-                                          "judge_projection"),
-                            shares):
-            lines += got
-    return lines
+    """`memfine project --json`'s lines for the files, each naming its case file."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as jobs:
+        return project_files(memfine, files, jobs, ("--presets", presets), "judge_projection")
 
 
 def published_lines(lines, files):

@@ -38,6 +38,19 @@ def run(memfine, args, file_key=None, who="project_cases"):
     return rows
 
 
+def project_files(memfine, files, jobs, extra=(), who="project_cases"):
+    """`memfine project --json`'s lines for the files, each naming its `case_file`, in the files'
+    order: a process starts in about a second (LibTorch's registrations) and projects a case in much
+    less, so each core's process projects its share of the files in one start."""
+    cores = os.cpu_count() or 1
+    share = -(-len(files) // cores) or 1
+    shares = [files[i:i + share] for i in range(0, len(files), share)]
+    rows = []
+    for got in jobs.map(lambda fs: run(memfine, ["project", *fs, "--json", *extra], "case_file", who), shares):
+        rows += got
+    return rows
+
+
 def write(path, rows):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -59,19 +72,11 @@ def main(argv=None):
     ap.add_argument("--out", default="results/model", help="output folder (default results/model)")
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
-    # A process starts in about a second (LibTorch's registrations) and projects a case in much less:
-    # the cases go to one process a core, each projecting its share in one start (a line names its
-    # file); the sizes, each a wide search, one process each. Lines keep the cases' order.
-    cores = os.cpu_count() or 1
-    jobs = ThreadPoolExecutor(max_workers=cores)
+    # The cases a share a core (project_files); the sizes, each a wide search, one process each.
+    jobs = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
     for folder, name in ((a.cases, "project_validation.jsonl"), (a.layers, "project_layers.jsonl")):
         cases = sorted(glob.glob(os.path.join(folder, "*.yaml")))
-        share = -(-len(cases) // cores) or 1
-        shares = [cases[i:i + share] for i in range(0, len(cases), share)]
-        rows = []
-        for got in jobs.map(lambda fs: run(a.memfine, ["project", *fs, "--json"], "case_file"), shares):
-            rows += got
-        write(os.path.join(a.out, name), rows)
+        write(os.path.join(a.out, name), project_files(a.memfine, cases, jobs))
     rows = []
     with open(os.path.join(a.cases, "checkpoint.csv"), newline="") as f:
         for c in csv.DictReader(f):
