@@ -185,7 +185,7 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   }
   EXPECT_EQ(models.at("deepseek_v3").model.moe_layers(), 58);
   EXPECT_EQ(models.at("deepseek_v3").model.attention, "mla");
-  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "b200", "a100_80gb", "a800", "memfine_64gb"})
+  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "b200", "gb200", "a100_80gb", "a800", "memfine_64gb"})
     ASSERT_TRUE(hardware.count(h)) << h;
   // The B200 extends nothing: its own table and rates, what is assumed named.
   EXPECT_EQ(hardware.at("b200").memory_gb, 191.50);
@@ -193,6 +193,14 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   EXPECT_NE(hardware.at("b200").gemm_table.tflops, hardware.at("h100_80gb").gemm_table.tflops);
   EXPECT_TRUE(hardware.at("b200").has_rates());
   EXPECT_FALSE(hardware.at("b200").assumed.empty());
+  // The GB200 is the B200's compute in a 72-GPU NVLink domain: the B200's GEMMs, its own links, and
+  // every rate it takes from the B200 named as assumed.
+  EXPECT_EQ(hardware.at("gb200").gpus_per_node, 72);
+  EXPECT_EQ(hardware.at("gb200").gemm_table.tflops, hardware.at("b200").gemm_table.tflops);
+  EXPECT_NE(hardware.at("gb200").dispatcher_gb_s(Dispatcher::AllToAll, true),
+            hardware.at("b200").dispatcher_gb_s(Dispatcher::AllToAll, true));
+  const auto& gb200_assumed = hardware.at("gb200").assumed;
+  EXPECT_NE(std::find(gb200_assumed.begin(), gb200_assumed.end(), "gemm_table"), gb200_assumed.end());
   EXPECT_EQ(hardware.at("h200").memory_gb, 150.11);
   // A preset that extends another has the other's keys and its own over them.
   EXPECT_EQ(hardware.at("h800").memory_gb, hardware.at("h100_80gb").memory_gb);
