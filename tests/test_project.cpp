@@ -389,6 +389,23 @@ Hardware plain_gpu() {
   return hw;
 }
 
+// Failures and checkpoint writes count the failure rates' nodes of 8 GPUs, not the NVLink domain: a
+// rack of 72 GPUs on one NVLink domain fails as often as nine servers of 8.
+TEST(Goodput, CountsTheFailureRatesNodesNotTheNvlinkDomain) {
+  const ModelConfig m = plain();
+  Hardware hw = plain_gpu();
+  Layout l;
+  l.dp = 72, l.ep = 8, l.global_batch = 72;
+  ProjectSetting set;
+  set.reliability = reliability_preset("llama3");
+  const Estimate servers = estimate(m, hw, l, *strategy("no_recompute"), set);
+  hw.gpus_per_node = 72;
+  const Estimate rack = estimate(m, hw, l, *strategy("no_recompute"), set);
+  EXPECT_DOUBLE_EQ(rack.goodput.mttf, servers.goodput.mttf);
+  EXPECT_DOUBLE_EQ(rack.goodput.mttf, job_mttf(9, set.reliability.node_failure_rate));
+  EXPECT_DOUBLE_EQ(rack.goodput.interval, servers.goodput.interval);
+}
+
 // Qwen3's per-head norms of queries and keys are memory-bound kernels of their own (TENorm on q and
 // k in Megatron-Core's TE spec): each reads and writes its heads, (H + G) x d a token.
 TEST(Work, QueryAndKeyNormsMoveTheirHeads) {

@@ -17,18 +17,18 @@ namespace {
 
 // Goodput: the step's speed less what failures and checkpoints take. A checkpoint holds bf16
 // weights, fp32 master weights and Adam's moments of every parameter, once (each data-parallel
-// shard writes its part), every node writing at the same time.
-void add_goodput(Estimate& e, const ModelConfig& m, const Hardware& hw, const ProjectSetting& set) {
-  const double nodes = std::max(1.0, double(e.layout.gpus()) / double(hw.gpus_per_node));
+// shard writes its part), every node (of the failure rates' 8 GPUs) writing at the same time.
+void add_goodput(Estimate& e, const ModelConfig& m, const ProjectSetting& set) {
+  const double nodes = std::max(1.0, double(e.layout.gpus()) / double(kReliabilityNodeGpus));
   const double state = total_parameters(m) * (2 + 12) / 1e9;  // GB
   const double write_h = state / (set.checkpoint_gb_s_per_node * nodes) / 3600;
   e.goodput = goodput(int64_t(nodes), set.reliability.node_failure_rate, set.restart_h, write_h, e.tokens_per_s_gpu);
   e.assumptions.push_back(
       "goodput: " + (set.reliability.name.empty() ? std::string("a written rate of ") : set.reliability.name + "'s ") +
-      four_digits(set.reliability.node_failure_rate * 24000) + " failures per 1000 node-days, restart " +
-      four_digits(set.restart_h * 60) + " min, a checkpoint of " + four_digits(state) +
-      " GB (14 bytes a parameter) written at " + four_digits(set.checkpoint_gb_s_per_node) +
-      " GB/s per node, at Kokolis et al.'s optimal interval");
+      four_digits(set.reliability.node_failure_rate * 24000) + " failures per 1000 node-days (nodes of " +
+      std::to_string(kReliabilityNodeGpus) + " GPUs), restart " + four_digits(set.restart_h * 60) +
+      " min, a checkpoint of " + four_digits(state) + " GB (14 bytes a parameter) written at " +
+      four_digits(set.checkpoint_gb_s_per_node) + " GB/s per node, at Kokolis et al.'s optimal interval");
 }
 
 }  // namespace
@@ -114,7 +114,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.model_tflops_gpu = e.tokens_per_s_gpu * token_flops(m).training() / 1e12;
   if (!err.file.empty())
     e.tokens_per_s_gpu_range = {e.tokens_per_s_gpu * err.speed_low, e.tokens_per_s_gpu * err.speed_high};
-  add_goodput(e, m, hw, set);
+  add_goodput(e, m, set);
   return e;
 }
 

@@ -32,7 +32,10 @@ struct Reliability {
   std::string source;        // where the rate comes from
 };
 // The published rates: Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100 (2,048
-// nodes of 8), Meta's RSC-1 (6.50) and RSC-2 (2.34) failures per 1000 node-days.
+// nodes of 8), Meta's RSC-1 (6.50) and RSC-2 (2.34) failures per 1000 node-days (servers of 8 A100).
+// Each counts servers of this many GPUs, and a written rate is read the same way: failures and
+// checkpoint writes count such nodes, not a preset's NVLink domain (a GB200 rack joins 72).
+constexpr int64_t kReliabilityNodeGpus = 8;
 const std::vector<Reliability>& reliability_presets();
 // A preset by name; throws std::invalid_argument listing the names otherwise.
 const Reliability& reliability_preset(const std::string& name);

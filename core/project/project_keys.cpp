@@ -118,8 +118,8 @@ Field<P> reliability_key() {
       "reliability",
       "preset name or number",
       "`llama3`",
-      "failures per node: `llama3`, `rsc1`, `rsc2` (`core/project/goodput.h` names the sources), or failures per "
-      "1000 node-days",
+      "failures per node of 8 GPUs: `llama3`, `rsc1`, `rsc2` (`core/project/goodput.h` names the sources), or "
+      "failures per 1000 node-days",
       [](MapReader& r, P& c) {
         YAML::Node n = r.child("reliability");
         if (!n.IsDefined()) return;
