@@ -191,7 +191,7 @@ def scaling(src, out_dir):
     first = next(r for r in rows if r.get("fits"))
     caption = (f"memfine project {first['project']} --gpus N (global batch scaled with N; "
                f"experiments/project_deepseek_v3.yaml, its search space and zipf routing), {_commit(rows)}. "
-               "Goodput = ETTR x tokens/s; ETTR from Llama 3's failure rate per node, a 10 min restart and the "
+               "Goodput = ETTR x tokens/s; ETTR from Llama 3's failure rate per node of 8 GPUs, a 10 min restart and the "
                "checkpoint at 5 GB/s per node. Capacity capping drops assignments: another model."
                + _how_sure(first))
     paths = S.save(fig, out_dir, "project_goodput", caption)
