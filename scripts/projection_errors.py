@@ -111,6 +111,29 @@ def uncalibrated(now):
     return None if s is None else (s[0], s[1] - now["step_parts_s"]["calibration"], s[2])
 
 
+def tokens_per_pass(now):
+    """Tokens a GPU holds in one layer pass of a micro-batch, as a run's line lays it out."""
+    _, seq = case_model(now["case_file"], "HEAD")
+    l = now["layout"]
+    return l["micro_batch"] * seq / (l.get("tp", 1) * l.get("cp", 1))
+
+
+# The calibration term's form against others fitted the same way (the median over its fit set of
+# what each form holds fixed): (name, that value from a run's published step t, its step t0 without
+# the term, layer passes n and tokens a pass k; the step it projects from the value).
+FORMS = (("a fixed time a layer pass (the term's)", lambda t, t0, n, k: (t - t0) / n, lambda c, t0, n, k: t0 + c * n),
+         ("a time per token a layer pass", lambda t, t0, n, k: (t - t0) / (n * k), lambda c, t0, n, k: t0 + c * n * k),
+         ("a share of the step", lambda t, t0, n, k: t / t0, lambda c, t0, n, k: c * t0))
+
+
+def form_leave_one_out(counted, tokens, value, step):
+    """Each run's absolute speed error (published step over projected, less 1) with the form's value
+    fitted on the others."""
+    runs = [(t, t0, n, k) for (t, t0, n), k in zip(counted, tokens)]
+    return [abs(r[0] / step(statistics.median(value(*o) for o in runs[:i] + runs[i + 1:]), *r[1:]) - 1)
+            for i, r in enumerate(runs)]
+
+
 def speed_ratio(r, values):
     """published over projected speed, or None."""
     e = V._speed_error(r, values)
@@ -206,16 +229,17 @@ def measure():
     # chosen later must not refit the term), regressions as their files say today; each at today's
     # projection without the term (its step less the term's part).
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
-    counted = [s for k, r in sorted(before.items())
+    fit_set = [current[k] for k, r in sorted(before.items())
                if k in current and not current[k]["published"].get("known_issue")
-               and not r["published"].get("calibration") and (s := uncalibrated(current[k])) is not None]
+               and not r["published"].get("calibration") and uncalibrated(current[k]) is not None]
+    counted = [uncalibrated(r) for r in fit_set]
     # A run entered with its first projection's batch (the results commit that wrote it): a batch
     # enters at its first line's date.
     batch = {}
     for r in first.values():
         b = r.get("results_commit") or r["date"]
         batch[b] = min(batch.get(b, r["date"]), r["date"])
-    return speed, sources, [batch[b] for b in entered], peaks, counted, seen, seen_hardware
+    return speed, sources, [batch[b] for b in entered], peaks, counted, fit_set, seen, seen_hardware
 
 
 def leave_one_out(xs, interval):
@@ -289,7 +313,7 @@ def seen_hardware_text(seen_hardware, lo, hi):
 
 
 def render():
-    speed, sources, entered, peaks, counted, seen, seen_hardware = measure()
+    speed, sources, entered, peaks, counted, fit_set, seen, seen_hardware = measure()
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
     per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
@@ -317,10 +341,11 @@ def render():
         profiles.append(f"  {f}: {{runs: {len(peaks[f])}, low: {math.exp(-q):.4f}, high: {math.exp(q):.4f}}}"
                         + ("" if own else "  # too few of its own: the pooled bound or its widest miss"))
     profiles = "\n".join(profiles)
-    loo = []
-    for i, (t, t0, n) in enumerate(counted):
-        b = statistics.median((u - u0) / m for u, u0, m in counted[:i] + counted[i + 1:])
-        loo.append(abs(t / (t0 + b * n) - 1))  # the speed's error: published step over projected, less 1
+    tokens = [tokens_per_pass(r) for r in fit_set]
+    forms = [(name, form_leave_one_out(counted, tokens, value, step)) for name, value, step in FORMS]
+    loo = forms[0][1]
+    others = ";\n# ".join(f"{name} {100 * statistics.median(e):.1f}% ({sum(x > 0.25 for x in e)})" for name, e in forms[1:])
+    gpus = ", ".join(sorted({r["hardware"] for r in fit_set}))
     raw = [abs(t / t0 - 1) for t, t0, _ in counted]
     return f"""# How sure `memfine project` is, from its validation (generated: scripts/python scripts/projection_errors.py;
 # do not edit). `memfine project` reads it beside its presets: each answer's range, and the one
@@ -345,6 +370,9 @@ speed:
 # {CURRENT} at {BEFORE}, at today's projection without the term (each step
 # less the term's part); it is added to every projected step. Leave-one-out (fitted on the others):
 # median speed error {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
+# Other forms fitted the same way (the median over the same runs), leave-one-out:
+# {others}.
+# Its runs' GPUs: {gpus}; how the term carries to another GPU is not measured (it is added unscaled).
 layer_pass_s: {per_pass:.6f}
 memory:
   # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected

@@ -1078,6 +1078,18 @@ class ProjectionErrors(unittest.TestCase):
         self.assertEqual(old, (12.0, 8.0, 8 * layers / 2))
         self.assertEqual(old, new)
 
+    def test_the_terms_form_is_judged_beside_others_on_its_runs(self):
+        """errors.yaml sets the term's form beside others fitted the same way, each leave-one-out: runs
+        whose residual is a fixed time a layer pass are met exactly by that form and by no other."""
+        import projection_errors as P
+        counted = [(10.0 + 0.5 * n, 10.0, n) for n in (2, 4, 8, 16)]  # 0.5 s a pass beside a 10 s step
+        tokens = [1024, 4096, 2048, 8192]
+        errors = {name: P.form_leave_one_out(counted, tokens, value, step) for name, value, step in P.FORMS}
+        fixed, per_token, share = (errors[name] for name, _, _ in P.FORMS)
+        self.assertEqual(fixed, [0.0] * 4)
+        self.assertGreater(max(per_token), 0.1)
+        self.assertGreater(max(share), 0.1)
+
     def test_seen_by_profile_and_model(self):
         """errors.yaml's `seen`: each profile's models with their runs, how many were too fast and
         held by the range, and their lowest, median and highest first-projection error."""
