@@ -617,6 +617,26 @@ class Validation(unittest.TestCase):
         self.assertIn("first projection (what the projection said before any change made after the run entered the "
                       "set): median absolute error 40.0% over 1 runs; 1 over 25%", said[0])  # the headline first
 
+    def test_errors_are_read_apart_by_what_the_source_says_it_graphed(self):
+        """REPORT sets the counted runs' errors apart by published.cuda_graphs (not priced): graphed in
+        whole or part, not graphed, not stated; nothing is said while no file states it."""
+        from plots import project
+        now, first = [], []
+        for name, tokens, graphs in (("full", 800.0, "full"), ("part", 900.0, "attn, moe_router"),
+                                     ("eager", 1100.0, "none"), ("silent", 1000.0, None)):
+            r = self.row(name, tokens, None)
+            r["case_file"] = name + ".yaml"
+            if graphs:
+                r["published"]["cuda_graphs"] = graphs
+            now.append(r)
+            first.append(dict(r))
+        said = " ".join(project.graph_lines(self.runs(*now, first=first)))
+        self.assertIn("graphed (whole or in part): 2 runs, at their first projection median -15.0% (too slow on 2)",
+                      said)
+        self.assertIn("not graphed: 1 runs, at their first projection median +10.0% (too slow on 0)", said)
+        self.assertIn("not stated: 1 runs", said)
+        self.assertEqual(project.graph_lines(self.runs(now[3], first=first[3:])), [])
+
     def test_runs_held_out_from_the_range_count_those_past_the_held_out_bound(self):
         """A run first projected with a range was not fitted on: its first error counts against the
         held-out bound (none over 35%) as well as the validation's 25%."""

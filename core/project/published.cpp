@@ -19,7 +19,8 @@ const std::vector<std::pair<const char*, std::string Published::*>>& texts() {
       {"source", &Published::source},
       {"evidence", &Published::evidence},
       {"calibration", &Published::calibration},
-      {"known_issue", &Published::known_issue}};
+      {"known_issue", &Published::known_issue},
+      {"cuda_graphs", &Published::cuda_graphs}};
   return t;
 }
 

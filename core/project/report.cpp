@@ -277,7 +277,9 @@ const std::vector<FieldSpec>& projection_schema() {
       {"overload", "object", "",
        "the hottest rank's s' over its balanced share at this EP: worst layer, mean over layers, held", k},
       {"published", "object", "",
-       "a validation file's published figures (values by quantity; source, evidence, calibration, known_issue)", k},
+       "a validation file's published figures (values by quantity; source, evidence, calibration, known_issue, "
+       "cuda_graphs)",
+       k},
       {"validation_seen", "object", "",
        "what the validation saw of this model under this framework profile (errors.yaml seen): runs, too_fast, "
        "held (by the range) and error_pct, the lowest, median and highest throughput error at their first "

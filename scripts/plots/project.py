@@ -252,6 +252,33 @@ def seen_lines(runs):
     return out
 
 
+def graph_lines(runs):
+    """The counted runs' errors by what their source says they captured in CUDA graphs
+    (published.cuda_graphs), which the projection does not price: graphed in whole or part, not
+    graphed, not stated."""
+    groups = {}
+    for r in runs:
+        if r.get("first_error") is None or "throughput" not in r or r["calibration"] or r["known_issue"]:
+            continue
+        g = r["record"]["published"].get("cuda_graphs", "")
+        kind = "not stated" if not g else "not graphed" if g == "none" else "graphed (whole or in part)"
+        groups.setdefault(kind, []).append(r)
+    if set(groups) <= {"not stated"}:
+        return []
+
+    def text(kind):
+        rs = groups.get(kind, [])
+        if not rs:
+            return f"{kind}: none"
+        first, now = [r["first_error"] for r in rs], [r["throughput"][3] for r in rs]
+        return (f"{kind}: {len(rs)} runs, at their first projection median {statistics.median(first):+.1f}% "
+                f"(too slow on {sum(e < 0 for e in first)}), today {statistics.median(now):+.1f}% "
+                f"(too slow on {sum(e < 0 for e in now)})")
+    return ["- By CUDA graphs, which the projection does not price (each file's published.cuda_graphs, as its "
+            "source states it; signed errors, projected over published speed): "
+            + "; ".join(text(k) for k in ("graphed (whole or in part)", "not graphed", "not stated")) + "."]
+
+
 def report_lines(model_dir, here_src=None):
     """REPORT.md's section, decided by the numbers; `here_src`: project_here's projections, if any."""
     src = os.path.join(model_dir, "project_validation.jsonl")
@@ -262,7 +289,7 @@ def report_lines(model_dir, here_src=None):
     out = ["## Planning at cluster scale: `memfine project`", "",
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
-    out += V.verdict_lines(s, names=False) + SRC.lines(runs) + seen_lines(runs)
+    out += V.verdict_lines(s, names=False) + SRC.lines(runs) + seen_lines(runs) + graph_lines(runs)
     e = s["entered"]
     if e["runs"]:
         out += ["", f"The held-out goals on the {len(e['runs'])} runs that entered after the range and the "
