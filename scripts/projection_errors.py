@@ -126,10 +126,9 @@ FORMS = (("a fixed time a layer pass (the term's)", lambda t, t0, n, k: (t - t0)
          ("a share of the step", lambda t, t0, n, k: t / t0, lambda c, t0, n, k: c * t0))
 
 
-def form_leave_one_out(counted, tokens, value, step):
-    """Each run's absolute speed error (published step over projected, less 1) with the form's value
-    fitted on the others."""
-    runs = [(t, t0, n, k) for (t, t0, n), k in zip(counted, tokens)]
+def form_leave_one_out(runs, value, step):
+    """Each run's (t, t0, n, k) absolute speed error (published step over projected, less 1) with the
+    form's value fitted on the others."""
     return [abs(r[0] / step(statistics.median(value(*o) for o in runs[:i] + runs[i + 1:]), *r[1:]) - 1)
             for i, r in enumerate(runs)]
 
@@ -229,17 +228,17 @@ def measure():
     # chosen later must not refit the term), regressions as their files say today; each at today's
     # projection without the term (its step less the term's part).
     before = {key(r): r for r in lines(CURRENT, BEFORE) if r.get("published") and r.get("strategy")}
-    fit_set = [current[k] for k, r in sorted(before.items())
+    # Each as (t, t0, n, k): FORMS' arguments, and its GPU.
+    counted = [(*s, tokens_per_pass(current[k]), current[k]["hardware"]) for k, r in sorted(before.items())
                if k in current and not current[k]["published"].get("known_issue")
-               and not r["published"].get("calibration") and uncalibrated(current[k]) is not None]
-    counted = [uncalibrated(r) for r in fit_set]
+               and not r["published"].get("calibration") and (s := uncalibrated(current[k])) is not None]
     # A run entered with its first projection's batch (the results commit that wrote it): a batch
     # enters at its first line's date.
     batch = {}
     for r in first.values():
         b = r.get("results_commit") or r["date"]
         batch[b] = min(batch.get(b, r["date"]), r["date"])
-    return speed, sources, [batch[b] for b in entered], peaks, counted, fit_set, seen, seen_hardware
+    return speed, sources, [batch[b] for b in entered], peaks, counted, seen, seen_hardware
 
 
 def leave_one_out(xs, interval):
@@ -313,10 +312,11 @@ def seen_hardware_text(seen_hardware, lo, hi):
 
 
 def render():
-    speed, sources, entered, peaks, counted, fit_set, seen, seen_hardware = measure()
+    speed, sources, entered, peaks, counted, seen, seen_hardware = measure()
+    runs = [c[:4] for c in counted]
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
-    per_pass = statistics.median((t - t0) / n for t, t0, n in counted)
+    per_pass = statistics.median(FORMS[0][1](*r) for r in runs)
     cov, width = leave_one_out(speed, equal_tails)
     src_cov, src_width, n_sources = leave_source_out(speed, sources, equal_tails)
     order_cov, order_width, n_order = in_order(speed, entered, equal_tails)
@@ -341,12 +341,11 @@ def render():
         profiles.append(f"  {f}: {{runs: {len(peaks[f])}, low: {math.exp(-q):.4f}, high: {math.exp(q):.4f}}}"
                         + ("" if own else "  # too few of its own: the pooled bound or its widest miss"))
     profiles = "\n".join(profiles)
-    tokens = [tokens_per_pass(r) for r in fit_set]
-    forms = [(name, form_leave_one_out(counted, tokens, value, step)) for name, value, step in FORMS]
+    forms = [(name, form_leave_one_out(runs, value, step)) for name, value, step in FORMS]
     loo = forms[0][1]
     others = ";\n# ".join(f"{name} {100 * statistics.median(e):.1f}% ({sum(x > 0.25 for x in e)})" for name, e in forms[1:])
-    gpus = ", ".join(sorted({r["hardware"] for r in fit_set}))
-    raw = [abs(t / t0 - 1) for t, t0, _ in counted]
+    gpus = ", ".join(sorted({c[4] for c in counted}))
+    raw = [abs(t / t0 - 1) for t, t0, _, _ in runs]
     return f"""# How sure `memfine project` is, from its validation (generated: scripts/python scripts/projection_errors.py;
 # do not edit). `memfine project` reads it beside its presets: each answer's range, and the one
 # calibration term. From {FIRST} and {CURRENT} (the term's fit set: its runs at {BEFORE}).

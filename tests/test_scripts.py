@@ -1102,9 +1102,8 @@ class ProjectionErrors(unittest.TestCase):
         """errors.yaml sets the term's form beside others fitted the same way, each leave-one-out: runs
         whose residual is a fixed time a layer pass are met exactly by that form and by no other."""
         import projection_errors as P
-        counted = [(10.0 + 0.5 * n, 10.0, n) for n in (2, 4, 8, 16)]  # 0.5 s a pass beside a 10 s step
-        tokens = [1024, 4096, 2048, 8192]
-        errors = {name: P.form_leave_one_out(counted, tokens, value, step) for name, value, step in P.FORMS}
+        runs = [(10.0 + 0.5 * n, 10.0, n, k) for n, k in ((2, 1024), (4, 4096), (8, 2048), (16, 8192))]  # 0.5 s a pass
+        errors = {name: P.form_leave_one_out(runs, value, step) for name, value, step in P.FORMS}
         fixed, per_token, share = (errors[name] for name, _, _ in P.FORMS)
         self.assertEqual(fixed, [0.0] * 4)
         self.assertGreater(max(per_token), 0.1)

@@ -257,9 +257,7 @@ def graph_lines(runs):
     (published.cuda_graphs), which the projection does not price: graphed in whole or part, not
     graphed, not stated."""
     groups = {}
-    for r in runs:
-        if r.get("first_error") is None or "throughput" not in r or r["calibration"] or r["known_issue"]:
-            continue
+    for r in filter(SRC.counted, runs):
         g = r["record"]["published"].get("cuda_graphs", "")
         kind = "not stated" if not g else "not graphed" if g == "none" else "graphed (whole or in part)"
         groups.setdefault(kind, []).append(r)

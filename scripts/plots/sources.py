@@ -15,12 +15,18 @@ def family(case):
     return case.split("_")[0]
 
 
+def counted(r):
+    """A run the checks count (neither a calibration source nor a known regression) with a throughput
+    error at its first projection (which has one only where the run has a throughput)."""
+    return r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]
+
+
 def by_source(rows):
     """Counted first-projection errors by source family: many runs of one source share its unknowns,
     so one source can move a pooled median."""
     out = {}
     for r in rows:
-        if r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]:
+        if counted(r):
             out.setdefault(family(r["case"]), []).append(r["first_error"])
     return out
 
@@ -41,9 +47,7 @@ def pairs(runs):
     runs on one source's workload."""
     groups = {}
     for r in runs:
-        if r.get("first_error") is None or "throughput" not in r or r["calibration"] or r["known_issue"]:
-            continue
-        if (k := _key(r)) is not None:
+        if counted(r) and (k := _key(r)) is not None:
             groups.setdefault(k, []).append(r)
     out = []
     for rows in groups.values():
