@@ -92,7 +92,10 @@ def step_pair(r, values, commit):
     published step from its step time, else its tokens/s, else its TFLOP/s against the projection's."""
     layers, seq = case_model(r["case_file"], commit)
     l = r["layout"]
-    passes = (l["global_batch"] // (l["dp"] * l["micro_batch"])) * layers / l["pp"]
+    # As the projection counts them (core/project/step_time.h layer_passes): the rank's micro-batches
+    # and the pipeline's fill and drain.
+    fill_drain = l.get("grad_accumulation", 1) * (l["pp"] - 1) / l.get("vpp", 1)
+    passes = (l["global_batch"] // (l["dp"] * l["micro_batch"]) + fill_drain) * layers / l["pp"]
     if "step_s" in values:
         published = values["step_s"]
     elif "tokens_per_s_gpu" in values:

@@ -298,7 +298,10 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 }  // namespace
 
 double layer_passes(const ModelConfig& m, const Layout& l) {
-  return double(micro_batches(l)) * double(m.layers) / double(l.pp);
+  // A pass on any rank waits the same: the fill and drain wait for the other ranks' passes as the
+  // bubble waits for their kernels, (p-1)/v micro-batches a schedule.
+  const double fill_drain = double(l.grad_accumulation) * double(l.pp - 1) / double(l.vpp);
+  return (double(micro_batches(l)) + fill_drain) * double(m.layers) / double(l.pp);
 }
 
 StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,

@@ -33,8 +33,9 @@ struct StepMemory {
   double encoded_bytes = 0;  // what encoding stores as codes, in their own dtype's bytes
 };
 
-// The layers' passes of a micro-batch a pipeline rank makes in a step (its micro-batches x the
-// model's layers over the pipeline ranks), each forward and backward.
+// The layers' passes of a micro-batch a step waits for on a pipeline rank, each forward and
+// backward: its micro-batches', and the pipeline's fill and drain's ((p-1)/v micro-batches a
+// schedule, as pipeline_bubble_time), x the model's layers over the pipeline ranks.
 double layer_passes(const ModelConfig& m, const Layout& l);
 
 // Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.
