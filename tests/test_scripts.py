@@ -637,6 +637,32 @@ class Validation(unittest.TestCase):
         self.assertIn("not stated: 1 runs", said)
         self.assertEqual(project.graph_lines(self.runs(now[3], first=first[3:])), [])
 
+    def test_matched_graph_ab_runs_are_set_side_by_side(self):
+        """REPORT sets a graphed run beside an eager one whose case file differs only in its name and
+        published figures: the speed ratio measured and projected; a file that differs otherwise is no
+        match, and nothing is said without one."""
+        import yaml
+        from plots import project
+        d = tempfile.mkdtemp()
+        try:
+            now = []
+            for name, tokens, graphs, gpus in (("eager", 1000.0, "none", 16), ("graphed", 1000.0, "attn", 16),
+                                               ("bigger", 1000.0, "full", 32)):
+                with open(os.path.join(d, name + ".yaml"), "w") as f:
+                    yaml.safe_dump({"name": name, "model": "m", "gpus": gpus,
+                                    "published": {"cuda_graphs": graphs, "tokens_per_s_gpu": tokens}}, f)
+                r = self.row(name, tokens, None)
+                r["case_file"], r["published"]["cuda_graphs"] = name + ".yaml", graphs
+                now.append(r)
+            runs = self.runs(*now, first=[dict(r) for r in now])
+            runs[1]["throughput"] = (*runs[1]["throughput"][:3], -20.0)  # measured 1.25x the eager run
+            said = " ".join(project.graph_ab_lines(runs, root=d))
+            self.assertIn("graphed (attn) over eager: 1.25x measured, 1.00x projected", said)
+            self.assertNotIn("bigger", said)
+            self.assertEqual(project.graph_ab_lines(runs[:1] + runs[2:], root=d), [])
+        finally:
+            shutil.rmtree(d)
+
     def test_runs_held_out_from_the_range_count_those_past_the_held_out_bound(self):
         """A run first projected with a range was not fitted on: its first error counts against the
         held-out bound (none over 35%) as well as the validation's 25%."""

@@ -3,8 +3,11 @@ scripts/plots/validation.py) and other published figures (the paper's Table 4 me
 checkpoint vectors, Llama 3's effective training time), goodput against cluster size for
 DeepSeek-V3 by strategy, and the projection beside `memfine run` on this machine, from the JSON
 lines scripts/project_cases.py and scripts/project_here.py write."""
+import json
 import os
 import statistics
+
+import yaml
 
 from . import held_out as H
 from . import records as R
@@ -277,6 +280,33 @@ def graph_lines(runs):
             + "; ".join(text(k) for k in ("graphed (whole or in part)", "not graphed", "not stated")) + "."]
 
 
+def graph_ab_lines(runs, root=R.ROOT):
+    """Matched CUDA graph A/Bs: two runs whose case files differ only in their name and published
+    figures, one not graphed and one graphed (published.cuda_graphs); the graphed run's speed over
+    the eager one's, measured and projected (graphs are not priced: 1.00 but for rounding)."""
+    alike = {}
+    for r in runs:
+        rec, path = r["record"], os.path.join(root, r["record"]["case_file"])
+        graphs = rec["published"].get("cuda_graphs")
+        if not graphs or "throughput" not in r or not os.path.exists(path):
+            continue
+        with open(path) as f:
+            case = {k: v for k, v in yaml.safe_load(f).items() if k not in ("name", "published")}
+        alike.setdefault(json.dumps([case, rec["strategy"]], sort_keys=True), []).append((graphs, r))
+
+    def speed(r):  # published, then projected tokens/s a GPU
+        return r["record"]["tokens_per_s_gpu"] / (1 + r["throughput"][3] / 100), r["record"]["tokens_per_s_gpu"]
+    said = []
+    for rows in alike.values():
+        for _, eager in (x for x in rows if x[0] == "none"):
+            for graphs, graphed in (x for x in rows if x[0] != "none"):
+                (m1, p1), (m0, p0) = speed(graphed), speed(eager)
+                said.append(f"{graphed['case']} ({graphs}) over {eager['case']}: {m1 / m0:.2f}x measured, "
+                            f"{p1 / p0:.2f}x projected")
+    return ["- Matched CUDA graph A/Bs (two case files alike but for their name and published figures, one "
+            "not graphed), the graphed run's speed over the eager one's: " + "; ".join(sorted(said)) + "."] if said else []
+
+
 def report_lines(model_dir, here_src=None):
     """REPORT.md's section, decided by the numbers; `here_src`: project_here's projections, if any."""
     src = os.path.join(model_dir, "project_validation.jsonl")
@@ -287,7 +317,8 @@ def report_lines(model_dir, here_src=None):
     out = ["## Planning at cluster scale: `memfine project`", "",
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
-    out += V.verdict_lines(s, names=False) + SRC.lines(runs) + seen_lines(runs) + graph_lines(runs)
+    out += (V.verdict_lines(s, names=False) + SRC.lines(runs) + seen_lines(runs) + graph_lines(runs)
+            + graph_ab_lines(runs))
     e = s["entered"]
     if e["runs"]:
         out += ["", f"The held-out goals on the {len(e['runs'])} runs that entered after the range and the "
