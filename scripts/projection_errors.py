@@ -13,7 +13,8 @@
   entered (each against the range from those first projected before it: no later run's error).
 - layer_pass_s: the one calibration term, named as one: a fixed time for each layer's pass of a
   micro-batch (forward and backward) on a pipeline rank, the median over its fit set of (published
-  step - projected step without the term) / the rank's layer passes; `memfine project` adds it to
+  step - projected step without the term) / the layer passes its step waits for on a rank (its own
+  micro-batches' and the pipeline's fill and drain's); `memfine project` adds it to
   every step. The fit set is fixed: the runs results/model/project_validation.jsonl held at the
   commit named in the file (calibration sources left out, known regressions as their files say
   today); the projection is today's, its step less the term's part, so the term follows the priced
@@ -367,8 +368,9 @@ speed:
 {by_family}
 {ordered}
 # A calibrated constant: seconds for each layer's pass of a micro-batch (forward and backward) on a
-# pipeline rank beside its priced parts, the median of (published - projected step) / the rank's
-# layer passes over the {len(counted)} counted runs (neither calibration sources nor known regressions) of
+# pipeline rank beside its priced parts, the median of (published - projected step) / the layer
+# passes its step waits for on a rank (its own and the fill and drain's) over the {len(counted)}
+# counted runs (neither calibration sources nor known regressions) of
 # {CURRENT} at {BEFORE}, at today's projection without the term (each step
 # less the term's part); it is added to every projected step. Leave-one-out (fitted on the others):
 # median speed error {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
