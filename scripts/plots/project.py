@@ -295,7 +295,7 @@ def graph_ab_lines(runs, root=R.ROOT):
         alike.setdefault(json.dumps([case, rec["strategy"]], sort_keys=True), []).append((graphs, r))
 
     def speed(r):  # published, then projected tokens/s a GPU
-        return r["record"]["tokens_per_s_gpu"] / (1 + r["throughput"][3] / 100), r["record"]["tokens_per_s_gpu"]
+        return SRC.published_speed(r), r["record"]["tokens_per_s_gpu"]
     said = []
     for rows in alike.values():
         for _, eager in (x for x in rows if x[0] == "none"):

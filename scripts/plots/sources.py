@@ -21,6 +21,11 @@ def counted(r):
     return r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]
 
 
+def published_speed(r):
+    """A run's published speed in the projection's unit (tokens/s a GPU): projected / (1 + error)."""
+    return r["record"]["tokens_per_s_gpu"] / (1 + r["throughput"][3] / 100)
+
+
 def by_source(rows):
     """Counted first-projection errors by source family: many runs of one source share its unknowns,
     so one source can move a pooled median."""
@@ -52,8 +57,7 @@ def pairs(runs):
     out = []
     for rows in groups.values():
         for a, b in itertools.combinations(sorted(rows, key=lambda r: r["case"]), 2):
-            # The published speed in the projection's unit: projected / (1 + error).
-            pub = [r["record"]["tokens_per_s_gpu"] / (1 + r["throughput"][3] / 100) for r in (a, b)]
+            pub = [published_speed(r) for r in (a, b)]
             first, now = [1 + r["first_error"] / 100 for r in (a, b)], [1 + r["throughput"][3] / 100 for r in (a, b)]
             measured = pub[0] / pub[1]
             out.append((a["case"], b["case"], measured, measured * first[0] / first[1], measured * now[0] / now[1]))
