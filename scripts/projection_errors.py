@@ -55,6 +55,9 @@ LEVEL = 0.8
 # never joins it); the term is refit on them under today's projection without it.
 BEFORE = "dfabd24"
 PRESET = re.compile(r"[a-z0-9_]+")  # a model preset's name, as models.yaml keys them
+# `seen_micro_batches`' bins of micro-batches a step on a rank (the projection's micro_batches):
+# powers of four, [from, to], the last open.
+MICRO_BATCH_BINS = ((1, 4), (5, 16), (17, 64), (65, None))
 
 
 def lines(path, commit=None):
@@ -137,6 +140,12 @@ def form_leave_one_out(runs, value, step):
             for i, r in enumerate(runs)]
 
 
+def micro_batch_bin(layout):
+    """The MICRO_BATCH_BINS bin of a line's layout: its micro-batches a step on a rank."""
+    m = layout["global_batch"] // (layout["dp"] * layout["micro_batch"])
+    return next(b for b in MICRO_BATCH_BINS if b[0] <= m and (b[1] is None or m <= b[1]))
+
+
 def speed_ratio(r, values):
     """published over projected speed, or None."""
     e = V._speed_error(r, values)
@@ -208,7 +217,7 @@ def measure():
     # The peaks by the framework profile that prices each run today (each prices memory apart; a run
     # moved to a new profile brings the error its first projection made under the old): every profile
     # the validation projects gets a range, one without peaks of its own the pooled one.
-    speed, sources, entered, peaks, seen, seen_hardware = [], [], [], {}, {}, {}
+    speed, sources, entered, peaks, seen, seen_hardware, seen_batches = [], [], [], {}, {}, {}, {}
     for k, r in sorted(first.items()):
         now = current.get(k)
         if now is None or now["published"].get("known_issue"):
@@ -223,6 +232,7 @@ def measure():
                 seen.setdefault((now["framework"], now["model"]), []).append(run)
             if PRESET.fullmatch(now["hardware"]):
                 seen_hardware.setdefault(now["hardware"], []).append(run)
+            seen_batches.setdefault(micro_batch_bin(now["layout"]), []).append(run)
         mine = peaks.setdefault(now["framework"], [])
         if (p := peak_ratio(r, values)) is not None:
             mine.append(math.log(p))
@@ -242,7 +252,7 @@ def measure():
     for r in first.values():
         b = r.get("results_commit") or r["date"]
         batch[b] = min(batch.get(b, r["date"]), r["date"])
-    return speed, sources, [batch[b] for b in entered], peaks, counted, seen, seen_hardware
+    return speed, sources, [batch[b] for b in entered], peaks, counted, seen, seen_hardware, seen_batches
 
 
 def leave_one_out(xs, interval):
@@ -315,8 +325,19 @@ def seen_hardware_text(seen_hardware, lo, hi):
     return "\n".join(f"  {h}: {_seen_entry(runs, lo, hi)}" for h, runs in sorted(seen_hardware.items()))
 
 
+def seen_micro_batches_text(seen_batches, lo, hi):
+    """errors.yaml's `seen_micro_batches`: by bin of micro-batches a step, its bounds and an entry of
+    its runs (_seen_entry); a bin without runs is left out."""
+    out = []
+    for b in sorted(seen_batches):
+        name = f"{b[0]}-{b[1]}" if b[1] is not None else f"{b[0]}+"
+        bounds = f"from: {b[0]}" + (f", to: {b[1]}" if b[1] is not None else "")
+        out.append(f"  '{name}': {{{bounds}, {_seen_entry(seen_batches[b], lo, hi)[1:]}")
+    return "\n".join(out)
+
+
 def render():
-    speed, sources, entered, peaks, counted, seen, seen_hardware = measure()
+    speed, sources, entered, peaks, counted, seen, seen_hardware, seen_batches = measure()
     runs = [c[:4] for c in counted]
     centre = statistics.median(speed)
     lo, hi = equal_tails([x - centre for x in speed])
@@ -398,6 +419,10 @@ seen_hardware:
   # The same by hardware preset, whatever the model and profile: a GPU whose runs all missed one way
   # is less sure than the pooled range says; `memfine project` names its entry beside an answer.
 {seen_hardware_text(seen_hardware, centre + lo, centre + hi)}
+seen_micro_batches:
+  # The same by micro-batches a step on a rank (bins of powers of four, from and to; the last open),
+  # whatever the model, profile and GPU: the per-step costs weigh most where a step has few.
+{seen_micro_batches_text(seen_batches, centre + lo, centre + hi)}
 """
 
 

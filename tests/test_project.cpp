@@ -1617,7 +1617,10 @@ TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
       << head
       << "seen:\n  megatron_te:\n"
          "    qwen3_30b_a3b: {runs: 4, too_fast: 3, held: 3, low: -10, median: 5, high: 20}\n"
-         "seen_hardware:\n  h100_80gb: {runs: 6, too_fast: 6, held: 5, low: 12, median: 20, high: 30}\n";
+         "seen_hardware:\n  h100_80gb: {runs: 6, too_fast: 6, held: 5, low: 12, median: 20, high: 30}\n"
+         "seen_micro_batches:\n  '1-1': {from: 1, to: 1, runs: 1, too_fast: 0, held: 1, low: -1, median: -1, high: "
+         "-1}\n"
+         "  '2+': {from: 2, runs: 7, too_fast: 5, held: 6, low: -8, median: 9, high: 40}\n";
   const ProjectConfig c = load_project(file, dir);
   ASSERT_EQ(c.framework.name, Framework::MegatronTe);
   const ProjectResult r = run_project(c);
@@ -1640,6 +1643,17 @@ TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
     EXPECT_NE(flat.find("the validation's runs " + said), std::string::npos) << flat;
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
+  // The first row's micro-batches a step, by the bin that holds them (the open one past 1).
+  const int64_t m = micro_batches(r.ranked.front().layout);
+  ASSERT_GT(m, 1);
+  EXPECT_NE(flat.find("the validation's runs at 2+ micro-batches a step (row 1's " + std::to_string(m) +
+                      "): 7, off at their first projection by -8% to +40% (median +9%), too fast on 5 of 7"),
+            std::string::npos)
+      << flat;
+  EXPECT_NE(
+      json.find(
+          "\"validation_seen_micro_batches\":{\"bin\":\"2+\",\"error_pct\":[-8.0,9.0,40.0],\"held\":6,\"runs\":7"),
+      std::string::npos);
   // Under another profile the validation has not run it.
   std::ofstream(dir + "/errors.yaml")
       << head
@@ -1669,6 +1683,13 @@ TEST(Project, AnAnswerNamesWhatTheValidationSawOfItsModel) {
     ADD_FAILURE() << "an unknown key of seen_hardware was accepted";
   } catch (const std::invalid_argument& x) {
     EXPECT_NE(std::string(x.what()).find("errors.yaml:5: seen_hardware.h100_80gb.lows"), std::string::npos) << x.what();
+  }
+  std::ofstream(dir + "/errors.yaml") << head << "seen_micro_batches:\n  '5-4': {from: 5, to: 4, runs: 1, held: 1}\n";
+  try {
+    load_project(file, dir);
+    ADD_FAILURE() << "a bin ending before it starts was accepted";
+  } catch (const std::invalid_argument& x) {
+    EXPECT_NE(std::string(x.what()).find("errors.yaml:5: seen_micro_batches.5-4.to"), std::string::npos) << x.what();
   }
   std::filesystem::remove_all(dir);
 }

@@ -1012,6 +1012,14 @@ class SeenLines(unittest.TestCase):
             "runs": 2, "too_fast": 2, "held": 2, "error_pct": [15.0, 20.0, 25.0]})
         self.assertEqual(project.seen_lines(runs)[1], "- By GPU (errors.yaml `seen_hardware`, named beside an answer "
                          "on it): a100_80gb (2 runs, too fast, +15% to +25% (median +20%); the range holds 2).")
+        runs[1]["record"].update(validation_seen_micro_batches={
+            "bin": "17-64", "runs": 4, "too_fast": 0, "held": 3, "error_pct": [-30.0, -9.0, -2.0]})
+        runs[2]["record"].update(validation_seen_micro_batches={
+            "bin": "5-16", "runs": 2, "too_fast": 1, "held": 2, "error_pct": [-5.0, 4.0, 13.0]})
+        self.assertEqual(project.seen_lines(runs)[2], "- By micro-batches a step on a rank (errors.yaml "
+                         "`seen_micro_batches`, named beside an answer by its first row's): 5-16 (2 runs, too fast "
+                         "on 1, -5% to +13% (median +4%); the range holds 2); 17-64 (4 runs, too slow, -30% to -2% "
+                         "(median -9%); the range holds 3).")
 
 
 class FirstProjections(unittest.TestCase):
@@ -1149,6 +1157,13 @@ class ProjectionErrors(unittest.TestCase):
         self.assertEqual(by_gpu.splitlines(), [
             "  a100_80gb: {runs: 1, too_fast: 1, held: 0, low: 20.0, median: 20.0, high: 20.0}",
             "  h100_80gb: {runs: 3, too_fast: 2, held: 2, low: -5.0, median: 10.0, high: 50.0}"])
+        by_batches = P.seen_micro_batches_text({(65, None): [(20.0, -0.3)], (1, 4): seen[("megatron_te", "m")]},
+                                               -0.2, 0.2)
+        self.assertEqual(by_batches.splitlines(), [
+            "  '1-4': {from: 1, to: 4, runs: 3, too_fast: 2, held: 2, low: -5.0, median: 10.0, high: 50.0}",
+            "  '65+': {from: 65, runs: 1, too_fast: 1, held: 0, low: 20.0, median: 20.0, high: 20.0}"])
+        self.assertEqual([P.micro_batch_bin({"global_batch": g, "dp": 2, "micro_batch": 1}) for g in (8, 10, 128, 130)],
+                         [(1, 4), (5, 16), (17, 64), (65, None)])
 
     def test_memory_by_profile(self):
         """A profile with 4 peaks has its own bound; one with fewer the wider of the pooled bound and

@@ -226,6 +226,19 @@ struct ProjectionErrors {
     auto it = seen_hardware.find(hardware);
     return it == seen_hardware.end() ? nullptr : &it->second;
   }
+  // The same by micro-batches a step on a rank, whatever the model, profile and GPU: bins [from, to]
+  // (to 0: open), each with its name as the file writes it.
+  struct SeenBin {
+    std::string name;
+    int64_t from = 1, to = 0;
+    Seen seen;
+  };
+  std::vector<SeenBin> seen_micro_batches;
+  const SeenBin* seen_at(int64_t micro_batches) const {
+    for (const auto& b : seen_micro_batches)
+      if (b.from <= micro_batches && (b.to == 0 || micro_batches <= b.to)) return &b;
+    return nullptr;
+  }
 };
 
 // errors.yaml of `presets_dir`, appending problems as "FILE:LINE: key: what"; none there: not read.

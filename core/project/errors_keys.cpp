@@ -95,7 +95,21 @@ ProjectionErrors read_projection_errors(const std::string& presets_dir, std::vec
       MapReader m(hardware.child(name), "seen_hardware." + name, p);
       e.seen_hardware[name] = read_seen(m);
     }
-  for (auto* m : {&r, &speed, &memory, &seen, &hardware}) m->check_unknown();
+  // seen_micro_batches: a bin's name -> its bounds (from, to; no to: open) and its runs' errors (optional).
+  const YAML::Node by_batches = r.child("seen_micro_batches");
+  MapReader batches(by_batches, "seen_micro_batches", p);
+  if (by_batches.IsMap())
+    for (const auto& kv : by_batches) {
+      if (!kv.first.IsScalar() || !kv.second.IsMap()) continue;
+      ProjectionErrors::SeenBin b;
+      b.name = kv.first.Scalar();
+      MapReader m(batches.child(b.name), "seen_micro_batches." + b.name, p);
+      m.read_int("from", b.from, 1, 1000000000);
+      m.read_int("to", b.to, b.from, 1000000000);
+      b.seen = read_seen(m);
+      e.seen_micro_batches.push_back(b);
+    }
+  for (auto* m : {&r, &speed, &memory, &seen, &hardware, &batches}) m->check_unknown();
   for (const char* k : {"speed", "memory", "layer_pass_s"})
     if (!root[k].IsDefined()) p.add(root, k, "missing");
   e.file = file;

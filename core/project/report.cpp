@@ -229,6 +229,11 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
                : std::string()));
       said.push_back(seen_text(c));
       said.push_back(seen_hardware_text(c));
+      // By row 1's micro-batches a step on a rank: per-step costs weigh most where they are few.
+      const std::string m = std::to_string(micro_batches(r.ranked.front().layout));
+      const ProjectionErrors::SeenBin* b = err.seen_at(micro_batches(r.ranked.front().layout));
+      said.push_back(b ? seen_runs(b->seen, "at " + b->name + " micro-batches a step (row 1's " + m + ")")
+                       : "no run at row 1's " + m + " micro-batches a step is in the validation");
     }
     if (const FrameworkSetting fw = framework_setting(c);
         fw.mla_flex_by_default && c.model.attention == "mla" && !fw.flex_attention)
@@ -287,6 +292,8 @@ const std::vector<FieldSpec>& projection_schema() {
        k},
       {"validation_seen_hardware", "object", "",
        "the same on this hardware preset, whatever the model and profile (errors.yaml seen_hardware)", k},
+      {"validation_seen_micro_batches", "object", "",
+       "the same at this layout's micro-batches a step on a rank (errors.yaml seen_micro_batches; its bin)", k},
       {"hardware_assumed", "list", "", "the hardware preset's keys assumed, not measured (its `assumed`)", k},
       {"peak_gb", "number", "GB", "the hottest GPU's allocated peak", k},
       {"static_gb", "number", "GB", "weights, gradients and optimizer state on it", k},
@@ -398,6 +405,9 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
       };
       j["validation_seen"] = seen(c.errors.seen_of(c.framework.name, c.model_name));
       j["validation_seen_hardware"] = seen(c.errors.seen_on(c.hardware.name));
+      const ProjectionErrors::SeenBin* b = c.errors.seen_at(micro_batches(l));
+      j["validation_seen_micro_batches"] = seen(b ? &b->seen : nullptr);
+      if (b) j["validation_seen_micro_batches"]["bin"] = b->name;
     }
     if (auto it = r.overload.find(l.ep); it != r.overload.end())
       j["overload"] = {{"worst", it->second.worst}, {"mean", it->second.mean}, {"held", e.held_overload}};

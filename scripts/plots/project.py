@@ -229,8 +229,9 @@ def _seen_text(name, s):
 def seen_lines(runs):
     """What `memfine project` names beside an answer (errors.yaml `seen` and `seen_hardware`, as each
     run's record carries them): the model-and-framework pairs whose runs all missed one way at their
-    first projection, and the two most run; then each GPU's."""
-    seen, on = {}, {}
+    first projection, and the two most run; then each GPU's; then each bin of micro-batches a step's
+    (`seen_micro_batches`)."""
+    seen, on, at = {}, {}, {}
     for r in runs:
         s = r["record"].get("validation_seen")
         if s and s.get("runs"):
@@ -238,6 +239,9 @@ def seen_lines(runs):
         h = r["record"].get("validation_seen_hardware")
         if h and h.get("runs"):
             on[r["record"]["hardware"]] = h
+        b = r["record"].get("validation_seen_micro_batches")
+        if b and b.get("runs"):
+            at[b["bin"]] = b
 
     def text(k):
         return _seen_text(f"{k[0]} under {k[1]}", seen[k])
@@ -252,6 +256,11 @@ def seen_lines(runs):
     if on:
         out.append("- By GPU (errors.yaml `seen_hardware`, named beside an answer on it): "
                    + "; ".join(_seen_text(h, on[h]) for h in sorted(on, key=lambda h: -on[h]["runs"])) + ".")
+    if at:
+        out.append("- By micro-batches a step on a rank (errors.yaml `seen_micro_batches`, named beside an answer "
+                   "by its first row's): " + "; ".join(_seen_text(b, at[b]) for b in
+                                                       sorted(at, key=lambda b: int(b.split("-")[0].rstrip("+"))))
+                   + ".")
     return out
 
 
