@@ -99,7 +99,7 @@ def step_pair(r, values, commit):
     # As the projection counts them (core/project/step_time.h layer_passes): the rank's micro-batches
     # and the pipeline's fill and drain.
     fill_drain = l.get("grad_accumulation", 1) * (l["pp"] - 1) / l.get("vpp", 1)
-    passes = (l["global_batch"] // (l["dp"] * l["micro_batch"]) + fill_drain) * layers / l["pp"]
+    passes = (SRC.micro_batches(l) + fill_drain) * layers / l["pp"]
     if "step_s" in values:
         published = values["step_s"]
     elif "tokens_per_s_gpu" in values:
@@ -142,7 +142,7 @@ def form_leave_one_out(runs, value, step):
 
 def micro_batch_bin(layout):
     """The MICRO_BATCH_BINS bin of a line's layout: its micro-batches a step on a rank."""
-    m = layout["global_batch"] // (layout["dp"] * layout["micro_batch"])
+    m = SRC.micro_batches(layout)
     return next(b for b in MICRO_BATCH_BINS if b[0] <= m and (b[1] is None or m <= b[1]))
 
 

@@ -230,8 +230,9 @@ std::string project_table(const ProjectConfig& c, const ProjectResult& r, bool w
       said.push_back(seen_text(c));
       said.push_back(seen_hardware_text(c));
       // By row 1's micro-batches a step on a rank: per-step costs weigh most where they are few.
-      const std::string m = std::to_string(micro_batches(r.ranked.front().layout));
-      const ProjectionErrors::SeenBin* b = err.seen_at(micro_batches(r.ranked.front().layout));
+      const int64_t micro = micro_batches(r.ranked.front().layout);
+      const std::string m = std::to_string(micro);
+      const ProjectionErrors::SeenBin* b = err.seen_at(micro);
       said.push_back(b ? seen_runs(b->seen, "at " + b->name + " micro-batches a step (row 1's " + m + ")")
                        : "no run at row 1's " + m + " micro-batches a step is in the validation");
     }

@@ -21,6 +21,11 @@ def counted(r):
     return r.get("first_error") is not None and not r["calibration"] and not r["known_issue"]
 
 
+def micro_batches(layout):
+    """Micro-batches a step on a rank of a projection line's layout (core/project/layout.cpp's)."""
+    return layout["global_batch"] // (layout["dp"] * layout["micro_batch"])
+
+
 def published_speed(r):
     """A run's published speed in the projection's unit (tokens/s a GPU): projected / (1 + error)."""
     return r["record"]["tokens_per_s_gpu"] / (1 + r["throughput"][3] / 100)

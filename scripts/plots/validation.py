@@ -96,7 +96,7 @@ def _throughput(r, values):
 def _why(r, err):
     """What the projection's own parts say about a throughput miss (a reading, not a measurement)."""
     parts, l = r["step_parts_s"], r["layout"]
-    micro = l["global_batch"] // (l["dp"] * l["micro_batch"])
+    micro = SRC.micro_batches(l)
     said = []
     if err > 0:
         launch = parts.get("launch", 0) / max(r["step_s"], 1e-12)
