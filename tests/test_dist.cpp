@@ -29,14 +29,18 @@ using namespace memfine;
 namespace {
 
 // Starts `world` workers and waits for all of them (at most `limit`); returns their exit codes.
+// They meet through a file store in a fresh folder, as `memfine launch` runs one machine: a port
+// picked free and listened at later can be taken in between by another test's connection.
 std::vector<int> run_ranks(int world, const std::vector<std::string>& args, std::chrono::seconds limit) {
-  const int port = free_loopback_port();
+  static int jobs = 0;
+  const std::string meet = memfine::test_util::scratch_root() + "/rendezvous_" + std::to_string(jobs++);
+  std::filesystem::remove_all(meet);
+  std::filesystem::create_directories(meet);
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(world),
-                                    "MASTER_ADDR=127.0.0.1",     "MASTER_PORT=" + std::to_string(port),
-                                    "OMP_NUM_THREADS=1",         "OMP_WAIT_POLICY=PASSIVE",
-                                    "MEMFINE_STORE_ANY_INTERFACE=1"};  // on loopback, for LibTorch 1.13
+                                    "MASTER_ADDR=127.0.0.1",     "MEMFINE_STORE_FILE=" + meet + "/store",
+                                    "OMP_NUM_THREADS=1",         "OMP_WAIT_POLICY=PASSIVE"};
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -63,6 +67,7 @@ std::vector<int> run_ranks(int world, const std::vector<std::string>& args, std:
   }
   for (size_t i = 0; i < pids.size(); ++i)
     if (codes[i] == -1) kill(pids[i], SIGKILL), waitpid(pids[i], nullptr, 0), codes[i] = 124;
+  std::filesystem::remove_all(meet);
   return codes;
 }
 
