@@ -14,8 +14,9 @@
 - layer_pass_s: the one calibration term, named as one: a fixed time for each layer's pass of a
   micro-batch (forward and backward) on a pipeline rank, the median over its fit set of (published
   step - projected step without the term) / the layer passes its step waits for on a rank (its own
-  micro-batches' and the pipeline's fill and drain's); `memfine project` adds it to
-  every step. The fit set is fixed: the runs results/model/project_validation.jsonl held at the
+  micro-batches' and the pipeline's fill and drain's, times the share of the layer's host launches
+  CUDA graphs do not replay: the line's calibration_passes); `memfine project` adds it to every
+  step. A run graphed whole pays none of it and is left out of the fit. The fit set is fixed: the runs results/model/project_validation.jsonl held at the
   commit named in the file (calibration sources left out, known regressions as their files say
   today); the projection is today's, its step less the term's part, so the term follows the priced
   parts as they change and never sees a run that entered after it. It is judged leave-one-out (each
@@ -92,14 +93,14 @@ def git_show(commit, path):
 
 
 def step_pair(r, values, commit):
-    """(published step, projected step, layer passes on a pipeline rank) of a run's line, or None: the
-    published step from its step time, else its tokens/s, else its TFLOP/s against the projection's."""
-    layers, seq = case_model(r["case_file"], commit)
+    """(published step, projected step, layer passes the term is paid for) of a run's line, or None:
+    the published step from its step time, else its tokens/s, else its TFLOP/s against the
+    projection's."""
+    _, seq = case_model(r["case_file"], commit)
     l = r["layout"]
-    # As the projection counts them (core/project/step_time.h layer_passes): the rank's micro-batches
-    # and the pipeline's fill and drain.
-    fill_drain = l.get("grad_accumulation", 1) * (l["pp"] - 1) / l.get("vpp", 1)
-    passes = (SRC.micro_batches(l) + fill_drain) * layers / l["pp"]
+    # As the projection counts them (the line's calibration_passes): a pipeline rank's micro-batches
+    # and the pipeline's fill and drain, less the share of launches CUDA graphs replay.
+    passes = r["calibration_passes"]
     if "step_s" in values:
         published = values["step_s"]
     elif "tokens_per_s_gpu" in values:
@@ -115,7 +116,8 @@ def uncalibrated(now):
     """(published step, projected step less the calibration term's part, layer passes) of a run's line
     as the projection gives it today, or None: what the term is fitted on, whatever term made the line."""
     s = step_pair(now, now["published"]["values"], "HEAD")
-    return None if s is None else (s[0], s[1] - now["step_parts_s"]["calibration"], s[2])
+    # A run graphed whole pays none of the term: it says nothing of it.
+    return None if s is None or s[2] <= 0 else (s[0], s[1] - now["step_parts_s"]["calibration"], s[2])
 
 
 def tokens_per_pass(now):
@@ -390,14 +392,16 @@ speed:
 {ordered}
 # A calibrated constant: seconds for each layer's pass of a micro-batch (forward and backward) on a
 # pipeline rank beside its priced parts, the median of (published - projected step) / the layer
-# passes its step waits for on a rank (its own and the fill and drain's) over the {len(counted)}
+# passes its step waits for on a rank (its own and the fill and drain's, times the share of the
+# layer's launches CUDA graphs leave to the host: framework.cuda_graphs) over the {len(counted)}
 # counted runs (neither calibration sources nor known regressions) of
 # {CURRENT} at {BEFORE}, at today's projection without the term (each step
 # less the term's part); it is added to every projected step. Leave-one-out (fitted on the others):
 # median speed error {100 * statistics.median(loo):.1f}% ({sum(e > 0.25 for e in loo)} over 25%), against {100 * statistics.median(raw):.1f}% ({sum(e > 0.25 for e in raw)}) without it.
 # Other forms fitted the same way (the median over the same runs), leave-one-out:
 # {others}.
-# Its runs' GPUs: {gpus}; how the term carries to another GPU is not measured (it is added unscaled).
+# Its runs' GPUs: {gpus}; how the term carries to another GPU is not measured (it is added unscaled);
+# that CUDA graphs remove it with the launches they replay is stated, not fitted.
 layer_pass_s: {per_pass:.6f}
 memory:
   # the need: x [low, high] = [e^-q, e^q], q split conformal at {LEVEL:.0%} of |log(published peak / projected

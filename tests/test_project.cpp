@@ -1606,6 +1606,59 @@ TEST(Project, TheValidationsErrorsGiveEachAnswerARange) {
   std::filesystem::remove_all(dir);
 }
 
+// CUDA graphs (framework.cuda_graphs) replay their modules' launches: the host launches none of them
+// and the calibrated constant, a time a layer pass taken to be the host's, is paid by the share of
+// the launches left eager; graphed whole, neither is paid. The modules are refused where Megatron
+// refuses them.
+TEST(Project, CudaGraphsReplayTheirLaunchesAndTheirShareOfTheCalibration) {
+  const std::string dir = presets_copy("graphs_presets");
+  std::ofstream(dir + "/errors.yaml") << "speed: {low: 0.5, high: 1.25}\nlayer_pass_s: 0.004\nmemory: {}\n";
+  const std::string file = kExperiments + "/project_qwen3_30b_a3b.yaml";
+  const ProjectConfig eager = load_project(file, dir);
+  ASSERT_EQ(eager.model.dense_layers, 0);  // every layer an attention block and a MoE block
+  const ProjectResult base = run_project(eager);
+  ASSERT_FALSE(base.ranked.empty());
+  const FrameworkSetting f = framework_setting(eager);
+  // The share left eager of a layer's launches, forward and backward (backward twice the forward's).
+  const double layer = f.forward.attention + f.forward.moe;
+  for (const auto& [graphs, captured] :
+       std::vector<std::pair<std::string, double>>{{"attn", f.forward.attention},
+                                                   {"attn, moe_router, moe_preprocess", f.forward.attention + 19 + 8},
+                                                   {"full", layer}}) {
+    ProjectConfig c = eager;
+    c.framework.cuda_graphs = graphs;
+    const ProjectResult r = run_project(c);
+    ASSERT_EQ(r.ranked.size(), base.ranked.size()) << graphs;
+    std::map<std::string, const Estimate*> before;  // ranked anew: matched by layout and strategy
+    for (const auto& e : base.ranked) before[e.layout.text() + " " + e.strategy] = &e;
+    for (const Estimate& x : r.ranked) {
+      ASSERT_TRUE(before.count(x.layout.text() + " " + x.strategy)) << graphs;
+      const Estimate& e = *before[x.layout.text() + " " + x.strategy];
+      EXPECT_NEAR(x.calibration, e.calibration * (1 - captured / layer), 1e-9 * e.step)
+          << graphs << " " << x.layout.text();
+      EXPECT_NEAR(x.calibration, 0.004 * x.calibration_passes, 1e-12) << graphs;
+      EXPECT_LE(x.launch, e.launch + 1e-12) << graphs << " " << x.layout.text();
+      if (graphs == "full") EXPECT_EQ(x.launch, 0) << x.layout.text();
+    }
+    EXPECT_NE(project_json(c, r).find("\"cuda_graphs\":\"" + graphs + "\""), std::string::npos) << graphs;
+  }
+  const std::string head = "model: qwen3_30b_a3b\nhardware: h100_80gb\ngpus: 16\nglobal_batch: 16\n";
+  for (const auto& [graphs, says] :
+       std::vector<std::pair<std::string, std::string>>{{"moe_preprocess", "moe_preprocess needs moe_router"},
+                                                        {"[moe, moe_router]", "moe and moe_router both"},
+                                                        {"\"full, attn\"", "`none` and `full` stand alone"},
+                                                        {"\"attn, attn\"", "attn given twice"},
+                                                        {"experts", "no module 'experts'"}})
+    expect_project_refused("graphs_project.yaml",
+                           head + "framework: {name: megatron_te, cuda_graphs: " + graphs + "}\n",
+                           "graphs_project.yaml:5: framework.cuda_graphs: " + says);
+  // A string as the sources write it and a list are one setting, in Megatron's order.
+  const std::string listed = ::testing::TempDir() + "/graphs_listed.yaml";
+  std::ofstream(listed) << head << "framework: {name: megatron_te, cuda_graphs: [moe_router, attn]}\n";
+  EXPECT_EQ(load_project(listed, kExperiments + "/project").framework.cuda_graphs, "attn, moe_router");
+  std::remove(listed.c_str());
+}
+
 // errors.yaml's `seen` names, beside an answer, what the validation saw of its model under its framework
 // profile at the first projections; a model it never ran is said to be one; a count past the runs is
 // refused at its line.

@@ -618,8 +618,8 @@ class Validation(unittest.TestCase):
                       "set): median absolute error 40.0% over 1 runs; 1 over 25%", said[0])  # the headline first
 
     def test_errors_are_read_apart_by_what_the_source_says_it_graphed(self):
-        """REPORT sets the counted runs' errors apart by published.cuda_graphs (not priced): graphed in
-        whole or part, not graphed, not stated; nothing is said while no file states it."""
+        """REPORT sets the counted runs' errors apart by their lines' cuda_graphs (framework.cuda_graphs):
+        graphed in whole or part, not graphed, not stated; nothing is said while no file states it."""
         from plots import project
         now, first = [], []
         for name, tokens, graphs in (("full", 800.0, "full"), ("part", 900.0, "attn, moe_router"),
@@ -627,7 +627,7 @@ class Validation(unittest.TestCase):
             r = self.row(name, tokens, None)
             r["case_file"] = name + ".yaml"
             if graphs:
-                r["published"]["cuda_graphs"] = graphs
+                r["cuda_graphs"] = graphs
             now.append(r)
             first.append(dict(r))
         said = " ".join(project.graph_lines(self.runs(*now, first=first)))
@@ -638,9 +638,9 @@ class Validation(unittest.TestCase):
         self.assertEqual(project.graph_lines(self.runs(now[3], first=first[3:])), [])
 
     def test_matched_graph_ab_runs_are_set_side_by_side(self):
-        """REPORT sets a graphed run beside an eager one whose case file differs only in its name and
-        published figures: the speed ratio measured and projected; a file that differs otherwise is no
-        match, and nothing is said without one."""
+        """REPORT sets a graphed run beside an eager one whose case file differs only in its name, its
+        published figures and its framework.cuda_graphs: the speed ratio measured and projected; a file
+        that differs otherwise is no match, and nothing is said without one."""
         import yaml
         from plots import project
         d = tempfile.mkdtemp()
@@ -650,9 +650,10 @@ class Validation(unittest.TestCase):
                                                ("bigger", 1000.0, "full", 32)):
                 with open(os.path.join(d, name + ".yaml"), "w") as f:
                     yaml.safe_dump({"name": name, "model": "m", "gpus": gpus,
-                                    "published": {"cuda_graphs": graphs, "tokens_per_s_gpu": tokens}}, f)
+                                    "framework": {"name": "megatron_te", "cuda_graphs": graphs},
+                                    "published": {"tokens_per_s_gpu": tokens}}, f)
                 r = self.row(name, tokens, None)
-                r["case_file"], r["published"]["cuda_graphs"] = name + ".yaml", graphs
+                r["case_file"], r["cuda_graphs"] = name + ".yaml", graphs
                 now.append(r)
             runs = self.runs(*now, first=[dict(r) for r in now])
             runs[1]["throughput"] = (*runs[1]["throughput"][:3], -20.0)  # measured 1.25x the eager run
@@ -1121,17 +1122,18 @@ class ProjectionErrors(unittest.TestCase):
 
     def test_the_term_is_fitted_on_the_projection_without_it(self):
         """The calibration term's fit reads today's step less the term's own part, so a line the old
-        term made and one a new term made give the same fit."""
+        term made and one a new term made give the same fit, over the passes the line says the term is
+        paid for; a line graphed whole pays none and says nothing of it."""
         import projection_errors as P
         case = "experiments/project/validation/mlm_qwen3_30b_32.yaml"
-        layers, _ = P.case_model(case, "HEAD")
         line = {"case_file": case, "layout": {"global_batch": 64, "dp": 4, "micro_batch": 2, "pp": 2},
-                "published": {"values": {"step_s": 12.0}}}
+                "published": {"values": {"step_s": 12.0}}, "calibration_passes": 216.0}
         old = P.uncalibrated({**line, "step_s": 10.0, "step_parts_s": {"calibration": 2.0}})
         new = P.uncalibrated({**line, "step_s": 9.0, "step_parts_s": {"calibration": 1.0}})
-        # 8 micro-batches on a rank, and one more of the pipeline's fill and drain (PP 2), of its layers.
-        self.assertEqual(old, (12.0, 8.0, (8 + 1) * layers / 2))
+        self.assertEqual(old, (12.0, 8.0, 216.0))
         self.assertEqual(old, new)
+        self.assertIsNone(P.uncalibrated({**line, "step_s": 9.0, "step_parts_s": {"calibration": 0.0},
+                                          "calibration_passes": 0.0}))
 
     def test_the_terms_form_is_judged_beside_others_on_its_runs(self):
         """errors.yaml sets the term's form beside others fitted the same way, each leave-one-out: runs

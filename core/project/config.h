@@ -183,6 +183,9 @@ struct FrameworkConfig {
   // The attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 since its PR 1610): at
   // the hardware preset's flex_attention_head_dim_curve
   bool flex_attention = false;
+  // What CUDA graphs replay of each layer: none, full, or modules as Megatron's cuda_graph_modules
+  // names them, joined by ", " (framework_keys.cpp); empty: not given, eager
+  std::string cuda_graphs;
 };
 
 // How sure the projection is, from its validation (errors.yaml beside the presets, written by

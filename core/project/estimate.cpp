@@ -93,8 +93,9 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.moe_layer_forward = t.moe_layer_forward, e.moe_layer_backward = t.moe_layer_backward;
   // The one calibrated constant: what the validation's runs took beside the priced parts, a fixed time
   // for each layer's pass of a micro-batch on a pipeline rank (the host's share of a layer: it does
-  // not shrink with the layer's work).
-  e.calibration = err.layer_pass_s * layer_passes(m, l);
+  // not shrink with the layer's work), paid by the launches CUDA graphs leave to the host.
+  e.calibration_passes = layer_passes(m, l) * eager_launch_share(m, l, set);
+  e.calibration = err.layer_pass_s * e.calibration_passes;
   e.step += e.calibration;
   e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
   // In FP8 the experts' GEMMs, on the curve and on the table alike, at the preset's FP8 ratio.

@@ -40,8 +40,9 @@ struct Estimate {
   // One MoE layer's forward and backward of a micro-batch on the hottest rank, each alone (StepParts).
   double moe_layer_forward = 0, moe_layer_backward = 0;
   // What the validation says the parts leave out: the calibrated constant a layer's pass of a
-  // micro-batch, times the rank's passes (ProjectionErrors::layer_pass_s).
-  double calibration = 0;
+  // micro-batch, times the rank's passes (ProjectionErrors::layer_pass_s) less CUDA graphs' share:
+  // calibration_passes.
+  double calibration = 0, calibration_passes = 0;
   double chunk_overhead = 0;  // MemFine's chunks: their expert GEMMs at fewer rows per expert
   double all_to_all = 0;      // of comm: the expert-parallel dispatch and combine
   // The step time's grouped expert GEMMs: the rows a local expert's GEMMs run at and their rate there

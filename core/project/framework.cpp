@@ -1,5 +1,7 @@
 #include "core/project/framework.h"
 
+#include <algorithm>
+
 #include "core/util/format.h"
 
 namespace memfine {
@@ -70,10 +72,31 @@ void optimizer_traffic(FrameworkSetting& s) {
 //   elementwise kernels' gradients), not enumerated op by op.
 // FSDP2 with TE (NeMo AutoModel) and torchtitan run their own MoE code; not counted here: Megatron's
 // stand in.
-void launches(FrameworkSetting& s) {
+// What CUDA graphs replay of those, by Megatron-Core's cuda_graph_modules (transformer_config.py):
+// attn the attention block, mlp a dense FFN, moe the MoE block whole (drop-and-pad alone: no host
+// synchronisation), moe_router its norm and router (1 + 2 + 7 + 9), moe_preprocess the dispatcher's
+// preprocess (8); full all of them. A graph's own launch is not counted.
+void launches(FrameworkSetting& s, const std::string& graphs) {
+  s.cuda_graphs = graphs.empty() ? "none" : graphs;
   if (s.profile == Profile::Memfine) return;  // this suite's layer: measured, launches and all
   s.forward = {7, 5, 52, 14};
   s.backward = {2 * s.forward.attention, 2 * s.forward.dense_ffn, 2 * s.forward.moe, 0};
+  std::vector<std::string> modules;  // framework_keys.cpp joins them by ", "
+  for (size_t at = 0; at < graphs.size();) {
+    const size_t end = std::min(graphs.find(", ", at), graphs.size());
+    modules.push_back(graphs.substr(at, end - at));
+    at = end + 2;
+  }
+  const auto has = [&](const char* m) {
+    return graphs == "full" || std::find(modules.begin(), modules.end(), m) != modules.end();
+  };
+  Launches& c = s.captured;
+  if (has("attn")) c.attention = s.forward.attention;
+  if (has("mlp")) c.dense_ffn = s.forward.dense_ffn;
+  if (has("moe"))
+    c.moe = s.forward.moe, c.moe_after_sync = s.forward.moe_after_sync;
+  else
+    c.moe = (has("moe_router") ? 1 + 2 + 7 + 9 : 0) + (has("moe_preprocess") ? 8 : 0);
 }
 
 // Expert biases outside the grouped GEMMs: bytes per element, forward and backward. Megatron-Core
@@ -210,7 +233,7 @@ FrameworkSetting framework_setting(const ProjectConfig& c) {
   expert_bias_traffic(s);
   eager_model_traffic(s);
   eager_routing_traffic(s);
-  launches(s);
+  launches(s, f.cuda_graphs);
   dispatcher_sms(s);
   return s;
 }

@@ -98,6 +98,10 @@ struct FrameworkSetting {
   // the backward's from the autograd engine; none where the framework's process is not timed this
   // way (memfine_layer: this suite's own measured layer).
   Launches forward, backward;
+  // Of `forward`, what CUDA graphs replay (framework.cuda_graphs, named as given): the host launches
+  // none of it, forward or backward, nor pays its share of the calibrated constant.
+  Launches captured;
+  std::string cuda_graphs = "none";
   // The SMs each dispatcher runs on (NCCL's all-to-all: none priced).
   std::map<Dispatcher, double> sms_of;
   double dispatcher_sms(Dispatcher dispatcher) const {

@@ -35,6 +35,51 @@ std::vector<std::string> modules_value(const YAML::Node& n) {
   return out;
 }
 
+// Megatron-Core's cuda_graph_modules (transformer_config.py) that a projection prices, as a run's
+// source names them; `full`: every layer whole (TE's per-layer graphs of the whole layer, or the
+// full iteration); `none`: eager.
+constexpr const char* kGraphModules[] = {"attn", "mlp", "moe", "moe_router", "moe_preprocess"};
+
+// A list (or a string joined by commas) of graphed modules, `full` or `none`: the modules in their
+// order joined by ", ", refused where Megatron refuses them.
+std::string graphs_value(const YAML::Node& n) {
+  std::vector<std::string> names;
+  auto add = [&](std::string name) {
+    name.erase(0, name.find_first_not_of(" "));
+    name.erase(name.find_last_not_of(" ") + 1);
+    if (std::find(names.begin(), names.end(), name) != names.end()) throw std::invalid_argument(name + " given twice");
+    names.push_back(name);
+  };
+  if (n.IsSequence()) {
+    for (const YAML::Node& e : n) add(e.IsScalar() ? e.Scalar() : MapReader::dump(e));
+  } else if (n.IsScalar()) {
+    std::string s = n.Scalar();
+    for (size_t at = 0; at <= s.size();) {
+      const size_t comma = std::min(s.find(',', at), s.size());
+      add(s.substr(at, comma - at));
+      at = comma + 1;
+    }
+  } else {
+    throw std::invalid_argument("expected `none`, `full` or a list of modules, got '" + MapReader::dump(n) + "'");
+  }
+  const auto has = [&](const char* m) { return std::find(names.begin(), names.end(), m) != names.end(); };
+  if ((has("none") || has("full")) && names.size() > 1)
+    throw std::invalid_argument("`none` and `full` stand alone, not beside modules");
+  if (has("none") || has("full")) return names[0];
+  for (const auto& name : names)
+    if (std::find_if(std::begin(kGraphModules), std::end(kGraphModules), [&](const char* m) { return name == m; }) ==
+        std::end(kGraphModules))
+      throw std::invalid_argument("no module '" + name +
+                                  "' (attn, mlp, moe, moe_router, moe_preprocess; or `full`, `none`)");
+  if (has("moe") && has("moe_router"))
+    throw std::invalid_argument("moe and moe_router both: moe graphs the router too");
+  if (has("moe_preprocess") && !has("moe_router")) throw std::invalid_argument("moe_preprocess needs moe_router");
+  std::string out;
+  for (const char* m : kGraphModules)
+    if (has(m)) out += (out.empty() ? "" : ", ") + std::string(m);
+  return out;
+}
+
 template <class S>
 Field<S> modules(std::string key, std::vector<std::string> S::*m, std::string help) {
   return {key, "list of " + module_names("`", " \\| ", "`"), "[]", std::move(help),
@@ -120,6 +165,13 @@ const Section<FrameworkConfig>& framework_keys() {
                   "with `selective_op`: its list keeps the all-to-alls' outputs, as torchtitan's has since its PR "
                   "1672 (2025-09-06); false for a run before it, whose list (llama3's) kept neither: its routed "
                   "rows keep nothing and backward runs the dispatch and combine again"),
+       {"cuda_graphs", "`none` \\| `full` \\| list of `attn`, `mlp`, `moe`, `moe_router`, `moe_preprocess`", "none",
+        "what CUDA graphs replay of each layer, forward and backward, as Megatron's --cuda-graph-scope names it "
+        "(`full`: every layer whole, or the whole iteration): a replayed module's host launches and its share of "
+        "the calibrated constant (a time a layer pass, which the host's launches and synchronisations are "
+        "taken to make) are not paid (core/project/framework.cpp counts each module's launches)",
+        [](MapReader& r, F& s) { r.read_value("cuda_graphs", s.cuda_graphs, graphs_value); },
+        [](const F& s) { return nlohmann::json(s.cuda_graphs); }, [](const F& s) { return s.cuda_graphs.empty(); }},
        boolean<F>("flex_attention", &F::flex_attention,
                   "the attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 configs since its PR "
                   "1610, use_flex_attn): priced at the hardware preset's flex_attention_head_dim_curve at the "

@@ -19,8 +19,7 @@ const std::vector<std::pair<const char*, std::string Published::*>>& texts() {
       {"source", &Published::source},
       {"evidence", &Published::evidence},
       {"calibration", &Published::calibration},
-      {"known_issue", &Published::known_issue},
-      {"cuda_graphs", &Published::cuda_graphs}};
+      {"known_issue", &Published::known_issue}};
   return t;
 }
 

@@ -23,9 +23,6 @@ struct Published {
   // A regression the framework's own release notes name for this configuration (a row shown, not
   // counted: no projection of a working framework can hold it).
   std::string known_issue;
-  // What the run captured in CUDA graphs as its source states it (`full`, `none`, or the graphed
-  // modules): not priced, read beside the validation's errors; empty where the source does not say.
-  std::string cuda_graphs;
   // By strategy label (the file's strategies' own), by quantity: tokens_per_s_gpu,
   // model_tflops_gpu, step_s, peak_gb (allocated), reserved_gb, device_gb (the device's used memory,
   // as nvidia-smi shows it: the need's counterpart, the CUDA context and NCCL beside the allocator),

@@ -300,6 +300,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
                         {"precision", c.precision},
                         {"ep_overlap", c.framework.ep_overlap},
                         {"tp_comm_overlap", c.framework.tp_comm_overlap},
+                        {"cuda_graphs", c.framework.cuda_graphs},
                         {"hottest_stage", e.hottest_stage},
                         {"why", e.why},
                         {"rank", rank}};
@@ -334,7 +335,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
           {"compute", e.compute}, {"recompute", e.recompute},       {"comm", e.comm},
           {"bubble", e.bubble},   {"offload_wait", e.offload_wait}, {"chunk_overhead", e.chunk_overhead},
           {"optimizer", e.optimizer}, {"launch", e.launch}, {"calibration", e.calibration}};
-      j["all_to_all_s"] = e.all_to_all;
+      j["calibration_passes"] = e.calibration_passes, j["all_to_all_s"] = e.all_to_all;
       j["moe_layer_ms"] = {{"forward", e.moe_layer_forward * 1e3}, {"backward", e.moe_layer_backward * 1e3}};
       j["expert_gemm"] = {{"rows", e.expert_rows}, {"tflops", e.expert_tflops}};
       if (e.expert_table_tflops > 0) j["expert_gemm"]["table_tflops"] = e.expert_table_tflops;

@@ -28,6 +28,8 @@ const std::vector<FieldSpec>& projection_schema() {
       {"precision", "string", "", "the linears' GEMMs: `bf16`, `fp8` or `fp8_blockwise` (the file's precision)", k},
       {"ep_overlap", "boolean", "", "the all-to-all overlapped with another micro-batch's compute", k},
       {"tp_comm_overlap", "boolean", "", "TP's collectives behind the GEMMs", k},
+      {"cuda_graphs", "string", "",
+       "what CUDA graphs replay of each layer (framework.cuda_graphs; empty: not given, eager)", k},
       {"ep_overlap_hidden", "number", "", "with ep_overlap: the most of an all-to-all that hides (a share)", k},
       {"hottest_stage", "string", "", "the pipeline rank whose memory is given", k},
       {"why", "string", "", "why the layout or strategy is rejected or does not fit (empty when it does)", k},
@@ -37,9 +39,7 @@ const std::vector<FieldSpec>& projection_schema() {
       {"overload", "object", "",
        "the hottest rank's s' over its balanced share at this EP: worst layer, mean over layers, held", k},
       {"published", "object", "",
-       "a validation file's published figures (values by quantity; source, evidence, calibration, known_issue, "
-       "cuda_graphs)",
-       k},
+       "a validation file's published figures (values by quantity; source, evidence, calibration, known_issue)", k},
       {"validation_seen", "object", "",
        "what the validation saw of this model under this framework profile (errors.yaml seen): runs, too_fast, "
        "held (by the range) and error_pct, the lowest, median and highest throughput error at their first "
@@ -72,6 +72,10 @@ const std::vector<FieldSpec>& projection_schema() {
       {"step_parts_s", "object", "s",
        "compute, recompute, comm, bubble, offload_wait, chunk_overhead, optimizer, launch and calibration (what "
        "the validation's calibrated constant adds: errors.yaml layer_pass_s a layer's pass of a micro-batch)",
+       k},
+      {"calibration_passes", "number", "",
+       "the layer passes the calibrated constant is paid for: a pipeline rank's, less the share of launches "
+       "CUDA graphs replay",
        k},
       {"all_to_all_s", "number", "s", "the step's all-to-all, exposed or not", k},
       {"moe_layer_ms", "object", "ms",

@@ -153,14 +153,27 @@ double recompute_of(const StrategyShape& s, const Compute& c, double a2a) {
 struct HostLaunches {
   double forward = 0, again = 0, backward = 0, after_sync = 0, after_sync_again = 0;
 };
+// A stage's launches of `x` (the forward's or the backward's), `moe` MoE blocks a micro-batch; with
+// `eager`, less what CUDA graphs replay (each block's captured share of its forward's launches).
+double stage_launches(const Stage& st, double moe, const Launches& x, const FrameworkSetting& f, bool eager) {
+  auto left = [&](double all, double captured, double forward) {
+    return eager && forward > 0 ? all * (1 - captured / forward) : all;
+  };
+  return st.layers * left(x.attention, f.captured.attention, f.forward.attention) +
+         st.dense * left(x.dense_ffn, f.captured.dense_ffn, f.forward.dense_ffn) +
+         moe * left(x.moe, f.captured.moe, f.forward.moe);
+}
+
 HostLaunches host_launches(const Stage& st, const StrategyShape& s, const FrameworkSetting& f, double modules) {
   const double moe = st.moe * moe_runs(s);
-  auto stage = [&](const Launches& x) { return st.layers * x.attention + st.dense * x.dense_ffn + moe * x.moe; };
   HostLaunches h;
-  h.forward = stage(f.forward);
-  h.again = (s.recompute_layer ? h.forward : replays_moe(s) ? moe * f.forward.moe : 0) + modules;
-  h.backward = stage(f.backward);
-  h.after_sync = moe * f.forward.moe_after_sync;
+  h.forward = stage_launches(st, moe, f.forward, f, true);
+  h.again = (s.recompute_layer ? stage_launches(st, moe, f.forward, f, false)
+             : replays_moe(s)  ? moe * f.forward.moe
+                               : 0) +
+            modules;
+  h.backward = stage_launches(st, moe, f.backward, f, true);
+  h.after_sync = moe * (f.forward.moe_after_sync - f.captured.moe_after_sync);
   h.after_sync_again = replays_moe(s) ? h.after_sync : 0;
   return h;
 }
@@ -178,8 +191,11 @@ double launch_wait(const Hardware& hw, const Stage& st, const StrategyShape& s, 
                    four_digits(f.backward.moe) + " in backward) at " + four_digits(hw.host_forward_launch_us) +
                    " us each from Python and " + four_digits(hw.host_backward_launch_us) +
                    " from autograd: where that is longer than the GPU's micro-batch, the GPU waits for it; after the "
-                   "dispatcher's host synchronisation, " + four_digits(fw.moe_after_sync) +
-                   " launches a MoE forward with the GPU waiting"
+                   "dispatcher's host synchronisation, " +
+                   four_digits(fw.moe_after_sync) + " launches a MoE forward with the GPU waiting" +
+                   (f.cuda_graphs == "none" ? ""
+                                            : "; CUDA graphs replay " + f.cuda_graphs +
+                                                  " (framework.cuda_graphs): not launched, forward or backward")
              : "; kernel launches not priced";
   const HostLaunches h = host_launches(st, s, f, modules);
   const double fwd = hw.host_forward_launch_us * 1e-6;
@@ -296,6 +312,21 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 }
 
 }  // namespace
+
+double eager_launch_share(const ModelConfig& m, const Layout& l, const ProjectSetting& set) {
+  Stage whole;
+  for (const RankShape& r : rank_shapes(m, l, set.pipeline_layout)) {
+    const Stage st = stage_of(m, r);
+    whole.layers += st.layers, whole.dense += st.dense, whole.moe += st.moe;
+  }
+  const FrameworkSetting& f = set.framework;
+  const double all =
+      stage_launches(whole, whole.moe, f.forward, f, false) + stage_launches(whole, whole.moe, f.backward, f, false);
+  if (all <= 0) return 1;
+  return (stage_launches(whole, whole.moe, f.forward, f, true) +
+          stage_launches(whole, whole.moe, f.backward, f, true)) /
+         all;
+}
 
 double layer_passes(const ModelConfig& m, const Layout& l) {
   // A pass on any rank waits the same: the fill and drain wait for the other ranks' passes as the

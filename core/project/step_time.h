@@ -38,6 +38,10 @@ struct StepMemory {
 // schedule, as pipeline_bubble_time), x the model's layers over the pipeline ranks.
 double layer_passes(const ModelConfig& m, const Layout& l);
 
+// The share of the model's host launches, forward and backward, that CUDA graphs do not replay
+// (framework.cuda_graphs): 1 eager, 0 graphed whole; 1 where the framework's launches are not counted.
+double eager_launch_share(const ModelConfig& m, const Layout& l, const ProjectSetting& set);
+
 // Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.
 StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
                     const ProjectSetting& set, double received, const StepMemory& mem);

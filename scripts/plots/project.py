@@ -266,11 +266,11 @@ def seen_lines(runs):
 
 def graph_lines(runs):
     """The counted runs' errors by what their source says they captured in CUDA graphs
-    (published.cuda_graphs), which the projection does not price: graphed in whole or part, not
-    graphed, not stated."""
+    (framework.cuda_graphs, priced since the projection's first lines of most of them): graphed in
+    whole or part, not graphed, not stated."""
     groups = {}
     for r in filter(SRC.counted, runs):
-        g = r["record"]["published"].get("cuda_graphs", "")
+        g = r["record"].get("cuda_graphs", "")
         kind = "not stated" if not g else "not graphed" if g == "none" else "graphed (whole or in part)"
         groups.setdefault(kind, []).append(r)
     if set(groups) <= {"not stated"}:
@@ -284,23 +284,25 @@ def graph_lines(runs):
         return (f"{kind}: {len(rs)} runs, at their first projection median {statistics.median(first):+.1f}% "
                 f"(too slow on {sum(e < 0 for e in first)}), today {statistics.median(now):+.1f}% "
                 f"(too slow on {sum(e < 0 for e in now)})")
-    return ["- By CUDA graphs, which the projection does not price (each file's published.cuda_graphs, as its "
-            "source states it; signed errors, projected over published speed): "
+    return ["- By CUDA graphs (each file's framework.cuda_graphs, as its source states it; priced only "
+            "since most of these runs' first projections; signed errors, projected over published speed): "
             + "; ".join(text(k) for k in ("graphed (whole or in part)", "not graphed", "not stated")) + "."]
 
 
 def graph_ab_lines(runs, root=R.ROOT):
-    """Matched CUDA graph A/Bs: two runs whose case files differ only in their name and published
-    figures, one not graphed and one graphed (published.cuda_graphs); the graphed run's speed over
-    the eager one's, measured and projected (graphs are not priced: 1.00 but for rounding)."""
+    """Matched CUDA graph A/Bs: two runs whose case files differ only in their name, their published
+    figures and their framework.cuda_graphs, one not graphed and one graphed; the graphed run's speed
+    over the eager one's, measured and projected."""
     alike = {}
     for r in runs:
         rec, path = r["record"], os.path.join(root, r["record"]["case_file"])
-        graphs = rec["published"].get("cuda_graphs")
+        graphs = rec.get("cuda_graphs")
         if not graphs or "throughput" not in r or not os.path.exists(path):
             continue
         with open(path) as f:
             case = {k: v for k, v in yaml.safe_load(f).items() if k not in ("name", "published")}
+        if isinstance(case.get("framework"), dict):
+            case["framework"] = {k: v for k, v in case["framework"].items() if k != "cuda_graphs"}
         alike.setdefault(json.dumps([case, rec["strategy"]], sort_keys=True), []).append((graphs, r))
 
     def speed(r):  # published, then projected tokens/s a GPU
