@@ -314,8 +314,8 @@ def graph_ab_lines(runs, root=R.ROOT):
                 (m1, p1), (m0, p0) = speed(graphed), speed(eager)
                 said.append(f"{graphed['case']} ({graphs}) over {eager['case']}: {m1 / m0:.2f}x measured, "
                             f"{p1 / p0:.2f}x projected")
-    return ["- Matched CUDA graph A/Bs (two case files alike but for their name and published figures, one "
-            "not graphed), the graphed run's speed over the eager one's: " + "; ".join(sorted(said)) + "."] if said else []
+    return ["- Matched CUDA graph A/Bs (two case files alike but for their name, their published figures and "
+            "their framework.cuda_graphs, one not graphed), the graphed run's speed over the eager one's: " + "; ".join(sorted(said)) + "."] if said else []
 
 
 def report_lines(model_dir, here_src=None):

@@ -54,7 +54,8 @@ LATER_CHANGES = (
     ("AutoModel's eager expert biases through DeepEP were priced", "bcf389f", "2026-12-01T09:16:58Z"),
     ("the grouped GEMM's rate was capped by its call's work", "efec0be", "2026-12-01T12:51:06Z"),
     ("the calibration term was refit on its runs under today's projection", "f07920f", "2026-12-01T15:00:15Z"),
-    ("the calibration term counted the pipeline's fill and drain", "2d72762", "2026-12-02T02:31:43Z"))
+    ("the calibration term counted the pipeline's fill and drain", "2d72762", "2026-12-02T02:31:43Z"),
+    ("CUDA graphs were priced: replayed launches and their share of the term", "649994c", "2026-12-02T08:38:01Z"))
 # The same for changes to what decides fit: a layout first projected from then on is judged by the
 # fit its first projection gave.
 LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
