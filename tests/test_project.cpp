@@ -1785,6 +1785,19 @@ TEST(Project, Fp8PricesTheLinearsGemmsCastsCopiesAndSavedInputs) {
   EXPECT_DOUBLE_EQ(same.activation_gb, fp8.activation_gb);
   c.hardware.fp8_blockwise_gemm_speedup_curve = {{256, 1.0}, {8192, 1.0}};
   EXPECT_DOUBLE_EQ(only(run_project(c)).compute, casts.compute);
+  // MXFP8 (precision: mxfp8): the same at its own ratio, each FP8 copy with its one-byte scale a
+  // 32-element block: the weights' two copies 2 x 33/32 bytes a parameter.
+  c.precision = "mxfp8";
+  c.hardware.mxfp8_gemm_speedup_curve = c.hardware.fp8_gemm_speedup_curve;
+  const Estimate mx = only(run_project(c));
+  EXPECT_DOUBLE_EQ(mx.compute, fp8.compute);
+  EXPECT_NEAR(mx.static_gb - bf16.static_gb, 2 * (1 + 1.0 / 32) * linears / 1e9, 1e-6);
+  EXPECT_GT(mx.activation_gb, fp8.activation_gb);
+  const LayerWidths wm = layer_widths(Profile::MegatronTe, m, none, 2, {{}, 1 + 1.0 / 32});
+  EXPECT_DOUBLE_EQ(wm.row,
+                   (1 + 1.0 / 32) * (double(m.hidden) + double(m.ffn_hidden)) + 2 * 2 * double(m.ffn_hidden) + 8);
+  c.hardware.mxfp8_gemm_speedup_curve = {{256, 1.0}, {8192, 1.0}};
+  EXPECT_DOUBLE_EQ(only(run_project(c)).compute, casts.compute);
 }
 
 // FP8 is refused where it cannot be priced, at its key's line: a framework other than megatron_te, a
@@ -1801,7 +1814,9 @@ TEST(Project, Fp8IsRefusedWhereItCannotBePriced) {
        "fp8_gemm_speedup_curve"},
       {"hardware: a100_80gb\nprecision: fp8_blockwise\n",
        "fp8_project.yaml:5: precision: fp8_blockwise needs the hardware preset's "
-       "fp8_blockwise_gemm_speedup_curve"}};
+       "fp8_blockwise_gemm_speedup_curve"},
+      {"hardware: h100_80gb\nprecision: mxfp8\n",
+       "fp8_project.yaml:5: precision: mxfp8 needs the hardware preset's mxfp8_gemm_speedup_curve"}};
   for (const auto& [keys, says] : cases) {
     std::ofstream(file) << head << keys;
     try {
@@ -1814,7 +1829,9 @@ TEST(Project, Fp8IsRefusedWhereItCannotBePriced) {
   std::ofstream(file) << head << "hardware: h800\nprecision: fp8\n";  // h800 extends the H100's ratio
   EXPECT_TRUE(project_setting(load_project(file, kExperiments + "/project")).fp8);
   std::ofstream(file) << head << "hardware: h800\nprecision: fp8_blockwise\n";
-  EXPECT_TRUE(project_setting(load_project(file, kExperiments + "/project")).fp8_blockwise);
+  EXPECT_EQ(project_setting(load_project(file, kExperiments + "/project")).precision, "fp8_blockwise");
+  std::ofstream(file) << head << "hardware: gb200\nprecision: mxfp8\n";  // gb200 extends the B200's ratio
+  EXPECT_EQ(project_setting(load_project(file, kExperiments + "/project")).precision, "mxfp8");
   std::remove(file.c_str());
 }
 

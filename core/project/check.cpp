@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/project/pipeline.h"
+#include "core/project/rates.h"
 #include "core/strategy/registry.h"
 #include "core/util/format.h"
 #include "core/workload/workload.h"
@@ -53,16 +54,13 @@ void check_framework(const ProjectConfig& c, Problems& p) {
       p.add_at(c.where(std::string("framework.") + key), std::string("framework.") + key,
                "-1 (the framework's) or at least 0, got " + std::to_string(v));
   // FP8 is priced in Megatron-Core's terms (profile_megatron.cpp), at a preset's measured ratio.
-  const bool blockwise = c.precision == "fp8_blockwise";
   if (c.precision != "bf16" && f.name != Framework::MegatronTe)
     p.add_at(c.where("precision"), "precision",
              c.precision + " is priced for framework megatron_te only (what its linears keep in FP8), not " +
                  std::string(name_of(f.name)));
-  if (c.precision != "bf16" &&
-      (blockwise ? c.hardware.fp8_blockwise_gemm_speedup_curve : c.hardware.fp8_gemm_speedup_curve).empty())
+  if (const auto [curve, key] = fp8_curve(c.hardware, c.precision); curve && curve->empty())
     p.add_at(c.where("precision"), "precision",
-             c.precision + " needs the hardware preset's " +
-                 (blockwise ? "fp8_blockwise_gemm_speedup_curve" : "fp8_gemm_speedup_curve") +
+             c.precision + " needs the hardware preset's " + key +
                  " (FP8 over bf16 GEMM rates measured at the same shapes); " + c.hardware.name + " has none");
   // FlexAttention's rate is taken where it was measured, never stretched to another head dim.
   const auto& flex = c.hardware.flex_attention_head_dim_curve;
@@ -179,8 +177,8 @@ ProjectSetting project_setting(const ProjectConfig& c) {
   s.framework = framework_setting(c);
   s.errors = c.errors;
   s.element_bytes = c.dtype == "float32" ? 4 : 2;
-  s.fp8 = c.precision == "fp8" || c.precision == "fp8_blockwise";
-  s.fp8_blockwise = c.precision == "fp8_blockwise";
+  s.fp8 = c.precision != "bf16";
+  s.precision = c.precision;
   return s;
 }
 

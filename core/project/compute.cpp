@@ -83,11 +83,14 @@ std::string pricing_note(const ModelConfig& m, const Hardware& hw, const Project
                     " bytes a weight at the HBM rate, per micro-batch and chunk)"
               : "") +
          "; recomputation adds a forward with its dispatch and combine; MTP layers count as MoE layers" +
-         (set.fp8 ? std::string("; in FP8") + (set.fp8_blockwise ? " (block-scaled)" : "") +
+         (set.fp8 ? std::string("; in FP8") +
+                        (set.precision == "fp8_blockwise" ? " (block-scaled)"
+                         : set.precision == "mxfp8"       ? " (MXFP8)"
+                                                          : "") +
                         " the linears' GEMMs (dense and grouped; not the router's, the attention core's or the "
                         "output layer's) at the preset's FP8 over bf16 ratio at their rows (" +
-                        four_digits(fp8_speedup(hw, 512, true, set.fp8_blockwise)) + "x at 512 rows, " +
-                        four_digits(fp8_speedup(hw, 8192, true, set.fp8_blockwise)) +
+                        four_digits(fp8_speedup(hw, 512, set.precision)) + "x at 512 rows, " +
+                        four_digits(fp8_speedup(hw, 8192, set.precision)) +
                         "x at 8192), their inputs and outputs' gradients cast at the HBM rate (6 bytes an element)"
                   : "");
 }
@@ -125,7 +128,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   // In FP8 the linears' GEMMs (Transformer Engine's modules) run at the preset's FP8 ratio at each
   // GEMM's rows; the router's and the output layer's (Megatron's own linears) stay bf16.
   auto rate = [&](bool linear, double rows, double n, double k) {
-    return gemm_rate(hw, rows, n, k) * fp8_speedup(hw, rows, set.fp8 && linear, set.fp8_blockwise);
+    return gemm_rate(hw, rows, n, k) * fp8_speedup(hw, rows, linear ? set.precision : "bf16");
   };
   auto gemms_t = [&](const std::vector<DenseGemm>& gs, bool forward_only = false, bool linear = true) {
     double t = 0;
@@ -145,7 +148,7 @@ Compute compute_of(const ModelConfig& m, const Hardware& hw, const Layout& l, co
   const double local = local_experts(m, l), rows_per_expert = rows / local;
   const double core_t = core_flops / core_attention_rate(m, hw, set);
   auto expert_rate = [&](double rows) {
-    return expert_gemm_rate(hw, rows, h, g, local) * fp8_speedup(hw, rows, set.fp8, set.fp8_blockwise);
+    return expert_gemm_rate(hw, rows, h, g, local) * fp8_speedup(hw, rows, set.precision);
   };
   const double expert_t = expert_flops / expert_rate(expert_gemm_rows(m, l, s, received));
   // Memory-bound kernels at the HBM rate: what the stage's layers move per token, the routed rows

@@ -106,6 +106,7 @@ struct Hardware {
   // beyond its ends). Empty: the preset cannot price FP8.
   std::vector<std::pair<double, double>> fp8_gemm_speedup_curve;
   std::vector<std::pair<double, double>> fp8_blockwise_gemm_speedup_curve;  // the same, block-scaled
+  std::vector<std::pair<double, double>> mxfp8_gemm_speedup_curve;          // the same, MXFP8 (32-element blocks)
   double nvlink_gb_s = 0, network_gb_s = 0;  // per GPU and direction
   double nvlink_latency_us = 3, network_latency_us = 10;
   double host_to_device_gb_s = 0, device_to_host_gb_s = 0;

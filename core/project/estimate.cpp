@@ -99,7 +99,7 @@ Estimate estimate(const ModelConfig& m, const Hardware& hw, const Layout& l, con
   e.step += e.calibration;
   e.expert_rows = expert_gemm_rows(m, l, e.shape, received_on_average);
   // In FP8 the experts' GEMMs, on the curve and on the table alike, at the preset's FP8 ratio.
-  const double fp8 = fp8_speedup(hw, e.expert_rows, set.fp8, set.fp8_blockwise);
+  const double fp8 = fp8_speedup(hw, e.expert_rows, set.precision);
   const double h = double(m.hidden), g = double(expert_share(m, l).ffn_hidden);
   e.expert_tflops = expert_gemm_rate(hw, e.expert_rows, h, g, local_experts(m, l)) * fp8 / 1e12;
   if (!hw.gemm_table.empty()) {

@@ -63,9 +63,11 @@ struct ProjectSetting {
   // The linear layers in FP8 (Transformer Engine's recipes, Megatron's --fp8-format): their GEMMs at
   // the preset's FP8 rate, their inputs cast and kept for backward in FP8, their weights' FP8 copies.
   bool fp8 = false;
-  // Of FP8, DeepSeek's block scaling (Transformer Engine's Float8BlockScaling, --fp8-recipe
-  // blockwise): its GEMMs at the preset's blockwise ratio.
-  bool fp8_blockwise = false;
+  // The file's precision: bf16, fp8 (per-tensor), fp8_blockwise (DeepSeek's block scaling,
+  // --fp8-recipe blockwise) or mxfp8 (--fp8-recipe mxfp8): its GEMMs at the preset's ratio for it.
+  std::string precision = "bf16";
+  // Bytes an FP8 copy holds an element: 1, and MXFP8's one-byte scale a 32-element block.
+  double fp8_bytes() const { return precision == "mxfp8" ? 1 + 1.0 / 32 : 1; }
 };
 
 }  // namespace memfine

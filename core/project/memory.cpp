@@ -68,8 +68,9 @@ StageMemory::StageMemory(const ModelConfig& m, const Layout& l, const ProjectSet
 double StageMemory::static_of(const Stage& st) const {
   const FrameworkSetting& f = set_.framework;
   // In FP8 each linear's weight has FP8 copies, row-wise and column-wise (Hopper's GEMMs take no
-  // transposed FP8 operand), cached from a step's first micro-batch on (TE's is_first_microbatch).
-  const double fp8_weights = set_.fp8 ? 2 * (st.linear_params + st.expert_params) : 0;
+  // transposed FP8 operand; MXFP8 scales each orientation's blocks apart), cached from a step's first
+  // micro-batch on (TE's is_first_microbatch).
+  const double fp8_weights = set_.fp8 ? 2 * set_.fp8_bytes() * (st.linear_params + st.expert_params) : 0;
   if (f.fsdp) {
     // The parameters FSDP manages: all but the routed experts where they sit outside it.
     const double managed = st.params + (experts_in_fsdp() ? st.expert_params : 0);
@@ -103,7 +104,7 @@ double StageMemory::lazy_of(const Stage& st) const {
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
   const FrameworkSetting& f = set_.framework;
-  const ProfileOptions o{f.recomputed, set_.fp8, f.selective_op, f.selective_op_all_to_all,
+  const ProfileOptions o{f.recomputed, set_.fp8 ? set_.fp8_bytes() : 0, f.selective_op, f.selective_op_all_to_all,
                          set_.dispatcher == Dispatcher::DeepEp};
   // Where TP gathers the kv heads, each GPU keeps its query group's kv head for its share of them.
   LayerWidths w = layer_widths(f.profile, kv_share(m_, l_), s, set_.element_bytes, o);
@@ -202,7 +203,9 @@ std::vector<std::string> StageMemory::assumptions(const StrategyShape& s) const 
                             ") by the distributed optimizer") +
       "; the hottest pipeline rank (the first: embedding, most micro-batches in flight; the output "
       "layer's: head, loss; MTP's)" +
-      (set_.fp8 ? "; in FP8 each linear's weight's FP8 copies, row-wise and column-wise (2 bytes a parameter)" : ""));
+      (set_.fp8 ? "; in FP8 each linear's weight's FP8 copies, row-wise and column-wise (" +
+                      four_digits(2 * set_.fp8_bytes()) + " bytes a parameter)"
+                : ""));
   out.push_back("activations (" + name_of(f.profile) + "'s profile): per layer what it keeps per token of the TP x CP share, plus " +
                 widths(s).row_text + " per received row, x the micro-batches the schedule keeps in flight on the rank; "
                 "the rows kept at " + four_digits(held_ / balanced) +

@@ -36,8 +36,9 @@ RecomputedModules recomputed_under(const RecomputedModules& again, const Strateg
 struct ProfileOptions {
   RecomputedModules again;  // Megatron's --recompute-modules (megatron_te's profile alone has them)
   // The linears in FP8 (Transformer Engine's FP8 recipes): each keeps its input for backward as an
-  // FP8 copy (megatron_te's profile alone prices it).
-  bool fp8 = false;
+  // FP8 copy of these bytes an element, its scales' included (megatron_te's profile alone prices
+  // it); 0: bf16.
+  double fp8 = 0;
   bool selective_op = false;  // torchtitan's per-op selective checkpointing (its profile alone)
   bool selective_op_all_to_all = true;  // with it, the all-to-alls' outputs kept (else run again)
   bool deepep = false;        // the expert-parallel path through DeepEP (torchtitan's profile tells it apart)
@@ -58,7 +59,7 @@ double loss_bytes_per_token(const ModelConfig& m, Loss loss, double element_byte
 // profile_torchtitan.cpp).
 LayerWidths memfine_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB,
-                            const RecomputedModules& again = {}, bool fp8 = false);
+                            const RecomputedModules& again = {}, double fp8 = 0);
 LayerWidths fsdp_widths(const ModelConfig& m, const StrategyShape& s, double kB);
 LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, double kB, const ProfileOptions& o);
 

@@ -20,18 +20,18 @@ RecomputedModules recomputed_under(const RecomputedModules& again, const Strateg
 }
 
 LayerWidths megatron_widths(const ModelConfig& m, const StrategyShape& s, double kB, const RecomputedModules& again,
-                            bool fp8) {
+                            double fp8) {
   const double h = double(m.hidden), F = double(m.ffn_hidden), E = double(m.experts);
   const double Fs = F * double(m.shared_experts), Fd = double(m.dense_ffn_hidden);
   const double attn = te_attention(m, kB, fp8);
   // A linear's saved input: bf16, or in FP8 an FP8 copy (TE's linear.py, grouped_linear.py).
-  const double in = fp8 ? 1 : kB;
+  const double in = fp8 > 0 ? fp8 : kB;
   ProfileParts p;
   // The MoE layer's own norm (a separate TENorm: its input, rsigma) and its output, which the
   // router's gating linear (moe_utils.py) and the shared experts' fc1 save: the block's input,
   // what `--recompute-modules moe` keeps (moe_layer.py checkpoints MoELayer.forward).
   // In FP8 the shared experts' fc1 keeps an FP8 copy of that output beside the router's bf16 one.
-  p.outside = attn + kB * 2 * h + kFp32 + (fp8 && Fs > 0 ? h : 0);
+  p.outside = attn + kB * 2 * h + kFp32 + (fp8 > 0 && Fs > 0 ? fp8 * h : 0);
   // Inside the block, per token: the fused router's probabilities and its aux-loss scores (fp32)
   // and routing map (router.py), the fused permutation's row map, 2E + 1 int32 a token
   // (triton/permutation.py make_row_id_map), the shared experts' fc1 output (2 Fs, saved by

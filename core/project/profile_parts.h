@@ -45,9 +45,9 @@ inline LayerWidths assemble(const ProfileParts& p, const StrategyShape& s) {
 namespace memfine {
 
 // Attention with Transformer Engine's fused kernels, per token (profile_te.cpp). `fp8`: its linears
-// keep FP8 copies of their inputs (one byte an element) where bf16 ones were kept for them alone, and
-// beside the bf16 ones another module keeps too.
-double te_attention(const ModelConfig& m, double kB, bool fp8 = false);
+// keep FP8 copies of their inputs (`fp8` bytes an element; 0: bf16) where bf16 ones were kept for
+// them alone, and beside the bf16 ones another module keeps too.
+double te_attention(const ModelConfig& m, double kB, double fp8 = 0);
 // MLA's query, key and value after the up-projections and RoPE, elements per token: what the core
 // saves of them (H (dn + dr) each for q and k, H dv for v).
 double te_mla_qkv(const ModelConfig& m);
@@ -59,8 +59,8 @@ struct RowWidth {
   double bytes = 0;
   std::string text;
 };
-// `fp8`: fc1's and fc2's inputs kept as FP8 copies (one byte an element), z in bf16.
-RowWidth te_row(const StrategyShape& s, double h, double F, double kB, double tail, bool fp8 = false);
+// `fp8`: fc1's and fc2's inputs kept as FP8 copies (`fp8` bytes an element; 0: bf16), z in bf16.
+RowWidth te_row(const StrategyShape& s, double h, double F, double kB, double tail, double fp8 = 0);
 
 // What fine-grained offloading moves of a layer under `s` (added to `w`): the input norm's input,
 // qkv's input, the core's q, k and v, the projection's input; per routed row fc1's input, the

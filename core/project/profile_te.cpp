@@ -22,31 +22,32 @@ double te_mla_qkv(const ModelConfig& m) {
 // linear_qkv's normed input an FP8 copy; linear_proj's input, which the core keeps in bf16 too, an
 // FP8 copy beside it. MLA's two down-projections each keep an FP8 copy of the normed input, the
 // up-projections FP8 copies of the compressed query and key-value norms' outputs.
-double te_attention(const ModelConfig& m, double kB, bool fp8) {
+double te_attention(const ModelConfig& m, double kB, double fp8) {
   const double h = double(m.hidden), H = double(m.heads), G = double(m.kv_heads), d = double(m.head_dim);
   if (m.attention == "none") return 0;
   if (m.attention == "mla") {
     const double dr = double(m.rope_head_dim), dv = double(m.v_dim());
     const double q_lr = double(m.q_lora_rank), kv_lr = double(m.kv_lora_rank);
     const double fp32 = kFp32 * ((q_lr > 0 ? 3 : 2) + H);
-    if (fp8) return kB * (h + q_lr + kv_lr + dr + te_mla_qkv(m) + H * dv) + (2 * h + q_lr + kv_lr + H * dv) + fp32;
+    if (fp8 > 0)
+      return kB * (h + q_lr + kv_lr + dr + te_mla_qkv(m) + H * dv) + fp8 * (2 * h + q_lr + kv_lr + H * dv) + fp32;
     return kB * (2 * h + 2 * q_lr + 2 * kv_lr + dr + te_mla_qkv(m) + H * dv) + fp32;
   }
   const double qk_norm = m.qk_norm ? (H + G) * d : 0;
   const double fp32 = kFp32 * (1 + H + (m.qk_norm ? H + G : 0));
-  if (fp8) return kB * (h + 2 * H * d + 2 * G * d + qk_norm) + (h + H * d) + fp32;
+  if (fp8 > 0) return kB * (h + 2 * H * d + 2 * G * d + qk_norm) + fp8 * (h + H * d) + fp32;
   return kB * (2 * h + 2 * H * d + 2 * G * d + qk_norm) + fp32;
 }
 
-RowWidth te_row(const StrategyShape& s, double h, double F, double kB, double tail, bool fp8) {
+RowWidth te_row(const StrategyShape& s, double h, double F, double kB, double tail, double fp8) {
   switch (s.experts) {
     case ExpertStorage::ActRecomputed:
-      if (fp8) return {h + kB * 2 * F + tail, "h fp8 + 2F"};
+      if (fp8 > 0) return {fp8 * h + kB * 2 * F + tail, "h fp8 + 2F"};
       return {kB * (h + 2 * F) + tail, "h + 2F"};
     case ExpertStorage::BufferFree:
       return {kB * (h + (s.keep_act ? 3 : 2) * F) + tail, s.keep_act ? "h + 3F" : "h + 2F"};
     default:
-      if (fp8) return {h + F + kB * 2 * F + tail, "h + F fp8 + 2F"};
+      if (fp8 > 0) return {fp8 * (h + F) + kB * 2 * F + tail, "h + F fp8 + 2F"};
       return {kB * (h + 3 * F) + tail, "h + 3F"};
   }
 }

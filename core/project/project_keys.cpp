@@ -324,13 +324,15 @@ const Section<ProjectConfig>& project_keys() {
        integer<P>("top", &P::top, 1, 1 << 20, "rows of the ranked table"),
        choice<P>("dtype", &P::dtype, {"bfloat16", "float32"},
                  "activations' element (memory, memory-bound kernels, all-to-all bytes)"),
-       choice<P>("precision", &P::precision, {"bf16", "fp8", "fp8_blockwise"},
+       choice<P>("precision", &P::precision, {"bf16", "fp8", "fp8_blockwise", "mxfp8"},
                  "the linear layers' GEMMs: bf16, or fp8 (Transformer Engine's per-tensor FP8, Megatron's --fp8-format "
                  "hybrid: each linear's three GEMMs at the hardware preset's fp8_gemm_speedup_curve, its input and "
                  "output gradient cast to FP8 by memory-bound passes, its input kept for backward in FP8 and its "
                  "weight's FP8 copies held through the step; the attention core, the router, the embedding and the "
                  "output layer in bf16), or fp8_blockwise (the same with DeepSeek's block scaling, Megatron's "
-                 "--fp8-recipe blockwise, at the preset's fp8_blockwise_gemm_speedup_curve); megatron_te only"),
+                 "--fp8-recipe blockwise, at the preset's fp8_blockwise_gemm_speedup_curve), or mxfp8 (the same in "
+                 "MXFP8, --fp8-recipe mxfp8, at the preset's mxfp8_gemm_speedup_curve; each FP8 copy a weight's and "
+                 "an input's with its one-byte scale a 32-element block); megatron_te only"),
        published_key()}};
   return s;
 }

@@ -34,9 +34,17 @@ double expert_gemm_rate(const Hardware& hw, double rows, double h, double g, dou
   return std::max(curve, 3 * expert_forward_flops(rows, h, g) / expert_kernels(hw, rows, h, g, 0).gemm_s);
 }
 
-double fp8_speedup(const Hardware& hw, double rows, bool fp8, bool blockwise) {
-  const auto& curve = blockwise ? hw.fp8_blockwise_gemm_speedup_curve : hw.fp8_gemm_speedup_curve;
-  return !fp8 || curve.empty() ? 1 : curve_at(curve, rows);
+std::pair<const std::vector<std::pair<double, double>>*, const char*> fp8_curve(const Hardware& hw,
+                                                                                const std::string& precision) {
+  if (precision == "fp8") return {&hw.fp8_gemm_speedup_curve, "fp8_gemm_speedup_curve"};
+  if (precision == "fp8_blockwise") return {&hw.fp8_blockwise_gemm_speedup_curve, "fp8_blockwise_gemm_speedup_curve"};
+  if (precision == "mxfp8") return {&hw.mxfp8_gemm_speedup_curve, "mxfp8_gemm_speedup_curve"};
+  return {nullptr, ""};
+}
+
+double fp8_speedup(const Hardware& hw, double rows, const std::string& precision) {
+  const auto* curve = fp8_curve(hw, precision).first;
+  return !curve || curve->empty() ? 1 : curve_at(*curve, rows);
 }
 
 double attention_rate(const Hardware& hw, double head_dim, bool sinks) {

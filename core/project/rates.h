@@ -27,10 +27,14 @@ std::string grouped_rate_note(const Hardware& hw);
 // several experts' few rows at once.
 double expert_gemm_rate(const Hardware& hw, double rows, double h, double g, double experts);
 
-// A linear's GEMM in FP8 over the same in bf16 at `rows` (the GEMM's m): the preset's measured
-// curve (its block-scaled one where `blockwise`), log-linear in rows between its points; 1 where
-// `fp8` is false or the preset has none.
-double fp8_speedup(const Hardware& hw, double rows, bool fp8 = true, bool blockwise = false);
+// The preset's FP8-over-bf16 curve for a project's precision (`fp8`, `fp8_blockwise`, `mxfp8`) and
+// its key's name; nullptr for bf16.
+std::pair<const std::vector<std::pair<double, double>>*, const char*> fp8_curve(const Hardware& hw,
+                                                                                const std::string& precision);
+// A linear's GEMM in `precision` over the same in bf16 at `rows` (the GEMM's m): the preset's
+// measured curve for it, log-linear in rows between its points; 1 in bf16 or where the preset has
+// none.
+double fp8_speedup(const Hardware& hw, double rows, const std::string& precision);
 
 // The attention kernel's rate (FLOP/s) at a head dim: attention_tflops (head dim 128) scaled by the
 // preset's head-dim curve, its value there over its value at 128; or attention_tflops alone. With
