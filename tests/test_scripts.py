@@ -637,30 +637,42 @@ class Validation(unittest.TestCase):
         self.assertIn("not stated: 1 runs", said)
         self.assertEqual(project.graph_lines(self.runs(now[3], first=first[3:])), [])
 
-    def test_matched_graph_ab_runs_are_set_side_by_side(self):
-        """REPORT sets a graphed run beside an eager one whose case file differs only in its name, its
-        published figures and its framework.cuda_graphs: the speed ratio measured and projected; a file
-        that differs otherwise is no match, and nothing is said without one."""
+    def test_matched_ab_runs_are_set_side_by_side(self):
+        """REPORT sets a graphed run beside an eager one, and an MXFP8 run beside another precision's,
+        whose case files differ only in their name, their published figures and that one key: the
+        speed ratio measured and projected; a file that differs otherwise is no match, and nothing is
+        said without one."""
         import yaml
         from plots import project
         d = tempfile.mkdtemp()
         try:
             now = []
-            for name, tokens, graphs, gpus in (("eager", 1000.0, "none", 16), ("graphed", 1000.0, "attn", 16),
-                                               ("bigger", 1000.0, "full", 32)):
+            for name, tokens, graphs, gpus, precision in (
+                    ("eager", 1000.0, "none", 16, None), ("graphed", 1000.0, "attn", 16, None),
+                    ("bigger", 1000.0, "full", 32, None), ("fp8", 1000.0, "full", 64, "fp8"),
+                    ("mx", 1000.0, "full", 64, "mxfp8")):
+                case = {"name": name, "model": "m", "gpus": gpus,
+                        "framework": {"name": "megatron_te", "cuda_graphs": graphs},
+                        "published": {"tokens_per_s_gpu": tokens}}
+                if precision:
+                    case["precision"] = precision
                 with open(os.path.join(d, name + ".yaml"), "w") as f:
-                    yaml.safe_dump({"name": name, "model": "m", "gpus": gpus,
-                                    "framework": {"name": "megatron_te", "cuda_graphs": graphs},
-                                    "published": {"tokens_per_s_gpu": tokens}}, f)
+                    yaml.safe_dump(case, f)
                 r = self.row(name, tokens, None)
                 r["case_file"], r["cuda_graphs"] = name + ".yaml", graphs
+                if precision:
+                    r["precision"] = precision
                 now.append(r)
             runs = self.runs(*now, first=[dict(r) for r in now])
             runs[1]["throughput"] = (*runs[1]["throughput"][:3], -20.0)  # measured 1.25x the eager run
-            said = " ".join(project.graph_ab_lines(runs, root=d))
-            self.assertIn("graphed (attn) over eager: 1.25x measured, 1.00x projected", said)
-            self.assertNotIn("bigger", said)
-            self.assertEqual(project.graph_ab_lines(runs[:1] + runs[2:], root=d), [])
+            said = project.ab_lines(runs, root=d)
+            self.assertEqual(len(said), 2)
+            self.assertIn("Matched CUDA graph A/Bs", said[0])
+            self.assertIn("graphed (attn) over eager: 1.25x measured, 1.00x projected", said[0])
+            self.assertNotIn("bigger", said[0])
+            self.assertIn("Matched precision A/Bs", said[1])
+            self.assertIn("mx (mxfp8) over fp8: 1.00x measured, 1.00x projected", said[1])
+            self.assertEqual(project.ab_lines(runs[:1] + runs[2:3], root=d), [])
         finally:
             shutil.rmtree(d)
 

@@ -289,33 +289,45 @@ def graph_lines(runs):
             + "; ".join(text(k) for k in ("graphed (whole or in part)", "not graphed", "not stated")) + "."]
 
 
-def graph_ab_lines(runs, root=R.ROOT):
-    """Matched CUDA graph A/Bs: two runs whose case files differ only in their name, their published
-    figures and their framework.cuda_graphs, one not graphed and one graphed; the graphed run's speed
-    over the eager one's, measured and projected."""
-    alike = {}
-    for r in runs:
-        rec, path = r["record"], os.path.join(root, r["record"]["case_file"])
-        graphs = rec.get("cuda_graphs")
-        if not graphs or "throughput" not in r or not os.path.exists(path):
-            continue
-        with open(path) as f:
-            case = {k: v for k, v in yaml.safe_load(f).items() if k not in ("name", "published")}
-        if isinstance(case.get("framework"), dict):
-            case["framework"] = {k: v for k, v in case["framework"].items() if k != "cuda_graphs"}
-        alike.setdefault(json.dumps([case, rec["strategy"]], sort_keys=True), []).append((graphs, r))
+# The matched A/Bs REPORT sets side by side: (what differs, the line's record key, how the case file
+# writes it (a top-level key, or framework's), whether a value is the pair's base, the title).
+AB_KINDS = (("CUDA graph", "cuda_graphs", ("framework", "cuda_graphs"), lambda v: v == "none",
+             "framework.cuda_graphs, one not graphed), the graphed run's speed over the eager one's"),
+            ("precision", "precision", (None, "precision"), lambda v: v != "mxfp8",
+             "precision, one in MXFP8), the MXFP8 run's speed over the other's"))
 
+
+def ab_lines(runs, root=R.ROOT):
+    """Matched A/Bs of each AB_KINDS kind: two runs whose case files differ only in their name, their
+    published figures and that one key, the base one and another; the other's speed over the base
+    one's, measured and projected."""
     def speed(r):  # published, then projected tokens/s a GPU
         return SRC.published_speed(r), r["record"]["tokens_per_s_gpu"]
-    said = []
-    for rows in alike.values():
-        for _, eager in (x for x in rows if x[0] == "none"):
-            for graphs, graphed in (x for x in rows if x[0] != "none"):
-                (m1, p1), (m0, p0) = speed(graphed), speed(eager)
-                said.append(f"{graphed['case']} ({graphs}) over {eager['case']}: {m1 / m0:.2f}x measured, "
-                            f"{p1 / p0:.2f}x projected")
-    return ["- Matched CUDA graph A/Bs (two case files alike but for their name, their published figures and "
-            "their framework.cuda_graphs, one not graphed), the graphed run's speed over the eager one's: " + "; ".join(sorted(said)) + "."] if said else []
+    out = []
+    for kind, field, (section, key), is_base, title in AB_KINDS:
+        alike = {}
+        for r in runs:
+            rec, path = r["record"], os.path.join(root, r["record"]["case_file"])
+            value = rec.get(field)
+            if not value or "throughput" not in r or not os.path.exists(path):
+                continue
+            with open(path) as f:
+                case = {k: v for k, v in yaml.safe_load(f).items() if k not in ("name", "published")}
+            where = case if section is None else case.get(section)
+            if isinstance(where, dict):
+                where.pop(key, None)
+            alike.setdefault(json.dumps([case, rec["strategy"]], sort_keys=True), []).append((value, r))
+        said = []
+        for rows in alike.values():
+            for _, base in (x for x in rows if is_base(x[0])):
+                for value, other in (x for x in rows if not is_base(x[0])):
+                    (m1, p1), (m0, p0) = speed(other), speed(base)
+                    said.append(f"{other['case']} ({value}) over {base['case']}: {m1 / m0:.2f}x measured, "
+                                f"{p1 / p0:.2f}x projected")
+        if said:
+            out.append(f"- Matched {kind} A/Bs (two case files alike but for their name, their published figures "
+                       f"and their {title}: " + "; ".join(sorted(said)) + ".")
+    return out
 
 
 def report_lines(model_dir, here_src=None):
@@ -329,7 +341,7 @@ def report_lines(model_dir, here_src=None):
            f"Against {s['runs']} published training runs (`project_validation.md`; each run's file in "
            "experiments/project/validation/ names its source):", ""]
     out += (V.verdict_lines(s, names=False) + SRC.lines(runs) + seen_lines(runs) + graph_lines(runs)
-            + graph_ab_lines(runs))
+            + ab_lines(runs))
     e = s["entered"]
     if e["runs"]:
         out += ["", f"The held-out goals on the {len(e['runs'])} runs that entered after the range and the "
