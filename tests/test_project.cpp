@@ -1621,12 +1621,13 @@ TEST(Project, CudaGraphsReplayTheirLaunchesAndTheirShareOfTheCalibration) {
   const FrameworkSetting f = framework_setting(eager);
   // The share left eager of a layer's launches, forward and backward (backward twice the forward's).
   const double layer = f.forward.attention + f.forward.moe;
-  for (const auto& [graphs, captured] :
-       std::vector<std::pair<std::string, double>>{{"attn", f.forward.attention},
-                                                   {"attn, moe_router, moe_preprocess", f.forward.attention + 19 + 8},
-                                                   {"full", layer}}) {
+  for (const auto& [modules, captured] : std::vector<std::pair<std::vector<std::string>, double>>{
+           {{"attn"}, f.forward.attention},
+           {{"attn", "moe_router", "moe_preprocess"}, f.forward.attention + 19 + 8},
+           {{"full"}, layer}}) {
     ProjectConfig c = eager;
-    c.framework.cuda_graphs = graphs;
+    c.framework.cuda_graphs = modules;
+    const std::string graphs = graphs_text(modules);
     const ProjectResult r = run_project(c);
     ASSERT_EQ(r.ranked.size(), base.ranked.size()) << graphs;
     std::map<std::string, const Estimate*> before;  // ranked anew: matched by layout and strategy
@@ -1655,7 +1656,7 @@ TEST(Project, CudaGraphsReplayTheirLaunchesAndTheirShareOfTheCalibration) {
   // A string as the sources write it and a list are one setting, in Megatron's order.
   const std::string listed = ::testing::TempDir() + "/graphs_listed.yaml";
   std::ofstream(listed) << head << "framework: {name: megatron_te, cuda_graphs: [moe_router, attn]}\n";
-  EXPECT_EQ(load_project(listed, kExperiments + "/project").framework.cuda_graphs, "attn, moe_router");
+  EXPECT_EQ(graphs_text(load_project(listed, kExperiments + "/project").framework.cuda_graphs), "attn, moe_router");
   std::remove(listed.c_str());
 }
 

@@ -58,9 +58,9 @@ void check_framework(const ProjectConfig& c, Problems& p) {
     p.add_at(c.where("precision"), "precision",
              c.precision + " is priced for framework megatron_te only (what its linears keep in FP8), not " +
                  std::string(name_of(f.name)));
-  if (const auto [curve, key] = fp8_curve(c.hardware, c.precision); curve && curve->empty())
+  if (const Fp8Recipe* r = fp8_recipe(c.precision); r && (c.hardware.*r->curve).empty())
     p.add_at(c.where("precision"), "precision",
-             c.precision + " needs the hardware preset's " + key +
+             c.precision + " needs the hardware preset's " + r->key +
                  " (FP8 over bf16 GEMM rates measured at the same shapes); " + c.hardware.name + " has none");
   // FlexAttention's rate is taken where it was measured, never stretched to another head dim.
   const auto& flex = c.hardware.flex_attention_head_dim_curve;

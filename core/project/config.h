@@ -157,6 +157,8 @@ struct RecomputedModules {
 const std::vector<std::pair<std::string, bool RecomputedModules::*>>& recompute_module_table();
 // The flags of the modules `names` names (names the table has; the key refuses others).
 RecomputedModules recomputed_modules(const std::vector<std::string>& names);
+// framework.cuda_graphs as the sources write it: its names joined by ", " ("" where not given).
+std::string graphs_text(const std::vector<std::string>& graphs);
 
 struct FrameworkConfig {
   Framework name = Framework::MegatronTe;
@@ -184,9 +186,9 @@ struct FrameworkConfig {
   // The attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 since its PR 1610): at
   // the hardware preset's flex_attention_head_dim_curve
   bool flex_attention = false;
-  // What CUDA graphs replay of each layer: none, full, or modules as Megatron's cuda_graph_modules
-  // names them, joined by ", " (framework_keys.cpp); empty: not given, eager
-  std::string cuda_graphs;
+  // What CUDA graphs replay of each layer: `none`, `full`, or modules as Megatron's cuda_graph_modules
+  // names them, in its order (framework_keys.cpp); empty: not given, eager
+  std::vector<std::string> cuda_graphs;
 };
 
 // How sure the projection is, from its validation (errors.yaml beside the presets, written by

@@ -76,19 +76,13 @@ void optimizer_traffic(FrameworkSetting& s) {
 // attn the attention block, mlp a dense FFN, moe the MoE block whole (drop-and-pad alone: no host
 // synchronisation), moe_router its norm and router (1 + 2 + 7 + 9), moe_preprocess the dispatcher's
 // preprocess (8); full all of them. A graph's own launch is not counted.
-void launches(FrameworkSetting& s, const std::string& graphs) {
-  s.cuda_graphs = graphs.empty() ? "none" : graphs;
+void launches(FrameworkSetting& s, const std::vector<std::string>& graphs) {
+  s.cuda_graphs = graphs.empty() ? "none" : graphs_text(graphs);
   if (s.profile == Profile::Memfine) return;  // this suite's layer: measured, launches and all
   s.forward = {7, 5, 52, 14};
   s.backward = {2 * s.forward.attention, 2 * s.forward.dense_ffn, 2 * s.forward.moe, 0};
-  std::vector<std::string> modules;  // framework_keys.cpp joins them by ", "
-  for (size_t at = 0; at < graphs.size();) {
-    const size_t end = std::min(graphs.find(", ", at), graphs.size());
-    modules.push_back(graphs.substr(at, end - at));
-    at = end + 2;
-  }
   const auto has = [&](const char* m) {
-    return graphs == "full" || std::find(modules.begin(), modules.end(), m) != modules.end();
+    return s.cuda_graphs == "full" || std::find(graphs.begin(), graphs.end(), m) != graphs.end();
   };
   Launches& c = s.captured;
   if (has("attn")) c.attention = s.forward.attention;

@@ -41,8 +41,8 @@ std::vector<std::string> modules_value(const YAML::Node& n) {
 constexpr const char* kGraphModules[] = {"attn", "mlp", "moe", "moe_router", "moe_preprocess"};
 
 // A list (or a string joined by commas) of graphed modules, `full` or `none`: the modules in their
-// order joined by ", ", refused where Megatron refuses them.
-std::string graphs_value(const YAML::Node& n) {
+// order, refused where Megatron refuses them.
+std::vector<std::string> graphs_value(const YAML::Node& n) {
   std::vector<std::string> names;
   auto add = [&](std::string name) {
     name.erase(0, name.find_first_not_of(" "));
@@ -65,7 +65,7 @@ std::string graphs_value(const YAML::Node& n) {
   const auto has = [&](const char* m) { return std::find(names.begin(), names.end(), m) != names.end(); };
   if ((has("none") || has("full")) && names.size() > 1)
     throw std::invalid_argument("`none` and `full` stand alone, not beside modules");
-  if (has("none") || has("full")) return names[0];
+  if (has("none") || has("full")) return names;
   for (const auto& name : names)
     if (std::find_if(std::begin(kGraphModules), std::end(kGraphModules), [&](const char* m) { return name == m; }) ==
         std::end(kGraphModules))
@@ -74,9 +74,9 @@ std::string graphs_value(const YAML::Node& n) {
   if (has("moe") && has("moe_router"))
     throw std::invalid_argument("moe and moe_router both: moe graphs the router too");
   if (has("moe_preprocess") && !has("moe_router")) throw std::invalid_argument("moe_preprocess needs moe_router");
-  std::string out;
+  std::vector<std::string> out;
   for (const char* m : kGraphModules)
-    if (has(m)) out += (out.empty() ? "" : ", ") + std::string(m);
+    if (has(m)) out.push_back(m);
   return out;
 }
 
@@ -94,6 +94,12 @@ const std::vector<std::pair<std::string, bool RecomputedModules::*>>& recompute_
   static const std::vector<std::pair<std::string, bool R::*>> table = {
       {"layernorm", &R::layernorm}, {"mla_up_proj", &R::mla_up_proj}, {"mlp", &R::mlp}, {"core_attn", &R::core_attn}};
   return table;
+}
+
+std::string graphs_text(const std::vector<std::string>& graphs) {
+  std::string out;
+  for (const auto& g : graphs) out += (out.empty() ? "" : ", ") + g;
+  return out;
 }
 
 RecomputedModules recomputed_modules(const std::vector<std::string>& names) {
@@ -171,7 +177,8 @@ const Section<FrameworkConfig>& framework_keys() {
         "the calibrated constant (a time a layer pass, which the host's launches and synchronisations are "
         "taken to make) are not paid (core/project/framework.cpp counts each module's launches)",
         [](MapReader& r, F& s) { r.read_value("cuda_graphs", s.cuda_graphs, graphs_value); },
-        [](const F& s) { return nlohmann::json(s.cuda_graphs); }, [](const F& s) { return s.cuda_graphs.empty(); }},
+        [](const F& s) { return nlohmann::json(graphs_text(s.cuda_graphs)); },
+        [](const F& s) { return s.cuda_graphs.empty(); }},
        boolean<F>("flex_attention", &F::flex_attention,
                   "the attention core is PyTorch's FlexAttention (torchtitan's DeepSeek-V3 configs since its PR "
                   "1610, use_flex_attn): priced at the hardware preset's flex_attention_head_dim_curve at the "

@@ -128,20 +128,11 @@ Field<Hardware> grouped_work_curve_key() {
                    "narrow experts) fills the GPU less");
 }
 
-// `fp8_gemm_speedup_curve`, with DeepSeek's block scaling `fp8_blockwise_gemm_speedup_curve`, and
-// MXFP8's `mxfp8_gemm_speedup_curve`: [rows, FP8 over bf16] pairs, rows rising.
-Field<Hardware> fp8_curve_key(const std::string& precision) {
-  const Hardware none;
-  const std::string key = fp8_curve(none, precision).second;
-  const auto member = precision == "fp8_blockwise" ? &Hardware::fp8_blockwise_gemm_speedup_curve
-                      : precision == "mxfp8"       ? &Hardware::mxfp8_gemm_speedup_curve
-                                                   : &Hardware::fp8_gemm_speedup_curve;
-  const std::string scaling = precision == "fp8_blockwise"
-                                  ? "DeepSeek's block scaling: 1 x 128 activations, 128 x 128 weights"
-                              : precision == "mxfp8" ? "MXFP8: E4M3 with a power-of-two scale a 32-element block"
-                                                     : "per-tensor scaled E4M3";
-  return curve_key(key, "rows", member,
-                   "a linear's GEMM in FP8 (" + scaling +
+// Each FP8 recipe's curve (rates.h fp8_recipes): [rows, FP8 over bf16] pairs, rows rising.
+Field<Hardware> fp8_curve_key(const Fp8Recipe& r) {
+  const std::string precision = r.precision;
+  return curve_key(r.key, "rows", r.curve,
+                   std::string("a linear's GEMM in FP8 (") + r.scaling +
                        ", bf16 out) over the same GEMM in bf16, both measured at the same shapes at rising rows: a run "
                        "at `precision: " +
                        precision +
@@ -273,9 +264,9 @@ const Section<Hardware>& hardware_keys() {
        flex_curve_key(),
        grouped_curve_key(),
        grouped_work_curve_key(),
-       fp8_curve_key("fp8"),
-       fp8_curve_key("fp8_blockwise"),
-       fp8_curve_key("mxfp8"),
+       fp8_curve_key(fp8_recipes()[0]),
+       fp8_curve_key(fp8_recipes()[1]),
+       fp8_curve_key(fp8_recipes()[2]),
        table_key(),
        number<H>("nvlink_gb_s", &H::nvlink_gb_s, kLeastRate, 1e6, "inside a node, per GPU and direction"),
        number<H>("network_gb_s", &H::network_gb_s, kLeastRate, 1e6, "across nodes, per GPU and direction"),

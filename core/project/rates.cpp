@@ -34,17 +34,25 @@ double expert_gemm_rate(const Hardware& hw, double rows, double h, double g, dou
   return std::max(curve, 3 * expert_forward_flops(rows, h, g) / expert_kernels(hw, rows, h, g, 0).gemm_s);
 }
 
-std::pair<const std::vector<std::pair<double, double>>*, const char*> fp8_curve(const Hardware& hw,
-                                                                                const std::string& precision) {
-  if (precision == "fp8") return {&hw.fp8_gemm_speedup_curve, "fp8_gemm_speedup_curve"};
-  if (precision == "fp8_blockwise") return {&hw.fp8_blockwise_gemm_speedup_curve, "fp8_blockwise_gemm_speedup_curve"};
-  if (precision == "mxfp8") return {&hw.mxfp8_gemm_speedup_curve, "mxfp8_gemm_speedup_curve"};
-  return {nullptr, ""};
+const std::vector<Fp8Recipe>& fp8_recipes() {
+  static const std::vector<Fp8Recipe> recipes = {
+      {"fp8", "fp8_gemm_speedup_curve", &Hardware::fp8_gemm_speedup_curve, "per-tensor scaled E4M3"},
+      {"fp8_blockwise", "fp8_blockwise_gemm_speedup_curve", &Hardware::fp8_blockwise_gemm_speedup_curve,
+       "DeepSeek's block scaling: 1 x 128 activations, 128 x 128 weights"},
+      {"mxfp8", "mxfp8_gemm_speedup_curve", &Hardware::mxfp8_gemm_speedup_curve,
+       "MXFP8: E4M3 with a power-of-two scale a 32-element block"}};
+  return recipes;
+}
+
+const Fp8Recipe* fp8_recipe(const std::string& precision) {
+  for (const Fp8Recipe& r : fp8_recipes())
+    if (precision == r.precision) return &r;
+  return nullptr;
 }
 
 double fp8_speedup(const Hardware& hw, double rows, const std::string& precision) {
-  const auto* curve = fp8_curve(hw, precision).first;
-  return !curve || curve->empty() ? 1 : curve_at(*curve, rows);
+  const Fp8Recipe* r = fp8_recipe(precision);
+  return !r || (hw.*r->curve).empty() ? 1 : curve_at(hw.*r->curve, rows);
 }
 
 double attention_rate(const Hardware& hw, double head_dim, bool sinks) {

@@ -27,10 +27,18 @@ std::string grouped_rate_note(const Hardware& hw);
 // several experts' few rows at once.
 double expert_gemm_rate(const Hardware& hw, double rows, double h, double g, double experts);
 
-// The preset's FP8-over-bf16 curve for a project's precision (`fp8`, `fp8_blockwise`, `mxfp8`) and
-// its key's name; nullptr for bf16.
-std::pair<const std::vector<std::pair<double, double>>*, const char*> fp8_curve(const Hardware& hw,
-                                                                                const std::string& precision);
+// Each FP8 precision a project file names: the hardware key of its FP8-over-bf16 curve, the member
+// that holds it and its scaling as the key's help says it; the one list the key, the check and the
+// rate read.
+struct Fp8Recipe {
+  const char* precision;
+  const char* key;
+  std::vector<std::pair<double, double>> Hardware::*curve;
+  const char* scaling;
+};
+const std::vector<Fp8Recipe>& fp8_recipes();
+// The recipe of a project's precision; nullptr for bf16.
+const Fp8Recipe* fp8_recipe(const std::string& precision);
 // A linear's GEMM in `precision` over the same in bf16 at `rows` (the GEMM's m): the preset's
 // measured curve for it, log-linear in rows between its points; 1 in bf16 or where the preset has
 // none.

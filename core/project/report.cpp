@@ -300,7 +300,7 @@ std::string project_json(const ProjectConfig& c, const ProjectResult& r, const P
                         {"precision", c.precision},
                         {"ep_overlap", c.framework.ep_overlap},
                         {"tp_comm_overlap", c.framework.tp_comm_overlap},
-                        {"cuda_graphs", c.framework.cuda_graphs},
+                        {"cuda_graphs", graphs_text(c.framework.cuda_graphs)},
                         {"hottest_stage", e.hottest_stage},
                         {"why", e.why},
                         {"rank", rank}};
