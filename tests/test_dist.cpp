@@ -11,7 +11,9 @@
 #include <unistd.h>
 #include "scratch.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -196,9 +198,22 @@ INSTANTIATE_TEST_SUITE_P(World, RealRanks, ::testing::Values(2, 4));
 // Rank 0's store listens where the job's ranks reach it (MASTER_ADDR), not on every interface; an
 // address it cannot listen at is said with the OS's reason.
 TEST(Rendezvous, ListensAtTheJobsAddressOnly) {
-  const int port = free_loopback_port();
+  // A port found free can be taken before it is listened at (another test's outgoing connection):
+  // then another is picked, as a user would pick another MASTER_PORT.
+  int port = 0;
+  const auto listen_free = [&port](const char* host) {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        return listen_socket(host, port);
+      } catch (const std::runtime_error& e) {
+        if (attempt == 4 || std::string(e.what()).find(std::strerror(EADDRINUSE)) == std::string::npos) throw;
+        port = free_loopback_port();
+      }
+    }
+  };
+  port = free_loopback_port();
   for (const char* host : {"127.0.0.1", "localhost"}) {
-    const int fd = listen_socket(host, port);
+    const int fd = listen_free(host);
     sockaddr_storage a{};
     socklen_t n = sizeof a;
     ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n), 0);
