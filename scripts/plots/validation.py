@@ -23,6 +23,8 @@ import json
 import os
 import statistics
 
+import yaml
+
 from . import errors_file as E
 from . import held_out as H
 from .held_out import HELD_OUT_HALF_WIDTH, HELD_OUT_HELD, HELD_OUT_WORST, PEAK_GOAL
@@ -35,33 +37,17 @@ MEDIAN_GOAL, WORST_GOAL, PAIR_GOAL = 10.0, 25.0, 15.0
 # PyTorch's allocated, its reserved, and the device's used memory (nvidia-smi's) against the need.
 PEAK_KEYS = (("peak_gb", "peak_gb"), ("reserved_gb", "reserved_gb"), ("device_gb", "need_gb"))
 PEAK_NOTE = {"reserved_gb": ", reserved", "device_gb": ", the device's against the need"}
-# Changes made after their checked runs were seen: what changed, the commit that made it and its date;
-# runs first projected from then on are its own test.
-LATER_CHANGES = (
-    ("the calibration term's form and value were set", "c109c6d", "2026-11-29T14:42:28Z"),
-    ("the overlap's hidden share was taken from Megatron Core's report", "fe46180", "2026-11-30T03:23:01Z"),
-    ("torchtitan's profile replaced NeMo AutoModel's for its runs", "5e33b83", "2026-11-30T06:19:03Z"),
-    ("NeMo AutoModel's FSDP under pipelining was priced", "c1fdc6c", "2026-11-30T07:36:54Z"),
-    ("Megatron's expert weight-gradient accumulation was priced", "2a7a8cf", "2026-11-30T11:54:55Z"),
-    ("expert TP was priced", "8576ce5", "2026-11-30T16:55:46Z"),
-    ("Megatron's allgather dispatcher was priced", "7ce6605", "2026-11-30T18:20:29Z"),
-    ("the A100 and H200 presets took Azure's measured rates", "a3a53ae", "2026-11-30T21:43:03Z"),
-    ("FlexAttention was priced at its measured rate", "1fc46c3", "2026-11-30T22:22:19Z"),
-    ("torchtitan's checkpointing before it kept all-to-alls was priced", "e247a1c", "2026-12-01T00:51:02Z"),
-    ("wide experts' GEMMs ran no slower than the GEMM table", "a0d2575", "2026-12-01T06:33:29Z"),
-    ("block-scaled FP8 took its own measured ratio", "78653dd", "2026-12-01T06:45:02Z"),
-    ("Megatron's eager GLU clamp and unfused YaRN RoPE were priced", "20437fa", "2026-12-01T08:51:33Z"),
-    ("AutoModel's eager expert biases through DeepEP were priced", "bcf389f", "2026-12-01T09:16:58Z"),
-    ("the grouped GEMM's rate was capped by its call's work", "efec0be", "2026-12-01T12:51:06Z"),
-    ("the calibration term was refit on its runs under today's projection", "f07920f", "2026-12-01T15:00:15Z"),
-    ("the calibration term counted the pipeline's fill and drain", "2d72762", "2026-12-02T02:31:43Z"),
-    ("CUDA graphs were priced: replayed launches and their share of the term", "649994c", "2026-12-02T08:38:01Z"))
-# The same for changes to what decides fit: a layout first projected from then on is judged by the
-# fit its first projection gave.
-LATER_FIT_CHANGES = (("the presets' memory became each GPU's total as PyTorch reports it", "6145692",
-                      "2026-11-30T09:28:03Z"),
-                     ("what Megatron's GLU clamp keeps was counted", "2c5a928", "2026-12-01T09:04:10Z"),
-                     ("torchtitan's compiled loss was priced as compiled", "fd9c599", "2026-12-01T14:57:45Z"))
+
+
+def _later_changes(kind):
+    """Changes made after their checked runs were seen, of one kind (`speed` for the throughput's, `fit`
+    for what decides fit): (what changed, the commit that made it, its date); runs first projected from
+    then on are its own test. From experiments/project/later_changes.yaml."""
+    with open(os.path.join(R.ROOT, "experiments", "project", "later_changes.yaml")) as f:
+        return tuple((c["what"], c["commit"], c["since"]) for c in yaml.safe_load(f)[kind])
+
+
+LATER_CHANGES, LATER_FIT_CHANGES = _later_changes("speed"), _later_changes("fit")
 
 
 def load(path):
