@@ -644,6 +644,11 @@ TEST(Project, FsdpUnderPipeliningKeepsTheStageGatheredAndItsGradients) {
   const Estimate before = with("torchtitan", 1, true, false, false);
   EXPECT_LT(before.activation_gb, op.activation_gb);
   EXPECT_GT(before.recompute, op.recompute);
+  // At EP 1 no all-to-all runs: the list's entry keeps nothing, as if it had none.
+  l.ep = 1;
+  EXPECT_LT(with("torchtitan", 1, true).activation_gb, op.activation_gb);
+  EXPECT_DOUBLE_EQ(with("torchtitan", 1, true).activation_gb, with("torchtitan", 1, true, false, false).activation_gb);
+  l.ep = 2;
   // Its eager routing moves 24 h + 4 F bytes a routed row beyond the fused path's, a forward.
   hw.hbm_gb_s = 1000;
   EXPECT_GT(with("torchtitan", 1).compute, with("fsdp_te", 1).compute);

@@ -104,8 +104,12 @@ double StageMemory::lazy_of(const Stage& st) const {
 
 LayerWidths StageMemory::widths(const StrategyShape& s) const {
   const FrameworkSetting& f = set_.framework;
-  const ProfileOptions o{f.recomputed, set_.fp8 ? set_.fp8_bytes() : 0, f.selective_op, f.selective_op_all_to_all,
-                         set_.dispatcher == Dispatcher::DeepEp};
+  const ProfileOptions o{f.recomputed,
+                         set_.fp8 ? set_.fp8_bytes() : 0,
+                         f.selective_op,
+                         f.selective_op_all_to_all,
+                         set_.dispatcher == Dispatcher::DeepEp,
+                         l_.ep > 1};
   // Where TP gathers the kv heads, each GPU keeps its query group's kv head for its share of them.
   LayerWidths w = layer_widths(f.profile, kv_share(m_, l_), s, set_.element_bytes, o);
   if (l_.etp > 1) {

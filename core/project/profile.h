@@ -42,6 +42,7 @@ struct ProfileOptions {
   bool selective_op = false;  // torchtitan's per-op selective checkpointing (its profile alone)
   bool selective_op_all_to_all = true;  // with it, the all-to-alls' outputs kept (else run again)
   bool deepep = false;        // the expert-parallel path through DeepEP (torchtitan's profile tells it apart)
+  bool all_to_all = true;     // the experts spread over ranks (EP > 1): its path runs the all-to-alls
 };
 LayerWidths layer_widths(Profile p, const ModelConfig& m, const StrategyShape& s, double element_bytes,
                          const ProfileOptions& o = {});

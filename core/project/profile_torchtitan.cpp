@@ -118,15 +118,18 @@ LayerWidths torchtitan_widths(const ModelConfig& m, const StrategyShape& s, doub
     dense_mm.insert(dense_mm.end(), {Fd, Fd, h});
     const double H = double(m.heads), out = m.attention == "none" ? 0 : kB * H * double(m.v_dim()) + kFp32 * H;
     // The combine returns each token once through DeepEP, a row per assignment through all_to_all_single.
-    const double a2a = o.selective_op_all_to_all ? 1 : 0;
+    // At EP 1 no all-to-all runs (no ExpertParallel wraps the experts): the list keeps none.
+    const double a2a = o.selective_op_all_to_all && o.all_to_all ? 1 : 0;
     const double combined = a2a * (deepep ? kB * h : k * kB * h);
     const double moe_token = kB * h + saved_linears(moe_mm, kB) + out + combined, moe_row = a2a * kB * h;
     const double dense_token = kB * h + saved_linears(dense_mm, kB) + out;
     w.token = moe_token, w.token_again = p.outside + p.block - moe_token;
     w.row = moe_row, w.row_again = p.row - moe_row;
     w.dense = dense_token, w.dense_again = p.dense - dense_token;
-    w.row_text = o.selective_op_all_to_all ? "h bf16 (the dispatch's output; op-level checkpointing)"
-                                           : "0 bytes (op-level checkpointing before torchtitan kept the all-to-alls)";
+    w.row_text = !o.all_to_all ? "0 bytes (op-level checkpointing at EP 1: no all-to-all to keep)"
+                 : o.selective_op_all_to_all
+                     ? "h bf16 (the dispatch's output; op-level checkpointing)"
+                     : "0 bytes (op-level checkpointing before torchtitan kept the all-to-alls)";
   }
   add_offload(m, s, kB, 2 * F, w);
   return w;
