@@ -185,7 +185,8 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
   }
   EXPECT_EQ(models.at("deepseek_v3").model.moe_layers(), 58);
   EXPECT_EQ(models.at("deepseek_v3").model.attention, "mla");
-  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "b200", "gb200", "a100_80gb", "a800", "memfine_64gb"})
+  for (const char* h : {"h100_80gb", "h200", "h800", "h100_96gb", "b200", "gb200", "b300", "gb300", "a100_80gb", "a800",
+                        "memfine_64gb"})
     ASSERT_TRUE(hardware.count(h)) << h;
   // The B200 extends nothing: its own table and rates, what is assumed named.
   EXPECT_EQ(hardware.at("b200").memory_gb, 191.50);
@@ -201,6 +202,15 @@ TEST(Presets, ShippedPresetsReadAndNameTheirSources) {
             hardware.at("b200").dispatcher_gb_s(Dispatcher::AllToAll, true));
   const auto& gb200_assumed = hardware.at("gb200").assumed;
   EXPECT_NE(std::find(gb200_assumed.begin(), gb200_assumed.end(), "gemm_table"), gb200_assumed.end());
+  // Blackwell Ultra: the B200's and GB200's tensor-core rates, assumed, with their own memory and NICs.
+  for (const auto& [ultra, base] : {std::pair{"b300", "b200"}, std::pair{"gb300", "gb200"}}) {
+    EXPECT_EQ(hardware.at(ultra).gemm_table.tflops, hardware.at(base).gemm_table.tflops) << ultra;
+    EXPECT_GT(hardware.at(ultra).memory_gb, hardware.at(base).memory_gb) << ultra;
+    EXPECT_GT(hardware.at(ultra).network_gb_s, hardware.at(base).network_gb_s) << ultra;
+    const auto& a = hardware.at(ultra).assumed;
+    EXPECT_NE(std::find(a.begin(), a.end(), "mxfp8_gemm_speedup_curve"), a.end()) << ultra;
+  }
+  EXPECT_EQ(hardware.at("gb300").gpus_per_node, 72);
   EXPECT_EQ(hardware.at("h200").memory_gb, 150.11);
   // A preset that extends another has the other's keys and its own over them.
   EXPECT_EQ(hardware.at("h800").memory_gb, hardware.at("h100_80gb").memory_gb);
