@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
@@ -604,14 +605,29 @@ TEST(Launch, RanksDieWithTheLauncher) {
   const pid_t launcher = l.launcher;
   const std::vector<pid_t> ranks = l.ranks;
   ASSERT_EQ(ranks.size(), 2u);
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // both ranks past their start
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   ASSERT_EQ(::kill(launcher, SIGKILL), 0);
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  for (pid_t p : ranks) {
+  // A rank still loading LibTorch when the launcher dies has not yet asked to die with it; it ends
+  // on finding its launcher gone (join_job). Under load that can take seconds, so wait, bounded.
+  auto state_of = [](pid_t p) {
     std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
     std::string pid_s, comm, state;
     stat >> pid_s >> comm >> state;
-    EXPECT_TRUE(!stat || state == "Z") << "rank pid " << p << " still alive (" << state << ")";
+    return stat ? state : std::string("gone");
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto alive = [&] {
+    return std::any_of(ranks.begin(), ranks.end(), [&](pid_t p) {
+      const std::string s = state_of(p);
+      return s != "gone" && s != "Z";
+    });
+  };
+  while (alive() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (pid_t p : ranks) {
+    const std::string state = state_of(p);
+    EXPECT_TRUE(state == "gone" || state == "Z") << "rank pid " << p << " still alive (" << state << ")";
+    if (state != "gone" && state != "Z") ::kill(p, SIGKILL);
   }
 }
 
