@@ -560,6 +560,41 @@ class LossProbe(TorchCase):
             self.assertIn("torch.compile needs PyTorch 2", rows["compiled fp32 upcast"]["error"])
 
 
+class CompileProbe(TorchCase):
+    """The GPU compile probe's MoE half is the routed sum it stands for: each token's experts' SwiGLU
+    outputs, weighted by its renormalised top-k probabilities, whatever the padding of the groups;
+    its dry run times the eager block and gives the compiled one a number or an error."""
+
+    def test_the_permuted_padded_experts_are_each_tokens_weighted_sum(self):
+        import torch
+        import torch.nn.functional as F
+        sys.path.insert(0, os.path.join(ROOT, "scripts"))
+        import gpu_compile_probe as probe
+        c = probe.SMALL
+        p = probe.params(c, "cpu", torch.float64, torch.Generator().manual_seed(1))
+        t = torch.randn(37, c["hidden"], dtype=torch.float64)
+        got = probe.moe(p, t, c, grouped=False)
+        y = probe.rms(t, p["ffn_norm"])
+        probs = torch.softmax((y @ p["router"]).float(), dim=-1)  # the router in fp32, as torchtitan's
+        top, idx = probs.topk(c["topk"], dim=-1)
+        top = (top / top.sum(-1, keepdim=True)).double()
+        want = torch.zeros_like(t)
+        for i in range(t.shape[0]):
+            for j in range(c["topk"]):
+                g, u = (y[i] @ p["w13"][idx[i, j]]).chunk(2)
+                want[i] += top[i, j] * ((F.silu(g) * u) @ p["w2"][idx[i, j]])
+        self.assertTrue(torch.allclose(got, want, atol=1e-10), (got - want).abs().max())
+
+    def test_cpu_dry_run_times_the_block(self):
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "gpu_compile_probe.py"), "--device", "cpu",
+                            "--small", "--seq", "32", "--batches", "1", "--repeats", "1"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rows = {row["variant"]: row for row in json.loads(r.stdout)["rows"]}
+        self.assertGreater(rows["eager"]["ms"], 0)
+        self.assertTrue("ms" in rows["compiled"] or "torch.compile needs PyTorch 2" in rows["compiled"]["error"])
+
+
 class PeakProbe(TorchCase):
     """The GPU peak probe runs its attention block on a CPU too (where torch imports): a peak of at
     least the saved softmax, [heads, seq, seq], and at most a handful of them."""
