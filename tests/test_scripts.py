@@ -256,6 +256,33 @@ class Figures(unittest.TestCase):
             self.assertIn(flag, r.stdout)
 
 
+class ShellHelp(unittest.TestCase):
+    """Each shell script's --help prints its opening comment whole and none of its code, however long
+    the comment grows (check-libtorch2 prints a usage block of its own); the two wrappers, python
+    and compare-pytorch, hand their arguments on."""
+
+    def test_help_is_the_opening_comment(self):
+        for name in sorted(os.listdir(os.path.join(ROOT, "scripts"))):
+            path = os.path.join(ROOT, "scripts", name)
+            if name in ("python", "compare-pytorch") or not os.path.isfile(path):
+                continue
+            with open(path) as f:
+                lines = f.read().split("\n")
+            if "bash" not in lines[0]:
+                continue
+            r = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, name + ": " + r.stderr)
+            if name == "check-libtorch2":
+                self.assertTrue(r.stdout.startswith("usage: scripts/check-libtorch2"), r.stdout)
+                continue
+            head = []
+            for line in lines[1:]:
+                if not line.startswith("#"):
+                    break
+                head.append(line[2:] if line.startswith("# ") else line[1:])
+            self.assertEqual(r.stdout.rstrip("\n").split("\n"), head, name)
+
+
 class Plot(unittest.TestCase):
     """`memfine plot`: any results folder, from its records alone."""
 
