@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_attention_probe import eager  # noqa: E402
 from gpu_grouped_probe import measured, timer  # noqa: E402
 from summaries import emit, source_commit  # noqa: E402
 
@@ -41,13 +42,11 @@ def rope(x, cos, sin):
 
 
 def sdpa(q, k, v):
-    """Causal attention on [b, heads, s, d]: PyTorch's fused kernel, or its math before PyTorch 2."""
+    """Causal attention on [b, heads, s, d]: PyTorch's fused kernel, or, before PyTorch 2, the attention
+    probe's written-out reference."""
     if hasattr(F, "scaled_dot_product_attention"):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    s = q.shape[-2]
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
-    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+    return eager(q, k, v, 0)[0]
 
 
 def experts_of(x, w13, w2, counts, grouped):

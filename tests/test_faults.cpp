@@ -68,6 +68,12 @@ Launched launch_in_background(const std::string& yaml, const std::string& dir, c
   return l;
 }
 
+// Whether a process has ended: gone, or a zombie its parent has not reaped.
+bool has_ended(pid_t p) {
+  const std::string stat = slurp("/proc/" + std::to_string(p) + "/stat");
+  return stat.empty() || stat.find(") Z") != std::string::npos;
+}
+
 // A job that cannot end by itself while a test runs: tiny steps, very many of them.
 std::string endless_yaml(const std::string& name) {
   std::string yaml = tiny_with("verify: true", "verify: false");
@@ -521,18 +527,14 @@ TEST(Launch, AHungRankEndsTheJobInBoundedTime) {
   // The launcher is the shell's child, not ours: wait for it to go.
   while (!ended && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ended = ::kill(l.launcher, 0) != 0 ||
-            slurp("/proc/" + std::to_string(l.launcher) + "/stat").find(") Z") != std::string::npos;
+    ended = has_ended(l.launcher);
   }
   const auto took = std::chrono::steady_clock::now() - t0;
   if (!ended) ::kill(l.launcher, SIGKILL), ::kill(l.ranks[1], SIGKILL), ::kill(l.ranks[0], SIGKILL);
   EXPECT_TRUE(ended) << "the job did not end with a stopped rank";
   EXPECT_NE(slurp(scratch("launch.err")).find("killing it"), std::string::npos) << slurp(scratch("launch.err"));
   EXPECT_LT(took, std::chrono::seconds(40));
-  for (pid_t p : l.ranks) {
-    const std::string stat = slurp("/proc/" + std::to_string(p) + "/stat");
-    EXPECT_TRUE(stat.empty() || stat.find(") Z") != std::string::npos) << "rank pid " << p << " outlived the job";
-  }
+  for (pid_t p : l.ranks) EXPECT_TRUE(has_ended(p)) << "rank pid " << p << " outlived the job";
 }
 
 // Over the budget on real ranks: a rank cannot stop mid-step while the others wait in its
@@ -609,25 +611,12 @@ TEST(Launch, RanksDieWithTheLauncher) {
   ASSERT_EQ(::kill(launcher, SIGKILL), 0);
   // A rank still loading LibTorch when the launcher dies has not yet asked to die with it; it ends
   // on finding its launcher gone (join_job). Under load that can take seconds, so wait, bounded.
-  auto state_of = [](pid_t p) {
-    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
-    std::string pid_s, comm, state;
-    stat >> pid_s >> comm >> state;
-    return stat ? state : std::string("gone");
-  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  auto alive = [&] {
-    return std::any_of(ranks.begin(), ranks.end(), [&](pid_t p) {
-      const std::string s = state_of(p);
-      return s != "gone" && s != "Z";
-    });
-  };
-  while (alive() && std::chrono::steady_clock::now() < deadline)
+  while (!std::all_of(ranks.begin(), ranks.end(), has_ended) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   for (pid_t p : ranks) {
-    const std::string state = state_of(p);
-    EXPECT_TRUE(state == "gone" || state == "Z") << "rank pid " << p << " still alive (" << state << ")";
-    if (state != "gone" && state != "Z") ::kill(p, SIGKILL);
+    EXPECT_TRUE(has_ended(p)) << "rank pid " << p << " still alive";
+    if (!has_ended(p)) ::kill(p, SIGKILL);
   }
 }
 
