@@ -10,7 +10,8 @@
   centred on their median: the range's spread is theirs, its centre the calibrated projection's.
   Judged leave-one-out, leaving each source family out (a case file's name begins with it; a
   family's runs share its unknowns, as a new source's runs share theirs), and in the order the runs
-  entered (each against the range from those first projected before it: no later run's error).
+  entered (each against the range from those first projected before it: no later run's error),
+  each range centred as `memfine project` applies it.
 - layer_pass_s: the one calibration term, named as one: a fixed time for each layer's pass of a
   micro-batch (forward and backward) on a pipeline rank, the median over its fit set of (published
   step - projected step without the term) / the layer passes its step waits for on a rank (its own
@@ -181,6 +182,15 @@ def equal_tails(xs, level=LEVEL):
     return (xs[lo - 1], xs[hi - 1]) if lo >= 1 and hi <= n else None
 
 
+def centred_tails(xs, level=LEVEL):
+    """The range as `memfine project` applies it about a projection: equal_tails of `xs` less their
+    median; None past the data."""
+    if not xs:
+        return None
+    centre = statistics.median(xs)
+    return equal_tails([x - centre for x in xs], level)
+
+
 def symmetric(xs, level=LEVEL):
     """Split conformal's bound on |x| at `level`, None past the data."""
     xs, n = sorted(abs(x) for x in xs), len(xs)
@@ -342,11 +352,12 @@ def render():
     speed, sources, entered, peaks, counted, seen, seen_hardware, seen_batches = measure()
     runs = [c[:4] for c in counted]
     centre = statistics.median(speed)
-    lo, hi = equal_tails([x - centre for x in speed])
+    lo, hi = centred_tails(speed)
     per_pass = statistics.median(FORMS[0][1](*r) for r in runs)
-    cov, width = leave_one_out(speed, equal_tails)
-    src_cov, src_width, n_sources = leave_source_out(speed, sources, equal_tails)
-    order_cov, order_width, n_order = in_order(speed, entered, equal_tails)
+    # Each judged as it is applied: centred on the projection.
+    cov, width = leave_one_out(speed, centred_tails)
+    src_cov, src_width, n_sources = leave_source_out(speed, sources, centred_tails)
+    order_cov, order_width, n_order = in_order(speed, entered, centred_tails)
     ordered = (f"""  # In the order the runs entered (each judged by the range from the runs first projected before it,
   # as a new run meets it; the {len(speed) - n_order} first had too few before them): held {order_cov:.1%} of {n_order},
   # median half-width {order_width:.1%}.

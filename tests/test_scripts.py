@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import shutil
+import statistics
 import tempfile
 import unittest
 from unittest import mock
@@ -1193,6 +1194,13 @@ class ProjectionErrors(unittest.TestCase):
         held, half, n = P.in_order(xs[0::2] + xs[1::2][:9] + [5.0], when, P.equal_tails)
         self.assertEqual((held, n), (9 / 10, 10))  # the first batch has none before it; the outlier is missed
         self.assertEqual(P.in_order(xs[:10], ["d1"] * 10, P.equal_tails), (None, None, 0))
+        # The range as applied is centred on the projection: the residuals' median moves it not.
+        for a, b in zip(P.centred_tails([x + 5 for x in xs]), P.centred_tails(xs)):
+            self.assertAlmostEqual(a, b)
+        lo, hi = P.centred_tails(xs)
+        self.assertAlmostEqual(lo, xs[1] - statistics.median(xs))
+        self.assertAlmostEqual(hi, xs[18] - statistics.median(xs))
+        self.assertIsNone(P.centred_tails([]))
 
     def test_the_term_is_fitted_on_the_projection_without_it(self):
         """The calibration term's fit reads today's step less the term's own part, so a line the old
