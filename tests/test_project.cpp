@@ -716,6 +716,24 @@ TEST(Project, TpAboveTheKvHeadsGathersTheQkvOutputAndKeepsAKvHeadAGpu) {
   EXPECT_DOUBLE_EQ(gathered.activation_gb, divided.activation_gb);
 }
 
+// A step's data-parallel collectives: gradients reduce-scattered in fp32 and weights gathered in
+// bf16, over DP for the rest and over the experts' own data-parallel group for theirs; Megatron's
+// distributed optimizer gathers the experts' weights too, FSDP gathers them layer by layer instead.
+TEST(Project, TheDistributedOptimizerGathersTheExpertsWeightsToo) {
+  const Link link{0, 100e9};
+  Layout l;
+  l.dp = 8, l.ep = 2;  // the experts' data-parallel group: 4
+  StepMemory mem;
+  mem.stage_params = 1e9, mem.stage_expert_params = 3e9;
+  const double rest = reduce_scatter_time(link, 8, 4e9) + all_gather_time(link, 8, 2e9);
+  const double experts_grads = reduce_scatter_time(link, 4, 12e9), experts_weights = all_gather_time(link, 4, 6e9);
+  EXPECT_GT(experts_weights, 0);
+  EXPECT_NEAR(dp_step_time(link, l, mem, false), rest + experts_grads + experts_weights, 1e-9 * rest);
+  EXPECT_NEAR(dp_step_time(link, l, mem, true), rest + experts_grads, 1e-9 * rest);
+  l.ep = 8;  // every expert on one rank of each DP group: nothing of theirs to reduce or gather
+  EXPECT_NEAR(dp_step_time(link, l, mem, false), rest, 1e-9 * rest);
+}
+
 // Interleaved 1F1B keeps 2 (PP - 1) + (VPP - 1) PP + 1 virtual-stage micro-batches on the first
 // rank, each 1 / VPP of its layers: (1 + (PP - 1) / (PP VPP)) x 1F1B's PP (Megatron's schedule);
 // a step of fewer micro-batches keeps fewer. Each schedule (gradient accumulation) fills and

@@ -313,6 +313,20 @@ RankTime rank_time(const ModelConfig& m, const Hardware& hw, const Layout& l, co
 
 }  // namespace
 
+double dp_step_time(const Link& dp_link, const Layout& l, const StepMemory& mem, bool fsdp) {
+  const double expert_dp = expert_data_parallel(l);
+  const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
+  double t = reduce_scatter_time(dp_link, l.dp * l.cp, grads) + all_gather_time(dp_link, l.dp * l.cp, grads / 2);
+  if (expert_dp > 1) {
+    t += reduce_scatter_time(dp_link, int64_t(expert_dp), expert_grads);
+    // Megatron's distributed optimizer gathers the experts' weights as it gathers the rest
+    // (core/distributed/distributed_data_parallel.py start_param_sync walks
+    // expert_parallel_bucket_groups too).
+    if (!fsdp) t += all_gather_time(dp_link, int64_t(expert_dp), expert_grads / 2);
+  }
+  return t;
+}
+
 double eager_launch_share(const ModelConfig& m, const Layout& l, const ProjectSetting& set) {
   Stage whole;
   for (const RankShape& r : rank_shapes(m, l, set.pipeline_layout)) {
@@ -351,13 +365,8 @@ StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, c
   const double per_micro = slowest.per_micro();
   const Link dp_link = outer_link(hw, l);
   const double expert_dp = expert_data_parallel(l);
-  // DP: gradients reduce-scattered and weights all-gathered once a step, behind all but the last
-  // micro-batch's backward.
-  const double grads = mem.stage_params * 4, expert_grads = mem.stage_expert_params * 4;
-  const double dp_t = reduce_scatter_time(dp_link, l.dp * l.cp, grads) +
-                      all_gather_time(dp_link, l.dp * l.cp, grads / 2) +
-                      (expert_dp > 1 ? reduce_scatter_time(dp_link, int64_t(expert_dp), expert_grads) : 0);
-  const double dp_exposed = std::max(0.0, dp_t - per_micro * 2 / 3);
+  // DP's collectives once a step, behind all but the last micro-batch's backward.
+  const double dp_exposed = std::max(0.0, dp_step_time(dp_link, l, mem, set.framework.fsdp) - per_micro * 2 / 3);
   StepParts p;
   std::string optimizer_note;
   // The optimizer step: what it moves through memory at the HBM rate (memory-bound kernels).

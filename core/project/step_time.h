@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/moe/shape.h"
+#include "core/project/comm.h"
 #include "core/project/compute.h"
 #include "core/project/layout.h"
 #include "core/project/rates.h"
@@ -41,6 +42,11 @@ double layer_passes(const ModelConfig& m, const Layout& l);
 // The share of the model's host launches, forward and backward, that CUDA graphs do not replay
 // (framework.cuda_graphs): 1 eager, 0 graphed whole; 1 where the framework's launches are not counted.
 double eager_launch_share(const ModelConfig& m, const Layout& l, const ProjectSetting& set);
+
+// The data-parallel collectives of a step over `dp_link`: the gradients reduce-scattered in fp32 and
+// the weights all-gathered in bf16, the experts' over their own data-parallel group; under FSDP the
+// weights are gathered layer by layer instead (not counted here).
+double dp_step_time(const Link& dp_link, const Layout& l, const StepMemory& mem, bool fsdp);
 
 // Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.
 StepParts step_time(const ModelConfig& m, const Hardware& hw, const Layout& l, const StrategyShape& s,
