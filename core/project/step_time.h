@@ -45,7 +45,7 @@ double eager_launch_share(const ModelConfig& m, const Layout& l, const ProjectSe
 
 // The data-parallel collectives of a step over `dp_link`: the gradients reduce-scattered in fp32 and
 // the weights all-gathered in bf16, the experts' over their own data-parallel group; under FSDP the
-// weights are gathered layer by layer instead (not counted here).
+// experts' weights are not gathered here (rank_time gathers every layer's).
 double dp_step_time(const Link& dp_link, const Layout& l, const StepMemory& mem, bool fsdp);
 
 // Seconds per step of `l` with a layer run as `s`; `received`: the hottest rank's rows per micro-batch.
